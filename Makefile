@@ -1,0 +1,48 @@
+# ringlm — build with `make`, test with `make test`, showcase with `make demo`.
+CC        ?= gcc
+BLAS_INC  := /usr/include/x86_64-linux-gnu/openblas-openmp
+BLAS_LIB  := /usr/lib/x86_64-linux-gnu/openblas-openmp
+OPT       ?= -O3 -march=native
+CFLAGS    := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -I. -I$(BLAS_INC)
+LDLIBS    := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -fopenmp -lm
+
+# library sources shared by every program (programs' main files are listed separately)
+LIB_SRC   := $(wildcard model/*.c attention/*.c data/shards.c train/optim.c train/step.c)
+LIB_OBJ   := $(LIB_SRC:%.c=build/obj/%.o)
+TEST_SRC  := $(wildcard tests/test_*.c)
+TEST_BIN  := $(TEST_SRC:tests/%.c=build/tests/%)
+PROGRAMS  := build/train build/prepare
+
+.PHONY: all test demo deps bench clean
+all: $(PROGRAMS) $(TEST_BIN)
+
+build/obj/%.o: %.c $(wildcard */*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+build/train: build/obj/train/train.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(LDLIBS)
+build/prepare: build/obj/data/prepare.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(LDLIBS)
+build/tests/%: build/obj/tests/%.o $(LIB_OBJ)
+	@mkdir -p build/tests
+	$(CC) $^ -o $@ $(LDLIBS)
+
+# installs missing Debian packages (as root; otherwise prints the apt-get command)
+deps:
+	@bash tools/install_deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@bash tests/run_all.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@bash tools/demo.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@bash tools/bench_train.sh
+
+clean:
+	rm -rf build

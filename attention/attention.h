@@ -1,0 +1,48 @@
+// attention.h — blockwise (FlashAttention-2 style) causal attention, the unit ring attention is built on.
+//
+// One call = one block of queries of ONE sequence against one block of keys/values of the same sequence,
+// all heads at once. Ring attention calls exactly these with K/V blocks received from other ranks.
+//
+// Layouts (row-major, fp32, contiguous, no padding):
+//   q, dq        [Tq, nh  * hd]   query rows (head h occupies columns h*hd .. h*hd+hd-1)
+//   k, v, dk, dv [Tk, nkv * hd]   key/value rows; query head h uses kv head h / (nh / nkv)  (GQA)
+//   out, dout    [Tq, nh  * hd]
+//   lse, D       [Tq, nh]         log-sum-exp (natural log) of the scaled logits, per row and head
+//   qpos [Tq], kpos [Tk]          absolute token positions (never implied by the row index)
+// Logits are S = scale * q.k. Mask modes: ATTN_MASK_NONE, ATTN_MASK_CAUSAL (key j visible to query i iff
+// kpos[j] <= qpos[i]). A sub-range of query rows is passed by offsetting q/out/lse/dq/dout/D pointers.
+//
+// The kernels never allocate after attn_init(); they use per-thread scratch planned there.
+// All pointers are backend ("device") memory; on the CPU backend that is host memory.
+#pragma once
+
+enum { ATTN_MASK_NONE = 0, ATTN_MASK_CAUSAL = 1 };
+
+// Plan scratch for head dims up to max_hd. Call once at start-up (safe to call again; grows only).
+void attn_init(int max_hd);
+
+// out = 0, lse = -inf for Tq rows: the empty running result.
+void attn_forward_begin(float* out, float* lse, int Tq, int nh, int hd);
+
+// Attend q to this block of k/v and merge the block's (o, lse) into the running (out, lse) in place with the
+// numerically stable LSE merge (a row with no visible key in the block is left unchanged; a row that has
+// seen no key anywhere keeps out = 0, lse = -inf). Blocks may arrive in any order.
+void attn_block_forward(float* out, float* lse,
+                        const float* q, const int* qpos, int Tq,
+                        const float* k, const float* v, const int* kpos, int Tk,
+                        int nh, int nkv, int hd, float scale, int mask);
+
+// D[i,h] = sum_d dout[i,h,d] * out[i,h,d] — per-row scalar of the backward pass (needs the FINAL out).
+void attn_backward_begin(float* D, const float* dout, const float* out, int Tq, int nh, int hd);
+
+// Gradient contribution of this k/v block, given the FINAL lse and D of the query rows:
+// dq += ..., dk += ..., dv += ... (fp32 accumulation; each block's contribution is independent).
+void attn_block_backward(float* dq, float* dk, float* dv,
+                         const float* dout, const float* q, const float* lse, const float* D,
+                         const int* qpos, int Tq,
+                         const float* k, const float* v, const int* kpos, int Tk,
+                         int nh, int nkv, int hd, float scale, int mask);
+
+// Merge a partial result (o2, lse2) into (o1, lse1) in place: both over disjoint key sets. Exact, any order;
+// -inf on either side means "take the other side". Used by ring attention when partials are computed apart.
+void attn_merge(float* o1, float* lse1, const float* o2, const float* lse2, int Tq, int nh, int hd);

@@ -1,0 +1,55 @@
+// shards.h — llm.c token shards and the deterministic, random-access sequence loader.
+//
+// Shard format (llm.c, unchanged): header of 256 int32 — [0] magic, [1] version, [2] number of tokens —
+// then the tokens. magic 20240520 + version 1: uint16 tokens (llm.c). magic 20240521 + version 1: uint32
+// tokens (ringlm's variant for vocabularies above 65535). Remaining header ints are 0.
+//
+// Order: the shards of a data set (files matching a glob pattern, or all *.bin files of a directory,
+// sorted by name) are concatenated into one token stream of n_tokens. Sequence i (0-based) is the window
+// stream[i*seq_len .. i*seq_len + seq_len] (seq_len + 1 tokens: inputs are the first seq_len, targets the
+// last seq_len). There are n_seq = (n_tokens - 1) / seq_len sequences. With shuffle on, epoch e visits
+// them in a seeded pseudo-random permutation (a bijection of [0, n_seq) that depends only on seed and e);
+// off, in order. The loader's entire state is one global cursor: the index g of the next sequence, with
+// epoch = g / n_seq and sequence = perm_e(g % n_seq). Any rank can fetch any g, so a run on any number
+// of ranks continues the same order.
+#pragma once
+#include <stdint.h>
+#include <stddef.h>
+
+#define SHARD_MAGIC_U16 20240520
+#define SHARD_MAGIC_U32 20240521
+#define SHARD_VERSION 1
+#define SHARD_HEADER_INTS 256
+
+typedef struct {
+    char path[1024];
+    int64_t n_tokens;
+    int token_bytes;     // 2 or 4
+    int64_t first;       // index of this shard's first token in the concatenated stream
+    int fd;
+} Shard;
+
+typedef struct {
+    Shard* shards;
+    int n_shards;
+    int64_t n_tokens;    // total tokens of the stream
+    int seq_len;
+    int64_t n_seq;       // sequences per epoch
+    int shuffle;
+    uint64_t seed;
+    int vocab_size;      // tokens >= vocab_size are rejected when read
+    char err[1200];      // last error, one line naming the file / value
+} Loader;
+
+// Open all shards of `pattern` (glob pattern, a directory, or a single file) and validate headers and sizes.
+// Returns 0 on success; non-zero with ld->err set (missing, truncated, wrong magic/version, no files,
+// fewer than seq_len + 1 tokens).
+int loader_open(Loader* ld, const char* pattern, int seq_len, int vocab_size, int shuffle, uint64_t seed);
+void loader_close(Loader* ld);
+
+// Fetch global sequence g into tokens[seq_len+1] (int32). Returns 0, or non-zero with ld->err set
+// (read error, token id >= vocab_size naming file and offset).
+int loader_get(Loader* ld, int64_t g, int32_t* tokens);
+
+// Write a shard. token_bytes 2 or 4 (chooses the magic). Returns 0 or non-zero (errno preserved).
+int shard_write(const char* path, const uint32_t* tokens, int64_t n, int token_bytes);

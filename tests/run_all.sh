@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every test of the suite: build/tests/test_* (C) and tests/test_*.sh (shell + Python references).
+# Each test prints its own final "N passed, N failed" line; this sums them and ends with the total line.
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+total_p=0; total_f=0; broken=()
+for t in build/tests/test_* tests/test_*.sh; do
+  [ -e "$t" ] || continue
+  echo "=== $t"
+  start=$(date +%s)
+  if [[ "$t" == *.sh ]]; then out=$(bash "$t" 2>&1); rc=$?; else out=$("$t" 2>&1); rc=$?; fi
+  echo "$out"
+  line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
+  if [ -z "$line" ]; then
+    echo "!!! $t printed no result line (exit $rc): counted as 1 failure"; total_f=$((total_f+1)); broken+=("$t")
+  else
+    p=$(echo "$line" | awk '{print $1}'); f=$(echo "$line" | awk '{print $3}')
+    total_p=$((total_p+p)); total_f=$((total_f+f))
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then total_f=$((total_f+1)); broken+=("$t"); fi
+    [ "$f" -ne 0 ] && broken+=("$t")
+  fi
+  echo "=== $t: $(( $(date +%s) - start ))s"
+done
+[ ${#broken[@]} -gt 0 ] && echo "failing: ${broken[*]}"
+echo "$total_p passed, $total_f failed"
+[ "$total_f" -eq 0 ]

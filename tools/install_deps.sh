@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ringlm needs when they are missing. As root it runs apt-get; otherwise it
+# prints the exact command to run.
+set -euo pipefail
+pkgs=(build-essential libopenblas-openmp-dev libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
+      python3 python3-torch python3-h5py python3-numpy)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+cmd="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "ringlm: missing Debian packages: ${missing[*]}" >&2
+  echo "ringlm: run as root: apt-get update && $cmd" >&2
+  exit 1
+fi
+echo "ringlm: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
