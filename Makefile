@@ -7,13 +7,14 @@ CFLAGS    := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -I. -I$(BLAS_I
 LDLIBS    := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -fopenmp -lm
 
 # library sources shared by every program (programs' main files are listed separately)
-LIB_SRC   := $(wildcard model/*.c attention/*.c data/shards.c train/optim.c train/step.c)
+LIB_SRC   := $(wildcard model/*.c attention/*.c data/shards.c train/optim.c)
 LIB_OBJ   := $(LIB_SRC:%.c=build/obj/%.o)
 TEST_SRC  := $(wildcard tests/test_*.c)
-TEST_BIN  := $(TEST_SRC:tests/%.c=build/tests/%)
+TEST_BIN  := $(TEST_SRC:tests/%.c=build/tests/%) build/tests/tool_dump
 PROGRAMS  := build/train build/prepare
 
 .PHONY: all test demo deps bench clean
+.SECONDARY:
 all: $(PROGRAMS) $(TEST_BIN)
 
 build/obj/%.o: %.c $(wildcard */*.h)

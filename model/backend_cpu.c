@@ -1,0 +1,220 @@
+// backend_cpu.c — the CPU backend: host memory, OpenBLAS sgemm, OpenMP kernels.
+// Reductions use a fixed partition (never depending on the thread count) so results are bit-identical.
+#include "model/backend.h"
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char* be_name(void) { return "cpu"; }
+
+void* be_alloc(size_t bytes) {
+    void* p = NULL;
+    if (bytes == 0) bytes = 64;
+    if (posix_memalign(&p, 64, (bytes + 63) / 64 * 64)) {
+        fprintf(stderr, "cpu backend: out of memory allocating %.1f MiB\n", bytes / 1048576.0);
+        exit(1);
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+void be_free(void* p) { free(p); }
+void be_upload(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+void be_download(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+void be_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
+void be_copy(void* dst, const void* src, size_t bytes) { memmove(dst, src, bytes); }
+
+void be_matmul(float* C, const float* A, const float* B, int m, int n, int k,
+               int transA, int transB, float alpha, float beta) {
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+                m, n, k, alpha, A, transA ? m : k, B, transB ? k : n, beta, C, n);
+}
+
+void be_add(float* y, const float* x, size_t n) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void be_scale(float* x, float s, size_t n) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+#define NPART 64   // fixed partition for deterministic reductions
+double be_sumsq(const float* x, size_t n) {
+    double part[NPART];
+    #pragma omp parallel for schedule(static)
+    for (int p = 0; p < NPART; p++) {
+        size_t a = n * p / NPART, b = n * (p + 1) / NPART;
+        double s = 0;
+        for (size_t i = a; i < b; i++) s += (double)x[i] * x[i];
+        part[p] = s;
+    }
+    double s = 0;
+    for (int p = 0; p < NPART; p++) s += part[p];
+    return s;
+}
+
+// ---- embedding ----
+void be_embedding_forward(float* out, const int* tok, const float* wte, int N, int C, int v0, int nv) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        int r = tok[i] - v0;
+        if (r >= 0 && r < nv) memcpy(out + (size_t)i * C, wte + (size_t)r * C, C * sizeof(float));
+        else memset(out + (size_t)i * C, 0, C * sizeof(float));
+    }
+}
+
+void be_embedding_backward(float* dwte, const float* dout, const int* tok, int N, int C, int v0, int nv) {
+    // parallel over column ranges: each thread owns a slice of every row; token order fixed
+    int nchunk = (C + 63) / 64;
+    #pragma omp parallel for schedule(static)
+    for (int ch = 0; ch < nchunk; ch++) {
+        int c0 = ch * 64, c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int i = 0; i < N; i++) {
+            int r = tok[i] - v0;
+            if (r < 0 || r >= nv) continue;
+            float* d = dwte + (size_t)r * C;
+            const float* g = dout + (size_t)i * C;
+            for (int c = c0; c < c1; c++) d[c] += g[c];
+        }
+    }
+}
+
+// ---- RMSNorm ----
+void be_rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float* xi = x + (size_t)i * C;
+        float* oi = out + (size_t)i * C;
+        float ss = 0.0f;
+        for (int c = 0; c < C; c++) ss += xi[c] * xi[c];
+        float r = 1.0f / sqrtf(ss / C + eps);
+        rstd[i] = r;
+        for (int c = 0; c < C; c++) oi[c] = xi[c] * r * w[c];
+    }
+}
+
+// y = x r w, r = (mean(x^2)+eps)^-1/2:  dx = r (w dy) - x r^3/C sum_c(w dy x);  dw = sum_i dy x r
+void be_rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                         const float* rstd, int N, int C) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float* xi = x + (size_t)i * C;
+        const float* gi = dout + (size_t)i * C;
+        float* di = dx + (size_t)i * C;
+        float r = rstd[i], dot = 0.0f;
+        for (int c = 0; c < C; c++) dot += gi[c] * w[c] * xi[c];
+        float k = dot * r * r * r / C;
+        for (int c = 0; c < C; c++) di[c] += gi[c] * w[c] * r - xi[c] * k;
+    }
+    int nchunk = (C + 63) / 64;
+    #pragma omp parallel for schedule(static)
+    for (int ch = 0; ch < nchunk; ch++) {
+        int c0 = ch * 64, c1 = c0 + 64 < C ? c0 + 64 : C;
+        float acc[64] = {0};
+        for (int i = 0; i < N; i++) {
+            const float* xi = x + (size_t)i * C;
+            const float* gi = dout + (size_t)i * C;
+            float r = rstd[i];
+            for (int c = c0; c < c1; c++) acc[c - c0] += gi[c] * xi[c] * r;
+        }
+        for (int c = c0; c < c1; c++) dw[c] += acc[c - c0];
+    }
+}
+
+// ---- RoPE (rotate_half): pair (x_i, x_{i+h}) with h = hd/2 rotates by angle p*inv_freq_i ----
+//   x'_i = x_i cos - x_{i+h} sin;   x'_{i+h} = x_{i+h} cos + x_i sin      (cos, sin include the factor a)
+static void rope_apply(float* x, const int* pos, const float* cs, int N, int nh, int hd, float sgn) {
+    int h = hd / 2;
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < N; t++) {
+        const float* c = cs + (size_t)pos[t] * hd;
+        const float* s = c + h;
+        for (int head = 0; head < nh; head++) {
+            float* xh = x + ((size_t)t * nh + head) * hd;
+            for (int i = 0; i < h; i++) {
+                float a = xh[i], b = xh[i + h], sn = sgn * s[i];
+                xh[i] = a * c[i] - b * sn;
+                xh[i + h] = b * c[i] + a * sn;
+            }
+        }
+    }
+}
+void be_rope_forward(float* x, const int* pos, const float* cs, int N, int nh, int hd) {
+    rope_apply(x, pos, cs, N, nh, hd, 1.0f);
+}
+// the transpose of [[c, -s], [s, c]] is [[c, s], [-s, c]]: the same map with the sine negated
+void be_rope_backward(float* dx, const int* pos, const float* cs, int N, int nh, int hd) {
+    rope_apply(dx, pos, cs, N, nh, hd, -1.0f);
+}
+
+// ---- SwiGLU ----
+void be_swiglu_forward(float* h, const float* g, const float* u, size_t n) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float sg = 1.0f / (1.0f + expf(-g[i]));
+        h[i] = g[i] * sg * u[i];
+    }
+}
+// silu'(g) = s (1 + g (1 - s)), s = sigmoid(g)
+void be_swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, size_t n) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + expf(-g[i]));
+        float silu = g[i] * s;
+        dg[i] = dh[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+        du[i] = dh[i] * silu;
+    }
+}
+
+// ---- cross-entropy ----
+void be_xent_lse(float* lse, const float* logits, int N, int V) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float* x = logits + (size_t)i * V;
+        float m = -INFINITY;
+        for (int j = 0; j < V; j++) m = x[j] > m ? x[j] : m;
+        double s = 0;
+        for (int j = 0; j < V; j++) s += expf(x[j] - m);
+        lse[i] = m + (float)log(s);
+    }
+}
+
+void be_xent_target_logit(float* tl, const float* logits, const int* targets, int N, int V, int v0) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        int t = targets[i] - v0;
+        tl[i] = (targets[i] >= 0 && t >= 0 && t < V) ? logits[(size_t)i * V + t] : 0.0f;
+    }
+}
+
+void be_xent_loss(float* losses, const float* lse, const float* tl, const int* targets, int N) {
+    for (int i = 0; i < N; i++) losses[i] = targets[i] >= 0 ? lse[i] - tl[i] : 0.0f;
+}
+
+void be_xent_backward(float* logits, const float* lse, const int* targets, int N, int V, int v0, float scale) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float* x = logits + (size_t)i * V;
+        if (targets[i] < 0) { memset(x, 0, V * sizeof(float)); continue; }
+        float l = lse[i];
+        for (int j = 0; j < V; j++) x[j] = scale * expf(x[j] - l);
+        int t = targets[i] - v0;
+        if (t >= 0 && t < V) x[t] -= scale;
+    }
+}
+
+// ---- AdamW ----
+void be_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
+              float eps, float wd, float bc1, float bc2, float gscale) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * gscale;
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi; v[i] = vi;
+        p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i]);
+    }
+}

@@ -1,0 +1,194 @@
+// config.c — the key table and its parser. Errors are one line naming the origin, key and value.
+#include "model/config.h"
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ctype.h>
+
+typedef enum { T_INT, T_I64, T_FLOAT, T_STR, T_BOOL } Type;
+typedef struct {
+    const char* name; Type type; size_t off; size_t size; int model; const char* def; const char* help;
+} Key;
+
+#define K(name, type, model, def, help) { #name, type, offsetof(Config, name), sizeof(((Config*)0)->name), model, def, help }
+static const Key KEYS[] = {
+    K(vocab_size, T_INT, 1, "257", "vocabulary size (byte tokenizer: 256 bytes + end-of-document = 257)"),
+    K(d_model, T_INT, 1, "256", "model width C"),
+    K(n_layer, T_INT, 1, "4", "number of transformer layers"),
+    K(n_head, T_INT, 1, "8", "query heads (head_dim = d_model / n_head)"),
+    K(n_kv_head, T_INT, 1, "2", "key/value heads (grouped-query attention; divides n_head)"),
+    K(d_ff, T_INT, 1, "704", "SwiGLU hidden width F"),
+    K(max_seq_len, T_INT, 1, "4096", "largest context the model is built for (seq_len <= max_seq_len)"),
+    K(rope_theta, T_FLOAT, 1, "10000", "RoPE base b"),
+    K(rope_scaling, T_STR, 1, "none", "RoPE scaling: none | linear | yarn (HF transformers semantics)"),
+    K(rope_factor, T_FLOAT, 1, "1", "RoPE scaling factor s (linear, yarn)"),
+    K(rope_original_max_seq_len, T_INT, 1, "4096", "YaRN: original context length L the RoPE was trained for"),
+    K(norm_eps, T_FLOAT, 1, "1e-5", "RMSNorm epsilon"),
+    K(tie_embeddings, T_BOOL, 1, "0", "1: the LM head reuses model.embed_tokens.weight (no lm_head.weight)"),
+    K(init_std, T_FLOAT, 1, "0.02", "std of the normal init (o_proj/down_proj: init_std / sqrt(2 n_layer))"),
+    K(train_data, T_STR, 0, "", "training shards: glob pattern, directory or file"),
+    K(val_data, T_STR, 0, "", "validation shards (empty: no validation)"),
+    K(out_dir, T_STR, 0, "out", "output directory (metrics.jsonl, config.txt, checkpoints)"),
+    K(seq_len, T_INT, 0, "1024", "tokens per training sequence"),
+    K(batch_size, T_INT, 0, "8", "sequences per optimizer step (global, over all data-parallel replicas)"),
+    K(micro_batch, T_INT, 0, "1", "sequences per forward/backward on one rank; accumulation = batch_size / (micro_batch * dp)"),
+    K(max_steps, T_INT, 0, "100", "optimizer steps to run"),
+    K(lr, T_FLOAT, 0, "3e-4", "peak learning rate"),
+    K(min_lr, T_FLOAT, 0, "3e-5", "learning rate at the end of the cosine decay"),
+    K(warmup_steps, T_INT, 0, "10", "linear warmup steps"),
+    K(weight_decay, T_FLOAT, 0, "0.1", "AdamW decoupled weight decay (2-D weights only)"),
+    K(beta1, T_FLOAT, 0, "0.9", "AdamW beta1"),
+    K(beta2, T_FLOAT, 0, "0.95", "AdamW beta2"),
+    K(adam_eps, T_FLOAT, 0, "1e-8", "AdamW epsilon"),
+    K(grad_clip, T_FLOAT, 0, "1.0", "clip the global gradient norm to this (0: off)"),
+    K(seed, T_I64, 0, "1337", "seed of initial weights and data order"),
+    K(shuffle, T_BOOL, 0, "1", "visit training sequences in a seeded permutation per epoch"),
+    K(val_every, T_INT, 0, "0", "validate every N steps and at the end (0: only at the end if val_data is set)"),
+    K(val_batches, T_INT, 0, "4", "validation sequences per evaluation = val_batches * batch_size"),
+    K(log_every, T_INT, 0, "1", "print a step line every N steps"),
+};
+#define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
+
+static const Key* find_key(const char* name) {
+    for (int i = 0; i < NKEYS; i++) if (strcmp(KEYS[i].name, name) == 0) return &KEYS[i];
+    return NULL;
+}
+
+static int set_key(Config* c, const Key* k, const char* v, const char* origin) {
+    char* base = (char*)c + k->off;
+    char* end = NULL;
+    errno = 0;
+    switch (k->type) {
+    case T_INT: case T_BOOL: case T_I64: {
+        long long x = strtoll(v, &end, 10);
+        if (end == v || *end || errno) goto bad;
+        if (k->type == T_BOOL && x != 0 && x != 1) goto bad;
+        if (k->type == T_I64) *(long long*)base = x;
+        else { if (x < -2147483647LL || x > 2147483647LL) goto bad; *(int*)base = (int)x; }
+        return 0;
+    }
+    case T_FLOAT: {
+        double x = strtod(v, &end);
+        if (end == v || *end || errno || !isfinite(x)) goto bad;
+        *(float*)base = (float)x;
+        return 0;
+    }
+    case T_STR:
+        if (strlen(v) >= k->size) {
+            fprintf(stderr, "config: %s: value of '%s' is longer than %zu characters\n", origin, k->name, k->size - 1);
+            return 1;
+        }
+        strcpy(base, v);
+        return 0;
+    }
+bad:
+    fprintf(stderr, "config: %s: key '%s' has invalid value '%s' (expected %s)\n", origin, k->name, v,
+            k->type == T_FLOAT ? "a number" : k->type == T_BOOL ? "0 or 1" : "an integer");
+    return 1;
+}
+
+void config_defaults(Config* c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < NKEYS; i++) set_key(c, &KEYS[i], KEYS[i].def, "defaults");
+}
+
+int config_set(Config* c, const char* key, const char* value, const char* origin) {
+    const Key* k = find_key(key);
+    if (!k) { fprintf(stderr, "config: %s: unknown key '%s' (see --help for the keys)\n", origin, key); return 1; }
+    return set_key(c, k, value, origin);
+}
+
+static char* trim(char* s) {
+    while (isspace((unsigned char)*s)) s++;
+    char* e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+    return s;
+}
+
+int config_load_file(Config* c, const char* path) {
+    FILE* f = fopen(path, "r");
+    if (!f) { fprintf(stderr, "config: cannot open '%s': %s\n", path, strerror(errno)); return 1; }
+    char line[4096], origin[1200];
+    int lineno = 0, rc = 0;
+    while (!rc && fgets(line, sizeof line, f)) {
+        lineno++;
+        char* hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char* s = trim(line);
+        if (!*s) continue;
+        snprintf(origin, sizeof origin, "%s:%d", path, lineno);
+        char* eq = strchr(s, '=');
+        if (!eq) { fprintf(stderr, "config: %s: expected 'key = value', got '%s'\n", origin, s); rc = 1; break; }
+        *eq = 0;
+        rc = config_set(c, trim(s), trim(eq + 1), origin);
+    }
+    fclose(f);
+    return rc;
+}
+
+#define FAIL(...) do { fprintf(stderr, "config: "); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); return 1; } while (0)
+int config_validate(const Config* c) {
+    const char* pos[] = { "vocab_size", "d_model", "n_layer", "n_head", "n_kv_head", "d_ff", "max_seq_len",
+                          "seq_len", "batch_size", "micro_batch", "rope_original_max_seq_len", "log_every" };
+    const int vals[] = { c->vocab_size, c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->d_ff, c->max_seq_len,
+                         c->seq_len, c->batch_size, c->micro_batch, c->rope_original_max_seq_len, c->log_every };
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
+        if (vals[i] <= 0) FAIL("%s = %d must be > 0", pos[i], vals[i]);
+    if (c->max_steps < 0 || c->warmup_steps < 0 || c->val_every < 0 || c->val_batches < 0)
+        FAIL("max_steps, warmup_steps, val_every and val_batches must be >= 0");
+    if (c->d_model % c->n_head) FAIL("d_model = %d is not divisible by n_head = %d", c->d_model, c->n_head);
+    if (c->n_head % c->n_kv_head) FAIL("n_head = %d is not divisible by n_kv_head = %d", c->n_head, c->n_kv_head);
+    if (c->d_model / c->n_head > 2048) FAIL("head_dim = d_model / n_head = %d exceeds 2048", c->d_model / c->n_head);
+    if ((c->d_model / c->n_head) % 2) FAIL("head_dim = d_model / n_head = %d must be even for RoPE", c->d_model / c->n_head);
+    if (c->seq_len > c->max_seq_len) FAIL("seq_len = %d exceeds max_seq_len = %d", c->seq_len, c->max_seq_len);
+    if (c->batch_size % c->micro_batch) FAIL("batch_size = %d is not divisible by micro_batch = %d", c->batch_size, c->micro_batch);
+    if (strcmp(c->rope_scaling, "none") && strcmp(c->rope_scaling, "linear") && strcmp(c->rope_scaling, "yarn"))
+        FAIL("rope_scaling = '%s' must be none, linear or yarn", c->rope_scaling);
+    if (c->rope_theta <= 1) FAIL("rope_theta = %g must be > 1", c->rope_theta);
+    if (c->rope_factor <= 0) FAIL("rope_factor = %g must be > 0", c->rope_factor);
+    if (c->norm_eps <= 0) FAIL("norm_eps = %g must be > 0", c->norm_eps);
+    if (c->init_std <= 0) FAIL("init_std = %g must be > 0", c->init_std);
+    if (c->lr < 0 || c->min_lr < 0) FAIL("lr and min_lr must be >= 0");
+    if (c->min_lr > c->lr) FAIL("min_lr = %g exceeds lr = %g", c->min_lr, c->lr);
+    if (c->weight_decay < 0) FAIL("weight_decay = %g must be >= 0", c->weight_decay);
+    if (c->beta1 < 0 || c->beta1 >= 1 || c->beta2 < 0 || c->beta2 >= 1) FAIL("beta1 and beta2 must be in [0, 1)");
+    if (c->adam_eps <= 0) FAIL("adam_eps = %g must be > 0", c->adam_eps);
+    if (c->grad_clip < 0) FAIL("grad_clip = %g must be >= 0 (0 turns clipping off)", c->grad_clip);
+    return 0;
+}
+
+int config_get(const Config* c, const char* key, char* buf, size_t n) {
+    const Key* k = find_key(key);
+    if (!k) return 1;
+    const char* base = (const char*)c + k->off;
+    switch (k->type) {
+    case T_INT: case T_BOOL: snprintf(buf, n, "%d", *(const int*)base); break;
+    case T_I64: snprintf(buf, n, "%lld", *(const long long*)base); break;
+    case T_FLOAT: snprintf(buf, n, "%.9g", *(const float*)base); break;
+    case T_STR: snprintf(buf, n, "%s", base); break;
+    }
+    return 0;
+}
+
+void config_write(const Config* c, FILE* f) {
+    char buf[CFG_STR + 32];
+    for (int i = 0; i < NKEYS; i++) {
+        config_get(c, KEYS[i].name, buf, sizeof buf);
+        fprintf(f, "%s = %s\n", KEYS[i].name, buf);
+    }
+}
+
+void config_help(FILE* f) {
+    for (int i = 0; i < NKEYS; i++)
+        fprintf(f, "  --%-26s %s (default %s)\n", KEYS[i].name, KEYS[i].help, *KEYS[i].def ? KEYS[i].def : "empty");
+}
+
+int config_key_kind(const char* key) {
+    const Key* k = find_key(key);
+    return k ? (k->model ? 1 : 2) : 0;
+}
+
+void config_each_key(void (*fn)(const char* key, int is_model, void* ctx), void* ctx) {
+    for (int i = 0; i < NKEYS; i++) fn(KEYS[i].name, KEYS[i].model, ctx);
+}

@@ -1,0 +1,42 @@
+// config.h — every setting of a run: one table of keys drives parsing, command-line overrides, --help,
+// printing the resolved config and (later) checkpoint attributes.
+#pragma once
+#include <stdio.h>
+#include <stddef.h>
+
+#define CFG_STR 512
+
+typedef struct {
+    // ---- model (these define the network; a checkpoint must agree on them) ----
+    int vocab_size, d_model, n_layer, n_head, n_kv_head, d_ff, max_seq_len;
+    float rope_theta, rope_factor, norm_eps, init_std;
+    char rope_scaling[16];          // none | linear | yarn
+    int rope_original_max_seq_len;
+    int tie_embeddings;
+    // ---- training ----
+    char train_data[CFG_STR], val_data[CFG_STR], out_dir[CFG_STR];
+    int seq_len, batch_size, micro_batch, max_steps, warmup_steps;
+    float lr, min_lr, weight_decay, beta1, beta2, adam_eps, grad_clip;
+    long long seed;
+    int shuffle, val_every, val_batches, log_every;
+} Config;
+
+// Set every key to its default.
+void config_defaults(Config* c);
+// Read `key = value` lines from a file. Returns 0, or 1 after printing one line naming file:line:key.
+int config_load_file(Config* c, const char* path);
+// Set one key from text (the command line's `--key value`). Returns 0, or 1 after printing one line.
+// `origin` names where the value came from (e.g. "command line").
+int config_set(Config* c, const char* key, const char* value, const char* origin);
+// Check values and relations (sizes > 0, divisibility, seq_len <= max_seq_len, ...). 0 or 1 + one line.
+int config_validate(const Config* c);
+// Write the resolved config as `key = value` lines (same format the loader reads).
+void config_write(const Config* c, FILE* f);
+// Print the documentation of every key (for --help).
+void config_help(FILE* f);
+// Is `key` a config key? 1 if it is a model key, 2 if a training key, 0 if unknown.
+int config_key_kind(const char* key);
+// Format one key's value into buf. Returns 0, or 1 when key is unknown.
+int config_get(const Config* c, const char* key, char* buf, size_t n);
+// Call fn for every key name (in table order).
+void config_each_key(void (*fn)(const char* key, int is_model, void* ctx), void* ctx);

@@ -1,0 +1,106 @@
+// tool_dump.c — runs one forward/backward/AdamW step of a config on a fixed random batch and dumps
+// everything the independent PyTorch reference (tests/ref_model.py) checks. Format: see ref_model.py.
+//   build/tests/tool_dump -c CONFIG --out FILE [--key value ...]
+#include "model/backend.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "model/rope.h"
+#include "train/optim.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static FILE* out;
+
+static void rec(const char* name, int dtype, int ndim, const int* dims, const void* data) {
+    int len = (int)strlen(name);
+    long n = 1;
+    for (int i = 0; i < ndim; i++) n *= dims[i];
+    fwrite(&len, 4, 1, out); fwrite(name, 1, len, out);
+    fwrite(&dtype, 4, 1, out); fwrite(&ndim, 4, 1, out); fwrite(dims, 4, ndim, out);
+    fwrite(data, dtype == 2 ? 1 : 4, n, out);
+}
+
+static void dump_arena(const Model* m, const char* prefix, const float* arena) {
+    float* host = malloc(m->pt.total * sizeof(float));
+    be_download(host, arena, m->pt.total * sizeof(float));
+    char name[160];
+    for (int i = 0; i < m->pt.n; i++) {
+        const ParamSpec* p = &m->pt.p[i];
+        int dims[2] = { (int)p->shape[0], (int)p->shape[1] };
+        snprintf(name, sizeof name, "%s/%s", prefix, p->name);
+        rec(name, 0, p->ndim, dims, host + p->offset);
+    }
+    free(host);
+}
+
+int main(int argc, char** argv) {
+    Config c;
+    config_defaults(&c);
+    const char* path = NULL;
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 >= argc) { fprintf(stderr, "tool_dump: option %s needs a value\n", argv[i]); return 1; }
+        if (!strcmp(argv[i], "-c")) { if (config_load_file(&c, argv[i + 1])) return 1; }
+        else if (!strcmp(argv[i], "--out")) path = argv[i + 1];
+        else if (!strncmp(argv[i], "--", 2)) { if (config_set(&c, argv[i] + 2, argv[i + 1], "command line")) return 1; }
+        else { fprintf(stderr, "tool_dump: unexpected argument '%s'\n", argv[i]); return 1; }
+    }
+    if (!path) { fprintf(stderr, "usage: tool_dump -c CONFIG --out FILE [--key value ...]\n"); return 1; }
+    if (config_validate(&c)) return 1;
+    out = fopen(path, "wb");
+    if (!out) { perror(path); return 1; }
+    fwrite("RLMDUMP1", 1, 8, out);
+
+    int B = c.micro_batch, T = c.seq_len, N = B * T;
+    Model m;
+    model_build(&m, &c, B, T, 1, 0);
+    // a fixed batch: random tokens; sequence b starts at position 3b (positions are an explicit input);
+    // one ignored target per sequence after the first
+    int *tok = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int)), *pos = malloc(N * sizeof(int));
+    unsigned long long s = (unsigned long long)c.seed * 6364136223846793005ULL + 1;
+    for (int i = 0; i < N; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL; tok[i] = (int)((s >> 33) % c.vocab_size);
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL; tgt[i] = (int)((s >> 33) % c.vocab_size);
+        pos[i] = (i % T) + 3 * (i / T);
+    }
+    for (int b = 1; b < B; b++) tgt[b * T + T / 2] = -1;
+    int valid = 0;
+    for (int i = 0; i < N; i++) valid += tgt[i] >= 0;
+    for (int b = 0; b < B; b++)
+        if (pos[b * T + T - 1] >= c.max_seq_len) { fprintf(stderr, "tool_dump: max_seq_len too small\n"); return 1; }
+
+    char* cfgtext = NULL; size_t cfglen = 0;
+    FILE* mem = open_memstream(&cfgtext, &cfglen);
+    config_write(&c, mem); fclose(mem);
+    int d1 = (int)cfglen; rec("config", 2, 1, &d1, cfgtext);
+    int d2[2] = { B, T };
+    rec("tokens", 1, 2, d2, tok); rec("targets", 1, 2, d2, tgt); rec("positions", 1, 2, d2, pos);
+    dump_arena(&m, "param", m.params);
+
+    float* logits = malloc((size_t)N * c.vocab_size * sizeof(float));
+    model_set_batch(&m, tok, tgt, pos);
+    model_zero_grad(&m);
+    double loss = model_forward(&m, 1.0f / valid, logits) / valid;
+    model_backward(&m);
+    int d3[3] = { B, T, c.vocab_size };
+    rec("logits", 0, 3, d3, logits);
+    float lossf = (float)loss; int one = 1;
+    rec("loss", 0, 1, &one, &lossf);
+    dump_arena(&m, "grad", m.grads);
+
+    double inv[1024]; float invf[1024];
+    float af = (float)rope_inv_freq(&c, m.hd, inv, NULL, NULL);
+    for (int i = 0; i < m.hd / 2; i++) invf[i] = (float)inv[i];
+    int dh = m.hd / 2;
+    rec("rope/inv_freq", 0, 1, &dh, invf); rec("rope/attention_factor", 0, 1, &one, &af);
+
+    AdamW opt;
+    adamw_init(&opt, &m);
+    float lr = lr_at(&c, 0);
+    adamw_step(&opt, &m, lr, grad_global_norm(&m));
+    rec("step/lr", 0, 1, &one, &lr);
+    dump_arena(&m, "after", m.params);
+    fclose(out);
+    printf("tool_dump: wrote %s (loss %.6f over %d targets)\n", path, loss, valid);
+    return 0;
+}
