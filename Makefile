@@ -11,7 +11,7 @@ LIB_SRC   := $(wildcard model/*.c attention/*.c data/shards.c train/optim.c)
 LIB_OBJ   := $(LIB_SRC:%.c=build/obj/%.o)
 TEST_SRC  := $(wildcard tests/test_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=build/tests/%) build/tests/tool_dump
-PROGRAMS  := build/train build/prepare
+PROGRAMS  := build/train build/prepare build/sgemm_peak
 
 .PHONY: all test demo deps bench clean
 .SECONDARY:
@@ -24,6 +24,8 @@ build/obj/%.o: %.c $(wildcard */*.h)
 build/train: build/obj/train/train.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
 build/prepare: build/obj/data/prepare.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(LDLIBS)
+build/sgemm_peak: build/obj/tools/sgemm_peak.o
 	$(CC) $^ -o $@ $(LDLIBS)
 build/tests/%: build/obj/tests/%.o $(LIB_OBJ)
 	@mkdir -p build/tests

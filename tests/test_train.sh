@@ -96,8 +96,12 @@ expect_err "wrong magic" "magic.bin" "${C[@]}" --train_data "$T/magic.bin"
 expect_err "token id >= vocab_size" "big.bin" "${C[@]}" --train_data "$T/big.bin" --shuffle 0
 touch "$T/afile"
 expect_err "out_dir is a file" "afile" "${C[@]}" --out_dir "$T/afile/sub"
-mkdir -p "$T/ro"; chmod 500 "$T/ro"
-if [ "$(id -u)" -ne 0 ]; then expect_err "unwritable out_dir" "$T/ro" "${C[@]}" --out_dir "$T/ro/x"; fi
+# a directory nobody may create in (root included): /sys refuses mkdir; as a user, a mode-500 directory too
+expect_err "unwritable out_dir" "cannot create out_dir '/sys/ringlm_test'" "${C[@]}" --out_dir /sys/ringlm_test/x
+if [ "$(id -u)" -ne 0 ]; then
+  mkdir -p "$T/ro"; chmod 500 "$T/ro"
+  expect_err "read-only out_dir" "$T/ro" "${C[@]}" --out_dir "$T/ro/x"
+fi
 expect_err "out_dir in use" "metrics.jsonl' exists" -c "$T/tiny.conf" --out_dir "$T/r1"
 expect_err "option without value" "needs a value" -c "$T/tiny.conf" --lr
 

@@ -1,0 +1,495 @@
+// prepare.c — turns text files and directory trees into byte-level train/val shards for build/train.
+//
+//   build/prepare --out DIR [--val-frac F] [--doc-per file|dir] [--seed S] [--shard-tokens N] [--force] PATH...
+//
+// Tokenizer (vocab 257): token = byte value 0..255; token 256 = end-of-document, written BEFORE each
+// document, so the stream of a split is  256 doc0-bytes 256 doc1-bytes ...  Shards are llm.c uint16
+// shards (see data/shards.h): DIR/train_000000.bin, DIR/train_000001.bin, ... each holding at most
+// --shard-tokens tokens (documents may continue in the next shard), and likewise DIR/val_000000.bin, ...
+//
+// Documents: --doc-per file (default): every text file is one document. --doc-per dir: every directory
+// PATH becomes one document, the concatenation of all its text files in walk order (e.g. a whole
+// codebase is one document); a file PATH is one document either way.
+// Walk: depth-first, the entries of each directory sorted bytewise by name. Skipped: symlinks inside a
+// walked directory, non-regular files, hidden directories (.git, ...), empty files and binary files
+// (a NUL byte in the first 8 KiB). Hidden regular files are kept.
+// Split: a document goes to val iff u(seed, key) < F, with u a 64-bit hash mapped to [0, 1) and key the
+// document's name relative to its PATH's parent: "<basename of PATH>/<path inside PATH>" for a file of a
+// walked directory, "<basename of PATH>" for a file PATH or a whole-directory document. So the split does
+// not depend on where the corpus lives. With 0 < F < 1 and >= 2 documents each split gets at least one
+// (the train document with the lowest u moves to val, or the val one with the highest u to train).
+#include "data/shards.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define BOS_TOKEN 256                    // end-of-document marker, placed before each document
+#define SNIFF_BYTES 8192                 // binary = a NUL byte within the first SNIFF_BYTES
+#define DEFAULT_SHARD_TOKENS 100000000LL
+
+static const char* USAGE =
+"usage: build/prepare --out DIR [options] PATH...\n"
+"\n"
+"Turns text files and directory trees into byte-level llm.c shards for build/train.\n"
+"Tokens: each byte is a token (0..255); token 256 marks a document boundary and is written before every\n"
+"document (vocab size 257). Shards are uint16 llm.c shards: DIR/train_000000.bin, ... and\n"
+"DIR/val_000000.bin, ...; train on them with the patterns DIR/train_*.bin and DIR/val_*.bin.\n"
+"\n"
+"PATH is a file or a directory. Directories are walked recursively, depth-first, the entries of each\n"
+"directory in bytewise name order. Skipped: symlinks inside walked directories, non-regular files,\n"
+"hidden directories (.git, ...), empty files and binary files (a NUL byte in the first 8 KiB).\n"
+"\n"
+"options:\n"
+"  --out DIR           output directory (created if missing; required)\n"
+"  --val-frac F        fraction of documents for validation, 0..1 (default 0.05). A document goes to val\n"
+"                      by a hash of (seed, its name relative to the PATH's parent). With 0 < F < 1 and at\n"
+"                      least 2 documents, each split gets at least one document.\n"
+"  --doc-per file|dir  file (default): every text file is one document. dir: every directory PATH is one\n"
+"                      document, all of its text files concatenated in walk order (a whole codebase is one\n"
+"                      document); a file PATH is one document either way.\n"
+"  --seed S            seed of the train/val assignment, an unsigned integer (default 0)\n"
+"  --shard-tokens N    tokens per shard, 1..2147483647 (default 100000000); the last shard may be shorter\n"
+"  --force             delete existing DIR/train_*.bin and DIR/val_*.bin first (otherwise they are an error)\n"
+"  -h, --help          this text\n"
+"\n"
+"Prints a line of totals and, per split, a line with documents, tokens and shards, then the shard paths.\n"
+"Errors: one line on stderr, exit status 1.\n";
+
+// ----------------------------------------------------------------------------------------------------
+// errors: one line on stderr, remove the shards this run created, exit 1
+
+typedef struct { char** v; int n, cap; } StrList;
+static StrList g_created;                // shards written by this run, removed on failure
+
+static void die(const char* fmt, ...) {
+    char msg[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    for (char* c = msg; *c; c++) if (*c == '\n' || *c == '\r') *c = ' ';
+    fprintf(stderr, "prepare: %s\n", msg);
+    for (int i = 0; i < g_created.n; i++) unlink(g_created.v[i]);
+    exit(1);
+}
+
+static void* xrealloc(void* p, size_t n) {
+    p = realloc(p, n);
+    if (!p) die("out of memory");
+    return p;
+}
+
+static char* xstrdup(const char* s) {
+    char* d = strdup(s);
+    if (!d) die("out of memory");
+    return d;
+}
+
+static void strs_add(StrList* l, const char* s) {
+    if (l->n == l->cap) { l->cap = l->cap ? 2 * l->cap : 64; l->v = xrealloc(l->v, l->cap * sizeof(char*)); }
+    l->v[l->n++] = xstrdup(s);
+}
+
+static void strs_free(StrList* l) {
+    for (int i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof(*l));
+}
+
+static char* join(const char* a, const char* b) {           // "a/b" without doubling a trailing '/'
+    size_t n = strlen(a);
+    char* s = xrealloc(NULL, n + strlen(b) + 2);
+    sprintf(s, (n > 0 && a[n - 1] == '/') ? "%s%s" : "%s/%s", a, b);
+    return s;
+}
+
+// ----------------------------------------------------------------------------------------------------
+// options
+
+typedef struct {
+    const char* out;
+    double val_frac;
+    int doc_per_dir;
+    uint64_t seed;
+    int64_t shard_tokens;
+    int force;
+    const char** paths;
+    int n_paths;
+} Options;
+
+static double parse_frac(const char* s) {
+    char* end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || errno || !(v >= 0.0 && v <= 1.0))
+        die("--val-frac expects a number in [0, 1], got '%s'", s);
+    return v;
+}
+
+static uint64_t parse_seed(const char* s) {
+    char* end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*s < '0' || *s > '9' || *end != '\0' || errno) die("--seed expects an unsigned integer, got '%s'", s);
+    return (uint64_t)v;
+}
+
+static int64_t parse_shard_tokens(const char* s) {
+    char* end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*s < '0' || *s > '9' || *end != '\0' || errno || v < 1 || v > INT32_MAX)
+        die("--shard-tokens expects an integer in [1, %d], got '%s'", INT32_MAX, s);
+    return v;
+}
+
+// "--opt value" or "--opt=value"; returns the value and advances *i
+static const char* opt_value(int argc, char** argv, int* i, const char* name) {
+    const char* a = argv[*i];
+    size_t n = strlen(name);
+    if (a[n] == '=') return a + n + 1;
+    if (*i + 1 >= argc) die("%s needs a value (see --help)", name);
+    return argv[++*i];
+}
+
+static int is_opt(const char* a, const char* name) {
+    size_t n = strlen(name);
+    return strncmp(a, name, n) == 0 && (a[n] == '\0' || a[n] == '=');
+}
+
+static Options parse_args(int argc, char** argv) {
+    Options o = {.val_frac = 0.05, .shard_tokens = DEFAULT_SHARD_TOKENS};
+    o.paths = xrealloc(NULL, (size_t)(argc + 1) * sizeof(char*));
+    int only_paths = 0;
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        if (only_paths || a[0] != '-' || a[1] == '\0') { o.paths[o.n_paths++] = a; continue; }
+        if (!strcmp(a, "--")) only_paths = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(USAGE, stdout); exit(0); }
+        else if (!strcmp(a, "--force")) o.force = 1;
+        else if (is_opt(a, "--out")) o.out = opt_value(argc, argv, &i, "--out");
+        else if (is_opt(a, "--val-frac")) o.val_frac = parse_frac(opt_value(argc, argv, &i, "--val-frac"));
+        else if (is_opt(a, "--seed")) o.seed = parse_seed(opt_value(argc, argv, &i, "--seed"));
+        else if (is_opt(a, "--shard-tokens"))
+            o.shard_tokens = parse_shard_tokens(opt_value(argc, argv, &i, "--shard-tokens"));
+        else if (is_opt(a, "--doc-per")) {
+            const char* v = opt_value(argc, argv, &i, "--doc-per");
+            if (!strcmp(v, "dir")) o.doc_per_dir = 1;
+            else if (strcmp(v, "file")) die("--doc-per expects 'file' or 'dir', got '%s'", v);
+        } else die("unknown option '%s' (see --help)", a);
+    }
+    if (!o.out || !*o.out) die("--out DIR is required (see --help)");
+    if (o.n_paths == 0) die("no input PATH given (see --help)");
+    return o;
+}
+
+// ----------------------------------------------------------------------------------------------------
+// collecting documents: files[] in stream order, docs[] = runs of consecutive files
+
+typedef struct { char* key; int first, n_files; int val; double u; } Doc;
+
+typedef struct {
+    StrList files;                       // every text file, in document order
+    Doc* docs; int n_docs, cap_docs;
+    int skip_binary, skip_empty, skip_symlink, skip_hidden, skip_other;
+} Corpus;
+
+static void doc_begin(Corpus* c, const char* key) {
+    if (c->n_docs == c->cap_docs) {
+        c->cap_docs = c->cap_docs ? 2 * c->cap_docs : 64;
+        c->docs = xrealloc(c->docs, c->cap_docs * sizeof(Doc));
+    }
+    c->docs[c->n_docs++] = (Doc){.key = xstrdup(key), .first = c->files.n};
+}
+
+static void doc_end(Corpus* c) {                             // drops a document that got no file
+    Doc* d = &c->docs[c->n_docs - 1];
+    d->n_files = c->files.n - d->first;
+    if (d->n_files == 0) { free(d->key); c->n_docs--; }
+}
+
+static void corpus_free(Corpus* c) {
+    for (int i = 0; i < c->n_docs; i++) free(c->docs[i].key);
+    free(c->docs);
+    strs_free(&c->files);
+}
+
+// 1 = text, 0 = empty or binary (counted as skipped)
+static int is_text_file(Corpus* c, const char* path) {
+    FILE* f = fopen(path, "rb");
+    if (!f) die("cannot read '%s': %s", path, strerror(errno));
+    unsigned char buf[SNIFF_BYTES];
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    int err = ferror(f);
+    fclose(f);
+    if (err) die("cannot read '%s': read error", path);
+    if (n == 0) { c->skip_empty++; return 0; }
+    if (memchr(buf, 0, n)) { c->skip_binary++; return 0; }
+    return 1;
+}
+
+static int cmp_str(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+
+// depth-first walk of dir; every text file is appended to c->files. key = dir's key (for per-file docs).
+static void walk(Corpus* c, const char* dir, const char* key, int doc_per_file) {
+    DIR* d = opendir(dir);
+    if (!d) die("cannot open directory '%s': %s", dir, strerror(errno));
+    StrList names = {0};
+    struct dirent* e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) strs_add(&names, e->d_name);
+    closedir(d);
+    if (names.n > 1) qsort(names.v, (size_t)names.n, sizeof(char*), cmp_str);
+    for (int i = 0; i < names.n; i++) {
+        char* path = join(dir, names.v[i]);
+        char* sub = join(key, names.v[i]);
+        struct stat st;
+        if (lstat(path, &st) != 0) die("cannot read '%s': %s", path, strerror(errno));
+        if (S_ISLNK(st.st_mode)) c->skip_symlink++;
+        else if (S_ISDIR(st.st_mode)) {
+            if (names.v[i][0] == '.') c->skip_hidden++;
+            else walk(c, path, sub, doc_per_file);
+        } else if (!S_ISREG(st.st_mode)) c->skip_other++;
+        else if (is_text_file(c, path)) {
+            if (doc_per_file) doc_begin(c, sub);
+            strs_add(&c->files, path);
+            if (doc_per_file) doc_end(c);
+        }
+        free(path); free(sub); free(names.v[i]);
+    }
+    free(names.v);
+}
+
+// basename of the canonical path: the root of a PATH's document keys
+static char* root_key(const char* path) {
+    char* real = realpath(path, NULL);
+    if (!real) die("cannot read '%s': %s", path, strerror(errno));
+    char* slash = strrchr(real, '/');
+    char* key = xstrdup(slash && slash[1] ? slash + 1 : real);
+    free(real);
+    return key;
+}
+
+static void collect(Corpus* c, const Options* o) {
+    for (int i = 0; i < o->n_paths; i++) {
+        const char* p = o->paths[i];
+        struct stat st;
+        if (stat(p, &st) != 0) die("cannot read '%s': %s", p, strerror(errno));
+        char* key = root_key(p);
+        if (S_ISREG(st.st_mode)) {
+            doc_begin(c, key);
+            if (is_text_file(c, p)) strs_add(&c->files, p);
+            doc_end(c);
+        } else if (S_ISDIR(st.st_mode)) {
+            if (o->doc_per_dir) doc_begin(c, key);
+            walk(c, p, key, !o->doc_per_dir);
+            if (o->doc_per_dir) doc_end(c);
+        } else die("'%s' is not a regular file or a directory", p);
+        free(key);
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------
+// train/val assignment
+
+static uint64_t mix64(uint64_t x) {                          // splitmix64 finalizer
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static double doc_u(uint64_t seed, const char* key) {         // FNV-1a of the key, mixed with the seed -> [0, 1)
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (const unsigned char* p = (const unsigned char*)key; *p; p++) h = (h ^ *p) * 0x100000001B3ull;
+    return (double)(mix64(h ^ mix64(seed)) >> 11) * 0x1.0p-53;
+}
+
+static void assign(Corpus* c, double frac, uint64_t seed) {
+    int n_val = 0;
+    for (int i = 0; i < c->n_docs; i++) {
+        Doc* d = &c->docs[i];
+        d->u = doc_u(seed, d->key);
+        d->val = c->n_docs == 1 ? frac >= 1.0 : d->u < frac;
+        n_val += d->val;
+    }
+    if (c->n_docs < 2 || frac <= 0.0 || frac >= 1.0) return;
+    int pick = -1;                                           // the document closest to the other side
+    for (int i = 0; i < c->n_docs; i++) {
+        Doc* d = &c->docs[i];
+        if (n_val == 0 && (pick < 0 || d->u < c->docs[pick].u)) pick = i;
+        if (n_val == c->n_docs && (pick < 0 || d->u > c->docs[pick].u)) pick = i;
+    }
+    if (pick >= 0) c->docs[pick].val = !c->docs[pick].val;
+}
+
+// ----------------------------------------------------------------------------------------------------
+// output directory: mkdir -p, then refuse (or with --force delete) existing train_*.bin / val_*.bin
+
+static void make_dirs(const char* dir) {
+    char* p = xstrdup(dir);
+    for (char* s = p + 1; ; s++) {
+        if (*s != '/' && *s != '\0') continue;
+        char saved = *s;
+        *s = '\0';
+        struct stat st;
+        if (stat(p, &st) != 0) {
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) die("cannot create output directory '%s': %s", p, strerror(errno));
+        } else if (!S_ISDIR(st.st_mode)) die("cannot create output directory '%s': '%s' is not a directory", dir, p);
+        *s = saved;
+        if (saved == '\0') break;
+    }
+    free(p);
+    if (access(dir, W_OK | X_OK) != 0) die("output directory '%s' is not writable: %s", dir, strerror(errno));
+}
+
+static void clear_old_shards(const char* dir, int force) {
+    DIR* d = opendir(dir);
+    if (!d) die("cannot open output directory '%s': %s", dir, strerror(errno));
+    StrList old = {0};
+    struct dirent* e;
+    while ((e = readdir(d)))
+        if (!fnmatch("train_*.bin", e->d_name, 0) || !fnmatch("val_*.bin", e->d_name, 0)) strs_add(&old, e->d_name);
+    closedir(d);
+    if (old.n > 1) qsort(old.v, (size_t)old.n, sizeof(char*), cmp_str);
+    for (int i = 0; i < old.n; i++) {
+        char* path = join(dir, old.v[i]);
+        if (!force) die("'%s' already exists (use --force to replace the shards in '%s')", path, dir);
+        if (unlink(path) != 0) die("cannot remove '%s': %s", path, strerror(errno));
+        free(path); free(old.v[i]);
+    }
+    free(old.v);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// streaming shard writer: header placeholder, uint16 tokens, header rewritten with the count on close
+
+#define WBUF 65536
+
+typedef struct {
+    const char* dir; const char* split; int64_t max_tokens;
+    FILE* f; char* path;
+    int64_t n_shard;                     // tokens in the open shard
+    int n_shards; int64_t n_tokens; int n_docs;
+    uint16_t buf[WBUF]; int nbuf;
+} Writer;
+
+static void w_init(Writer* w, const char* dir, const char* split, int64_t max_tokens) {
+    memset(w, 0, sizeof(*w));
+    w->dir = dir; w->split = split; w->max_tokens = max_tokens;
+}
+
+static void w_flush(Writer* w) {
+    if (w->nbuf && fwrite(w->buf, 2, (size_t)w->nbuf, w->f) != (size_t)w->nbuf)
+        die("cannot write '%s': %s", w->path, strerror(errno));
+    w->nbuf = 0;
+}
+
+static void w_close_shard(Writer* w) {
+    if (!w->f) return;
+    w_flush(w);
+    int32_t header[SHARD_HEADER_INTS] = {SHARD_MAGIC_U16, SHARD_VERSION, (int32_t)w->n_shard};
+    if (fseek(w->f, 0, SEEK_SET) != 0 || fwrite(header, sizeof(header), 1, w->f) != 1)
+        die("cannot write '%s': %s", w->path, strerror(errno));
+    if (fclose(w->f) != 0) { w->f = NULL; die("cannot write '%s': %s", w->path, strerror(errno)); }
+    w->f = NULL;
+}
+
+static void w_open_shard(Writer* w) {
+    char name[64];
+    snprintf(name, sizeof(name), "%s_%06d.bin", w->split, w->n_shards);
+    free(w->path);
+    w->path = join(w->dir, name);
+    w->f = fopen(w->path, "wb");
+    if (!w->f) die("cannot create '%s': %s", w->path, strerror(errno));
+    strs_add(&g_created, w->path);
+    static const int32_t zeros[SHARD_HEADER_INTS];
+    if (fwrite(zeros, sizeof(zeros), 1, w->f) != 1) die("cannot write '%s': %s", w->path, strerror(errno));
+    w->n_shards++;
+    w->n_shard = 0;
+}
+
+static void w_put(Writer* w, uint16_t t) {
+    if (!w->f || w->n_shard == w->max_tokens) { w_close_shard(w); w_open_shard(w); }
+    w->buf[w->nbuf++] = t;
+    w->n_shard++;
+    w->n_tokens++;
+    if (w->nbuf == WBUF) w_flush(w);
+}
+
+static void w_append_file(Writer* w, const char* path) {
+    FILE* f = fopen(path, "rb");
+    if (!f) die("cannot read '%s': %s", path, strerror(errno));
+    static unsigned char buf[1 << 20];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+        for (size_t i = 0; i < n; i++) w_put(w, buf[i]);
+    int err = ferror(f);
+    fclose(f);
+    if (err) die("cannot read '%s': read error", path);
+}
+
+static void write_split(Writer* w, const Corpus* c, int val) {
+    for (int i = 0; i < c->n_docs; i++) {
+        const Doc* d = &c->docs[i];
+        if (d->val != val) continue;
+        w_put(w, BOS_TOKEN);
+        for (int j = 0; j < d->n_files; j++) w_append_file(w, c->files.v[d->first + j]);
+        w->n_docs++;
+    }
+    w_close_shard(w);
+}
+
+static void print_split(const Writer* w) {
+    printf("%s: %d document%s, %lld tokens, %d shard%s", w->split, w->n_docs, w->n_docs == 1 ? "" : "s",
+           (long long)w->n_tokens, w->n_shards, w->n_shards == 1 ? "" : "s");
+    if (w->n_shards == 0) { printf(" (none written)\n"); return; }
+    char pat[64];
+    snprintf(pat, sizeof(pat), "%s_*.bin", w->split);
+    char* glob = join(w->dir, pat);
+    printf(" (%s)\n", glob);
+    free(glob);
+    for (int i = 0; i < w->n_shards; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "%s_%06d.bin", w->split, i);
+        char* path = join(w->dir, name);
+        printf("  %s\n", path);
+        free(path);
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+    Options o = parse_args(argc, argv);
+    Corpus c = {0};
+    collect(&c, &o);
+    if (c.n_docs == 0)
+        die("no documents found in the given paths (empty and binary files, symlinks and hidden directories are skipped)");
+    assign(&c, o.val_frac, o.seed);
+    make_dirs(o.out);
+    clear_old_shards(o.out, o.force);
+
+    static Writer train, val;                                // static: each holds a 128 KiB buffer
+    w_init(&train, o.out, "train", o.shard_tokens);
+    w_init(&val, o.out, "val", o.shard_tokens);
+    write_split(&train, &c, 0);
+    write_split(&val, &c, 1);
+
+    printf("prepare: %d documents from %d files (skipped: binary %d, empty %d, symlinks %d, hidden dirs %d, "
+           "other %d)\n", c.n_docs, c.files.n, c.skip_binary, c.skip_empty, c.skip_symlink, c.skip_hidden, c.skip_other);
+    print_split(&train);
+    print_split(&val);
+    free(train.path); free(val.path);
+    corpus_free(&c);
+    strs_free(&g_created);
+    free(o.paths);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
