@@ -1,5 +1,5 @@
 # ringlm — build with `make`, test with `make test`, showcase with `make demo`.
-CC        ?= gcc
+CC        := mpicc
 BLAS_INC  := /usr/include/x86_64-linux-gnu/openblas-openmp
 BLAS_LIB  := /usr/lib/x86_64-linux-gnu/openblas-openmp
 OPT       ?= -O3 -march=native
@@ -7,10 +7,10 @@ CFLAGS    := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -I. -I$(BLAS_I
 LDLIBS    := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -fopenmp -lm
 
 # library sources shared by every program (programs' main files are listed separately)
-LIB_SRC   := $(wildcard model/*.c attention/*.c data/shards.c train/optim.c)
+LIB_SRC   := $(wildcard model/*.c attention/*.c comm/*.c data/shards.c train/optim.c train/verify.c)
 LIB_OBJ   := $(LIB_SRC:%.c=build/obj/%.o)
-TEST_SRC  := $(wildcard tests/test_*.c)
-TEST_BIN  := $(TEST_SRC:tests/%.c=build/tests/%) build/tests/tool_dump
+TEST_SRC  := $(wildcard tests/test_*.c tests/mpi_*.c tests/tool_*.c)
+TEST_BIN  := $(TEST_SRC:tests/%.c=build/tests/%)
 PROGRAMS  := build/train build/prepare build/sgemm_peak
 
 .PHONY: all test demo deps bench clean

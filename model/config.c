@@ -6,6 +6,10 @@
 #include <string.h>
 #include <ctype.h>
 
+static char err_buf[2048];
+const char* config_error(void) { return err_buf; }
+#define ERR(...) snprintf(err_buf, sizeof err_buf, __VA_ARGS__)
+
 typedef enum { T_INT, T_I64, T_FLOAT, T_STR, T_BOOL } Type;
 typedef struct {
     const char* name; Type type; size_t off; size_t size; int model; const char* def; const char* help;
@@ -47,6 +51,10 @@ static const Key KEYS[] = {
     K(val_every, T_INT, 0, "0", "validate every N steps and at the end (0: only at the end if val_data is set)"),
     K(val_batches, T_INT, 0, "4", "validation sequences per evaluation = val_batches * batch_size"),
     K(log_every, T_INT, 0, "1", "print a step line every N steps"),
+    K(tp, T_INT, 0, "1", "tensor-parallel degree (ranks that split every layer's heads and MLP)"),
+    K(cp, T_INT, 0, "1", "context-parallel degree: ranks in a ring that split each sequence"),
+    K(cp_layout, T_STR, 0, "zigzag", "ring layout: zigzag (balanced causal work) | contiguous"),
+    K(verify_attention, T_INT, 0, "0", "every N steps compare ring attention with one-process attention (0: off)"),
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
 
@@ -76,14 +84,14 @@ static int set_key(Config* c, const Key* k, const char* v, const char* origin) {
     }
     case T_STR:
         if (strlen(v) >= k->size) {
-            fprintf(stderr, "config: %s: value of '%s' is longer than %zu characters\n", origin, k->name, k->size - 1);
+            ERR("config: %s: value of '%s' is longer than %zu characters", origin, k->name, k->size - 1);
             return 1;
         }
         strcpy(base, v);
         return 0;
     }
 bad:
-    fprintf(stderr, "config: %s: key '%s' has invalid value '%s' (expected %s)\n", origin, k->name, v,
+    ERR("config: %s: key '%s' has invalid value '%s' (expected %s)", origin, k->name, v,
             k->type == T_FLOAT ? "a number" : k->type == T_BOOL ? "0 or 1" : "an integer");
     return 1;
 }
@@ -95,7 +103,7 @@ void config_defaults(Config* c) {
 
 int config_set(Config* c, const char* key, const char* value, const char* origin) {
     const Key* k = find_key(key);
-    if (!k) { fprintf(stderr, "config: %s: unknown key '%s' (see --help for the keys)\n", origin, key); return 1; }
+    if (!k) { ERR("config: %s: unknown key '%s' (see --help for the keys)", origin, key); return 1; }
     return set_key(c, k, value, origin);
 }
 
@@ -108,7 +116,7 @@ static char* trim(char* s) {
 
 int config_load_file(Config* c, const char* path) {
     FILE* f = fopen(path, "r");
-    if (!f) { fprintf(stderr, "config: cannot open '%s': %s\n", path, strerror(errno)); return 1; }
+    if (!f) { ERR("config: cannot open '%s': %s", path, strerror(errno)); return 1; }
     char line[4096], origin[1200];
     int lineno = 0, rc = 0;
     while (!rc && fgets(line, sizeof line, f)) {
@@ -119,7 +127,7 @@ int config_load_file(Config* c, const char* path) {
         if (!*s) continue;
         snprintf(origin, sizeof origin, "%s:%d", path, lineno);
         char* eq = strchr(s, '=');
-        if (!eq) { fprintf(stderr, "config: %s: expected 'key = value', got '%s'\n", origin, s); rc = 1; break; }
+        if (!eq) { ERR("config: %s: expected 'key = value', got '%s'", origin, s); rc = 1; break; }
         *eq = 0;
         rc = config_set(c, trim(s), trim(eq + 1), origin);
     }
@@ -127,7 +135,8 @@ int config_load_file(Config* c, const char* path) {
     return rc;
 }
 
-#define FAIL(...) do { fprintf(stderr, "config: "); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); return 1; } while (0)
+#define FAIL(...) do { int n_ = snprintf(err_buf, sizeof err_buf, "config: "); \
+    snprintf(err_buf + n_, sizeof err_buf - n_, __VA_ARGS__); return 1; } while (0)
 int config_validate(const Config* c) {
     const char* pos[] = { "vocab_size", "d_model", "n_layer", "n_head", "n_kv_head", "d_ff", "max_seq_len",
                           "seq_len", "batch_size", "micro_batch", "rope_original_max_seq_len", "log_every" };
@@ -154,6 +163,14 @@ int config_validate(const Config* c) {
     if (c->weight_decay < 0) FAIL("weight_decay = %g must be >= 0", c->weight_decay);
     if (c->beta1 < 0 || c->beta1 >= 1 || c->beta2 < 0 || c->beta2 >= 1) FAIL("beta1 and beta2 must be in [0, 1)");
     if (c->adam_eps <= 0) FAIL("adam_eps = %g must be > 0", c->adam_eps);
+    if (c->tp <= 0 || c->cp <= 0) FAIL("tp = %d and cp = %d must be >= 1", c->tp, c->cp);
+    if (strcmp(c->cp_layout, "zigzag") && strcmp(c->cp_layout, "contiguous"))
+        FAIL("cp_layout = '%s' must be zigzag or contiguous", c->cp_layout);
+    int parts = strcmp(c->cp_layout, "zigzag") == 0 ? 2 * c->cp : c->cp;
+    if (c->seq_len % parts)
+        FAIL("seq_len = %d is not divisible by %s%d (cp = %d, %s layout)", c->seq_len,
+             parts == 2 * c->cp ? "2 * cp = " : "cp = ", parts, c->cp, c->cp_layout);
+    if (c->verify_attention < 0) FAIL("verify_attention = %d must be >= 0", c->verify_attention);
     if (c->grad_clip < 0) FAIL("grad_clip = %g must be >= 0 (0 turns clipping off)", c->grad_clip);
     return 0;
 }

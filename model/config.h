@@ -19,16 +19,23 @@ typedef struct {
     float lr, min_lr, weight_decay, beta1, beta2, adam_eps, grad_clip;
     long long seed;
     int shuffle, val_every, val_batches, log_every;
+    // ---- parallelism (how ranks split the work; never changes the model or the data order) ----
+    int tp, cp;                     // tensor-parallel and context-parallel (ring) degrees; dp = world / (tp cp)
+    char cp_layout[16];             // zigzag | contiguous
+    int verify_attention;           // every N steps check ring attention against one process (0: off)
 } Config;
 
 // Set every key to its default.
 void config_defaults(Config* c);
-// Read `key = value` lines from a file. Returns 0, or 1 after printing one line naming file:line:key.
+// Errors: functions return 1 and leave one line (naming file:line, key and value) in config_error();
+// they print nothing themselves, so that under MPI exactly one rank reports.
+const char* config_error(void);
+// Read `key = value` lines from a file. Returns 0, or 1 with config_error() set.
 int config_load_file(Config* c, const char* path);
-// Set one key from text (the command line's `--key value`). Returns 0, or 1 after printing one line.
+// Set one key from text (the command line's `--key value`). Returns 0 or 1 (config_error()).
 // `origin` names where the value came from (e.g. "command line").
 int config_set(Config* c, const char* key, const char* value, const char* origin);
-// Check values and relations (sizes > 0, divisibility, seq_len <= max_seq_len, ...). 0 or 1 + one line.
+// Check values and relations (sizes > 0, divisibility, seq_len <= max_seq_len, ...). 0 or 1 (config_error()).
 int config_validate(const Config* c);
 // Write the resolved config as `key = value` lines (same format the loader reads).
 void config_write(const Config* c, FILE* f);

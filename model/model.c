@@ -50,9 +50,10 @@ static size_t plan_activations(Model* m, float* base) {
     return (size_t)(cur - base);
 }
 
-void model_build(Model* m, const Config* cfg, int B, int T, int tp, int tp_rank) {
+void model_build(Model* m, const Config* cfg, int B, int T, int tp, int tp_rank, Ring* ring) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
+    m->ring = ring;
     m->C = cfg->d_model; m->L = cfg->n_layer; m->hd = cfg->d_model / cfg->n_head;
     m->nh = cfg->n_head / tp; m->nkv = cfg->n_kv_head / tp; m->F = cfg->d_ff / tp;
     m->V = cfg->vocab_size;
@@ -97,13 +98,15 @@ void model_set_batch(Model* m, const int* tokens, const int* targets, const int*
     be_upload(m->tok, tokens, m->N * sizeof(int));
     be_upload(m->tgt, targets, m->N * sizeof(int));
     be_upload(m->pos, positions, m->N * sizeof(int));
+    if (m->ring) ring_set_positions(m->ring, positions);
 }
 
 void model_zero_grad(Model* m) { be_zero(m->grads, m->pt.total * sizeof(float)); }
 const float* model_token_losses(const Model* m) { return m->host_losses; }
 
 // ---------------------------------------------------------------------------------------------------
-// attention over the local sequences: every sequence of the micro-batch attends to itself, causally
+// attention: every sequence of the micro-batch attends to itself, causally — locally, or around the ring
+// when the sequence is split over ranks
 
 static void attention_forward(Model* m, LayerActs* a) {
     int Hq = m->nh * m->hd, Hk = m->nkv * m->hd;
@@ -112,6 +115,7 @@ static void attention_forward(Model* m, LayerActs* a) {
         size_t r = (size_t)b * m->T;
         float *out = a->att + r * Hq, *lse = a->lse + r * m->nh;
         const float *q = a->q + r * Hq, *k = a->k + r * Hk, *v = a->v + r * Hk;
+        if (m->ring) { ring_attention_forward(m->ring, b, out, lse, q, k, v, m->nh, m->nkv, m->hd, scale); continue; }
         attn_forward_begin(out, lse, m->T, m->nh, m->hd);
         attn_block_forward(out, lse, q, m->pos + r, m->T, k, v, m->pos + r, m->T,
                            m->nh, m->nkv, m->hd, scale, ATTN_MASK_CAUSAL);
@@ -129,6 +133,12 @@ static void attention_backward(Model* m, LayerActs* a) {
         size_t r = (size_t)b * m->T;
         float* D = m->D + r * m->nh;
         attn_backward_begin(D, m->datt + r * Hq, a->att + r * Hq, m->T, m->nh, m->hd);
+        if (m->ring) {
+            ring_attention_backward(m->ring, b, m->dq + r * Hq, m->dk + r * Hk, m->dv + r * Hk, m->datt + r * Hq,
+                                    a->q + r * Hq, a->k + r * Hk, a->v + r * Hk, a->lse + r * m->nh, D,
+                                    m->nh, m->nkv, m->hd, scale);
+            continue;
+        }
         attn_block_backward(m->dq + r * Hq, m->dk + r * Hk, m->dv + r * Hk, m->datt + r * Hq,
                             a->q + r * Hq, a->lse + r * m->nh, D, m->pos + r, m->T,
                             a->k + r * Hk, a->v + r * Hk, m->pos + r, m->T,

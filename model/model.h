@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include "model/config.h"
 #include "model/params.h"
+#include "attention/ring.h"
 
 typedef struct {   // pointers into the parameter (or gradient) arena for one layer
     float *ln1, *wq, *wk, *wv, *wo, *ln2, *wg, *wu, *wd;
@@ -38,6 +39,7 @@ typedef struct {
     // dimensions (local to this rank's TP shard: nh, nkv, F, Vl are per-rank)
     int C, L, nh, nkv, hd, F, V, Vl, v0;
     int B, T;                  // sequences per micro-batch, tokens per sequence on this rank
+    Ring* ring;                // context parallelism: the ring this rank's sequences are split over (or NULL)
     long N;                    // B*T
     int lm_chunk;              // rows per LM-head chunk (bounds logits memory)
     ParamTable pt;
@@ -56,12 +58,14 @@ typedef struct {
     float* host_losses;        // [N] host
 } Model;
 
-// Build tables, arenas, the RoPE table and activations for micro-batches of B sequences of T tokens.
-// Parameters are initialised from cfg->seed (layout independent). tp = 1, tp_rank = 0 for one process.
-void model_build(Model* m, const Config* cfg, int B, int T, int tp, int tp_rank);
+// Build tables, arenas, the RoPE table and activations for micro-batches of B sequences of T tokens on
+// this rank (with a ring, T = seq_len / cp: this rank's share). Parameters are initialised from cfg->seed
+// (layout independent). tp = 1, tp_rank = 0 for one process; ring = NULL without context parallelism.
+void model_build(Model* m, const Config* cfg, int B, int T, int tp, int tp_rank, Ring* ring);
 void model_free(Model* m);
 
-// Set the batch: tokens, targets (-1 = ignored) and positions, each [B*T] host int32.
+// Set the batch: tokens, targets (-1 = ignored) and positions, each [B*T] host int32 (this rank's tokens).
+// With a ring this is collective over the ring (positions are exchanged).
 void model_set_batch(Model* m, const int* tokens, const int* targets, const int* positions);
 
 // Forward. Returns the SUM of the token losses of this micro-batch (host double).

@@ -40,20 +40,20 @@ int main(int argc, char** argv) {
     const char* path = NULL;
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) { fprintf(stderr, "tool_dump: option %s needs a value\n", argv[i]); return 1; }
-        if (!strcmp(argv[i], "-c")) { if (config_load_file(&c, argv[i + 1])) return 1; }
+        if (!strcmp(argv[i], "-c")) { if (config_load_file(&c, argv[i + 1])) { fprintf(stderr, "%s\n", config_error()); return 1; } }
         else if (!strcmp(argv[i], "--out")) path = argv[i + 1];
-        else if (!strncmp(argv[i], "--", 2)) { if (config_set(&c, argv[i] + 2, argv[i + 1], "command line")) return 1; }
+        else if (!strncmp(argv[i], "--", 2)) { if (config_set(&c, argv[i] + 2, argv[i + 1], "command line")) { fprintf(stderr, "%s\n", config_error()); return 1; } }
         else { fprintf(stderr, "tool_dump: unexpected argument '%s'\n", argv[i]); return 1; }
     }
     if (!path) { fprintf(stderr, "usage: tool_dump -c CONFIG --out FILE [--key value ...]\n"); return 1; }
-    if (config_validate(&c)) return 1;
+    if (config_validate(&c)) { fprintf(stderr, "%s\n", config_error()); return 1; }
     out = fopen(path, "wb");
     if (!out) { perror(path); return 1; }
     fwrite("RLMDUMP1", 1, 8, out);
 
     int B = c.micro_batch, T = c.seq_len, N = B * T;
     Model m;
-    model_build(&m, &c, B, T, 1, 0);
+    model_build(&m, &c, B, T, 1, 0, NULL);
     // a fixed batch: random tokens; sequence b starts at position 3b (positions are an explicit input);
     // one ignored target per sequence after the first
     int *tok = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int)), *pos = malloc(N * sizeof(int));

@@ -1,12 +1,15 @@
 // train.c — build/train: the training driver.
-//   build/train -c CONFIG [--key value ...] [--force]
-// One optimizer step = batch_size sequences (global), run as micro-batches of micro_batch sequences with
-// gradient accumulation; the loss is the mean over every target token of the step.
+//   [mpirun -np WORLD] build/train -c CONFIG [--key value ...] [--force]
+// One optimizer step = batch_size sequences (global), split over dp replicas, run as micro-batches of
+// micro_batch sequences with gradient accumulation; each sequence is split over the cp ranks of a ring.
+// The loss is the mean over every target token of the step.
+#include "comm/grid.h"
 #include "data/shards.h"
 #include "model/backend.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "train/optim.h"
+#include "train/verify.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,12 +21,13 @@
 
 static void usage(FILE* f) {
     fprintf(f,
-        "usage: build/train -c CONFIG [--key value ...] [--force]\n"
+        "usage: [mpirun -np N] build/train -c CONFIG [--key value ...] [--force]\n"
         "Trains a Llama-style model on token shards (see README). Every config key below can be given in the\n"
         "config file as `key = value` or overridden on the command line as `--key value`.\n"
         "  -c FILE                     config file (plain `key = value` lines, '#' comments)\n"
         "  --force                     reuse an out_dir that already holds metrics.jsonl (it is replaced)\n"
         "  --help                      this text\n"
+        "Ranks: world = dp x cp x tp; dp = world / (tp * cp).\n"
         "config keys:\n");
     config_help(f);
 }
@@ -34,7 +38,9 @@ static double now_s(void) {
     return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
-// mkdir -p; returns 0 or prints one line
+static char msg[4096];   // the one-line error of the current check
+
+// mkdir -p; returns 0 or fills msg
 static int make_dirs(const char* path) {
     char buf[CFG_STR];
     snprintf(buf, sizeof buf, "%s", path);
@@ -42,7 +48,7 @@ static int make_dirs(const char* path) {
         if (*p == '/' || *p == 0) {
             char c = *p; *p = 0;
             if (mkdir(buf, 0755) && errno != EEXIST) {
-                fprintf(stderr, "train: cannot create out_dir '%s': %s\n", buf, strerror(errno));
+                snprintf(msg, sizeof msg, "train: cannot create out_dir '%s': %s", buf, strerror(errno));
                 return 1;
             }
             *p = c;
@@ -51,119 +57,182 @@ static int make_dirs(const char* path) {
     }
     struct stat st;
     if (stat(path, &st) || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "train: out_dir '%s' is not a directory\n", path);
+        snprintf(msg, sizeof msg, "train: out_dir '%s' is not a directory", path);
         return 1;
     }
     return 0;
 }
 
-// The data of one step, fetched up front: batch_size windows of seq_len + 1 tokens from the global cursor.
-typedef struct { int32_t* win; int* tok; int* tgt; int* pos; } Batch;
-
-static int fetch_windows(Loader* ld, long long g0, int n, int T, int32_t* win) {
-    for (int i = 0; i < n; i++)
-        if (loader_get(ld, g0 + i, win + (size_t)i * (T + 1))) { fprintf(stderr, "train: %s\n", ld->err); return 1; }
+// parse the command line into c; 0 or 1 with msg set. *help set for --help.
+static int parse_args(int argc, char** argv, Config* c, int* force, int* help) {
+    config_defaults(c);
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { *help = 1; return 0; }
+        if (!strcmp(a, "--force")) { *force = 1; continue; }
+        if (i + 1 >= argc) { snprintf(msg, sizeof msg, "train: option '%s' needs a value (see --help)", a); return 1; }
+        int rc = 0;
+        if (!strcmp(a, "-c")) rc = config_load_file(c, argv[++i]);
+        else if (!strncmp(a, "--", 2)) rc = config_set(c, a + 2, argv[++i], "command line");
+        else { snprintf(msg, sizeof msg, "train: unexpected argument '%s' (see --help)", a); return 1; }
+        if (rc) { snprintf(msg, sizeof msg, "%s", config_error()); return 1; }
+    }
+    if (config_validate(c)) { snprintf(msg, sizeof msg, "%s", config_error()); return 1; }
+    if (!c->train_data[0]) { snprintf(msg, sizeof msg, "train: train_data is not set (a shard pattern, directory or file)"); return 1; }
     return 0;
 }
 
-// split windows [i0, i0+B) into model inputs (tokens, targets, positions 0..T-1)
-static void make_inputs(const int32_t* win, int i0, int B, int T, int* tok, int* tgt, int* pos) {
+// ---- the data of one step ----
+typedef struct {
+    int32_t* win;                   // [batch_size, seq_len + 1] windows of the step (all ranks fetch all)
+    int *tok, *tgt, *pos;           // [B, Tl] this rank's share of one micro-batch
+    int* lpos;                      // [Tl] this rank's positions within a sequence (the ring layout)
+    int Tl;
+} Batch;
+
+static int fetch_windows(Loader* ld, long long g0, int n, int T, int32_t* win) {
+    for (int i = 0; i < n; i++)
+        if (loader_get(ld, g0 + i, win + (size_t)i * (T + 1))) { snprintf(msg, sizeof msg, "train: %s", ld->err); return 1; }
+    return 0;
+}
+
+// this rank's tokens of windows [i0, i0+B): token at position p, target p+1, position p
+static void make_inputs(const Batch* bt, int i0, int B, int T) {
     for (int b = 0; b < B; b++) {
-        const int32_t* w = win + (size_t)(i0 + b) * (T + 1);
-        for (int t = 0; t < T; t++) {
-            tok[b * T + t] = w[t]; tgt[b * T + t] = w[t + 1]; pos[b * T + t] = t;
+        const int32_t* w = bt->win + (size_t)(i0 + b) * (T + 1);
+        for (int t = 0; t < bt->Tl; t++) {
+            int p = bt->lpos[t];
+            bt->tok[b * bt->Tl + t] = w[p]; bt->tgt[b * bt->Tl + t] = w[p + 1]; bt->pos[b * bt->Tl + t] = p;
         }
     }
 }
 
-// mean validation loss over val_batches * batch_size sequences from the start of the validation set
-static double validate(Model* m, Loader* val, const Config* c, Batch* bt) {
+// mean validation loss over val_batches * batch_size sequences from the start of the validation set,
+// split over the dp replicas like training
+static double validate(Model* m, Loader* val, const Config* c, const Grid* g, Batch* bt) {
     int B = c->micro_batch, T = c->seq_len;
     long long n = (long long)c->val_batches * c->batch_size;
     if (n > val->n_seq) n = val->n_seq;
-    n = n / B * B;
-    if (n == 0) n = B;   // loader_get wraps around a tiny validation set
-    double sum = 0; long long count = 0;
-    for (long long g = 0; g < n; g += B) {
-        if (fetch_windows(val, g, B, T, bt->win)) exit(1);
-        make_inputs(bt->win, 0, B, T, bt->tok, bt->tgt, bt->pos);
+    n = n / (B * g->dp) * (B * g->dp);
+    if (n == 0) n = (long long)B * g->dp;   // loader_get wraps around a tiny validation set
+    double sum = 0;
+    long long count = 0;
+    for (long long g0 = 0; g0 < n; g0 += (long long)B * g->dp) {
+        int fail = fetch_windows(val, g0, B * g->dp, T, bt->win);
+        grid_check(&g->world_g, fail, msg);
+        make_inputs(bt, g->dp_rank * B, B, T);
         model_set_batch(m, bt->tok, bt->tgt, bt->pos);
         sum += model_forward(m, 0.0f, NULL);
-        for (int i = 0; i < B * T; i++) count += bt->tgt[i] >= 0;
+        for (int i = 0; i < B * g->dp; i++)
+            for (int t = 1; t <= T; t++) count += bt->win[(size_t)i * (T + 1) + t] >= 0;
     }
+    sum = comm_sum_double(&g->dpcp_g, sum);
     return sum / (double)(count ? count : 1);
 }
 
+// ring statistics of this step over the ring: load imbalance = max/mean busy time; hidden fraction
+typedef struct { double busy_max, busy_mean, wait_max, hidden; } RingStep;
+static RingStep ring_step_stats(const Ring* R, const RingStats* before, const Group* cp) {
+    RingStep s = {0};
+    double busy = R->st.compute_s - before->compute_s, wait = R->st.wait_s - before->wait_s;
+    double exposed = R->st.exposed_s - before->exposed_s;
+    long long xfers = R->st.transfers - before->transfers;
+    s.busy_max = comm_max_double(cp, busy);
+    s.busy_mean = comm_sum_double(cp, busy) / cp->size;
+    s.wait_max = comm_max_double(cp, wait);
+    double comm_total = comm_sum_double(cp, xfers * R->st.xfer_s), exposed_total = comm_sum_double(cp, exposed);
+    s.hidden = comm_total > 0 ? 1.0 - exposed_total / comm_total : 1.0;
+    if (s.hidden < 0) s.hidden = 0;
+    return s;
+}
+
 int main(int argc, char** argv) {
+    grid_mpi_init(&argc, &argv);
+    Group world = group_world();
     Config c;
-    config_defaults(&c);
-    int force = 0, have_config = 0;
-    for (int i = 1; i < argc; i++) {
-        const char* a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        if (!strcmp(a, "--force")) { force = 1; continue; }
-        if (i + 1 >= argc) { fprintf(stderr, "train: option '%s' needs a value (see --help)\n", a); return 1; }
-        if (!strcmp(a, "-c")) { if (config_load_file(&c, argv[++i])) return 1; have_config = 1; }
-        else if (!strncmp(a, "--", 2)) { if (config_set(&c, a + 2, argv[++i], "command line")) return 1; }
-        else { fprintf(stderr, "train: unexpected argument '%s' (see --help)\n", a); return 1; }
+    int force = 0, help = 0;
+    int fail = parse_args(argc, argv, &c, &force, &help);
+    if (help) { if (world.rank == 0) usage(stdout); grid_exit(0); }
+    grid_check(&world, fail, msg);
+
+    Grid g;
+    fail = grid_build(&g, c.tp, c.cp, msg, sizeof msg);
+    grid_check(&world, fail, msg);
+    if (c.tp != 1) { snprintf(msg, sizeof msg, "train: tp = %d: tensor parallelism is not available yet; use tp = 1", c.tp); grid_check(&world, 1, msg); }
+    int B = c.micro_batch, T = c.seq_len;
+    int accum = c.batch_size / (c.micro_batch * g.dp);
+    if (accum * c.micro_batch * g.dp != c.batch_size) {
+        snprintf(msg, sizeof msg, "train: batch_size = %d is not a multiple of micro_batch * dp = %d * %d",
+                 c.batch_size, c.micro_batch, g.dp);
+        grid_check(&world, 1, msg);
     }
-    if (!have_config) fprintf(stderr, "train: no -c CONFIG given: using defaults and command-line keys\n");
-    if (config_validate(&c)) return 1;
-    if (!c.train_data[0]) { fprintf(stderr, "train: train_data is not set (a shard pattern, directory or file)\n"); return 1; }
+    int rank0 = g.rank == 0;
 
     Loader train, val;
-    if (loader_open(&train, c.train_data, c.seq_len, c.vocab_size, c.shuffle, (uint64_t)c.seed)) {
-        fprintf(stderr, "train: %s\n", train.err); return 1;
-    }
+    fail = loader_open(&train, c.train_data, c.seq_len, c.vocab_size, c.shuffle, (uint64_t)c.seed);
+    if (fail) snprintf(msg, sizeof msg, "train: %s", train.err);
+    grid_check(&world, fail, msg);
     int have_val = c.val_data[0] != 0;
-    if (have_val && loader_open(&val, c.val_data, c.seq_len, c.vocab_size, 0, 0)) {
-        fprintf(stderr, "train: %s\n", val.err); return 1;
-    }
-    if (make_dirs(c.out_dir)) return 1;
-    char path[CFG_STR + 64];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", c.out_dir);
-    struct stat st;
-    if (!force && stat(path, &st) == 0) {
-        fprintf(stderr, "train: '%s' exists from an earlier run; choose another out_dir or pass --force\n", path);
-        return 1;
-    }
-    FILE* metrics = fopen(path, "w");
-    if (!metrics) { fprintf(stderr, "train: cannot write '%s': %s\n", path, strerror(errno)); return 1; }
-    snprintf(path, sizeof path, "%s/config.txt", c.out_dir);
-    FILE* cf = fopen(path, "w");
-    if (!cf) { fprintf(stderr, "train: cannot write '%s': %s\n", path, strerror(errno)); return 1; }
-    config_write(&c, cf);
-    fclose(cf);
+    fail = have_val && loader_open(&val, c.val_data, c.seq_len, c.vocab_size, 0, 0);
+    if (fail) snprintf(msg, sizeof msg, "train: %s", val.err);
+    grid_check(&world, fail, msg);
 
-    int dp = 1;
-    int accum = c.batch_size / (c.micro_batch * dp);
-    if (accum * c.micro_batch * dp != c.batch_size) {
-        fprintf(stderr, "train: batch_size = %d is not a multiple of micro_batch * dp = %d * %d\n",
-                c.batch_size, c.micro_batch, dp);
-        return 1;
+    FILE* metrics = NULL;
+    fail = 0;
+    if (rank0) {
+        char path[CFG_STR + 64];
+        struct stat st;
+        fail = make_dirs(c.out_dir);
+        snprintf(path, sizeof path, "%s/metrics.jsonl", c.out_dir);
+        if (!fail && !force && stat(path, &st) == 0) {
+            snprintf(msg, sizeof msg, "train: '%s' exists from an earlier run; choose another out_dir or pass --force", path);
+            fail = 1;
+        }
+        if (!fail && !(metrics = fopen(path, "w"))) {
+            snprintf(msg, sizeof msg, "train: cannot write '%s': %s", path, strerror(errno));
+            fail = 1;
+        }
+        snprintf(path, sizeof path, "%s/config.txt", c.out_dir);
+        FILE* cf = fail ? NULL : fopen(path, "w");
+        if (!fail && !cf) { snprintf(msg, sizeof msg, "train: cannot write '%s': %s", path, strerror(errno)); fail = 1; }
+        if (cf) { config_write(&c, cf); fclose(cf); }
     }
-    int B = c.micro_batch, T = c.seq_len;
+    grid_check(&world, fail, msg);
+
+    // the ring and the model (this rank's share of each sequence)
+    int layout = ring_layout_parse(c.cp_layout);
+    Ring ring, *R = NULL;
+    int Tl = T / g.cp;
+    if (g.cp > 1) { ring_init(&ring, &g.cp_g, layout, T, B, c.n_kv_head / c.tp * (c.d_model / c.n_head)); R = &ring; }
     Model m;
-    model_build(&m, &c, B, T, 1, 0);
+    model_build(&m, &c, B, Tl, g.tp, g.tp_rank, R);
     AdamW opt;
     adamw_init(&opt, &m);
 
-    printf("ringlm train | backend %s | threads %d\n", be_name(), omp_get_max_threads());
-    config_write(&c, stdout);
-    printf("params %zu (%.2f M) | train %lld tokens, %lld sequences of %d | accumulation %d x %d sequences\n",
-           m.pt.total, m.pt.total / 1e6, (long long)train.n_tokens, (long long)train.n_seq, T, accum, B);
-    fflush(stdout);
+    if (rank0) {
+        printf("ringlm train | backend %s | %d rank%s x %d threads\n", be_name(), g.world, g.world > 1 ? "s" : "",
+               omp_get_max_threads());
+        grid_print(&g);
+        config_write(&c, stdout);
+        printf("params %zu (%.2f M) | train %lld tokens, %lld sequences of %d | %d tokens per rank | "
+               "accumulation %d x %d sequences x dp %d\n", m.pt.total, m.pt.total / 1e6, (long long)train.n_tokens,
+               (long long)train.n_seq, T, Tl, accum, B, g.dp);
+        fflush(stdout);
+    }
 
-    Batch bt;
+    Batch bt = { .Tl = Tl };
     bt.win = malloc((size_t)c.batch_size * (T + 1) * sizeof(int32_t));
-    bt.tok = malloc((size_t)B * T * sizeof(int)); bt.tgt = malloc((size_t)B * T * sizeof(int));
-    bt.pos = malloc((size_t)B * T * sizeof(int));
+    bt.tok = malloc((size_t)B * Tl * sizeof(int)); bt.tgt = malloc((size_t)B * Tl * sizeof(int));
+    bt.pos = malloc((size_t)B * Tl * sizeof(int)); bt.lpos = malloc((size_t)Tl * sizeof(int));
+    ring_positions(layout, g.cp, g.cp_rank, T, bt.lpos);
     double flops_tok = model_flops_per_token(&c, T);
     long long cursor = 0;       // global data cursor: index of the next training sequence
-    double t_total = 0, last_loss = NAN;
+    double t_total = 0, last_loss = NAN, busy_max_sum = 0, busy_mean_sum = 0, hidden_sum = 0;
     for (int step = 0; step < c.max_steps; step++) {
         double t0 = now_s();
-        if (fetch_windows(&train, cursor, c.batch_size, T, bt.win)) return 1;
+        RingStats before = R ? R->st : (RingStats){0};
+        fail = fetch_windows(&train, cursor, c.batch_size, T, bt.win);
+        grid_check(&world, fail, msg);
         long long valid = 0;
         for (int i = 0; i < c.batch_size; i++)
             for (int t = 1; t <= T; t++) valid += bt.win[(size_t)i * (T + 1) + t] >= 0;
@@ -171,32 +240,44 @@ int main(int argc, char** argv) {
         model_zero_grad(&m);
         double loss_sum = 0;
         for (int a = 0; a < accum; a++) {
-            make_inputs(bt.win, a * B, B, T, bt.tok, bt.tgt, bt.pos);
+            make_inputs(&bt, (g.dp_rank * accum + a) * B, B, T);
             model_set_batch(&m, bt.tok, bt.tgt, bt.pos);
             loss_sum += model_forward(&m, gscale, NULL);
             model_backward(&m);
         }
+        // weights are replicated over the ring and the replicas: sum their gradients over dp x cp
+        comm_allreduce_sum(&g.dpcp_g, m.grads, m.pt.total);
+        loss_sum = comm_sum_double(&g.dpcp_g, loss_sum);
         cursor += c.batch_size;
         double loss = loss_sum / (double)(valid ? valid : 1);
         double gnorm = grad_global_norm(&m);
         if (!isfinite(loss) || !isfinite(gnorm)) {
-            fprintf(stderr, "train: step %d: loss %g, grad norm %g is not finite; lower lr or check the data\n",
-                    step + 1, loss, gnorm);
-            return 1;
+            snprintf(msg, sizeof msg, "train: step %d: loss %g, grad norm %g is not finite; lower lr or check the data",
+                     step + 1, loss, gnorm);
+            grid_check(&world, 1, msg);
         }
         float lr = lr_at(&c, step);
         adamw_step(&opt, &m, lr, gnorm);
-        double dt = now_s() - t0;
+        double dt = comm_max_double(&world, now_s() - t0);
         t_total += dt;
+        RingStep rs = {0};
+        if (R) {
+            rs = ring_step_stats(R, &before, &g.cp_g);
+            busy_max_sum += rs.busy_max; busy_mean_sum += rs.busy_mean; hidden_sum += rs.hidden;
+        }
         double tps = (double)c.batch_size * T / dt, gflops = tps * flops_tok / 1e9;
         last_loss = loss;
         double vloss = NAN;
         int last = step + 1 == c.max_steps;
         if (have_val && ((c.val_every && (step + 1) % c.val_every == 0) || last))
-            vloss = validate(&m, &val, &c, &bt);
+            vloss = validate(&m, &val, &c, &g, &bt);
+        VerifyResult vr = {0};
+        if (R && c.verify_attention && (step + 1) % c.verify_attention == 0) vr = verify_ring_attention(&m, &g, step + 1);
+        if (!rank0) continue;
         if ((step + 1) % c.log_every == 0 || last || !isnan(vloss)) {
             printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.2f GFLOP/s | %.1f ms",
                    step + 1, c.max_steps, loss, lr, gnorm, tps, gflops, dt * 1e3);
+            if (R) printf(" | ring imbalance %.2f hidden %.0f%%", rs.busy_max / rs.busy_mean, 100 * rs.hidden);
             if (!isnan(vloss)) printf(" | val loss %.6f", vloss);
             printf("\n");
             fflush(stdout);
@@ -204,17 +285,27 @@ int main(int argc, char** argv) {
         fprintf(metrics, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.3f, "
                 "\"gflops\": %.4f, \"step_ms\": %.3f, \"tokens_seen\": %lld",
                 step + 1, loss, lr, gnorm, tps, gflops, dt * 1e3, cursor * (long long)T);
+        if (R) fprintf(metrics, ", \"cp_busy_max_s\": %.6f, \"cp_busy_mean_s\": %.6f, \"cp_imbalance\": %.4f, "
+                       "\"cp_wait_max_s\": %.6f, \"cp_hidden\": %.4f", rs.busy_max, rs.busy_mean,
+                       rs.busy_max / rs.busy_mean, rs.wait_max, rs.hidden);
         if (!isnan(vloss)) fprintf(metrics, ", \"val_loss\": %.9g", vloss);
+        if (vr.checked) fprintf(metrics, ", \"verify_max_abs\": %.3e, \"verify_max_rel\": %.3e", vr.max_abs, vr.max_rel);
         fprintf(metrics, "}\n");
         fflush(metrics);
     }
-    if (c.max_steps > 0)
+    if (rank0 && c.max_steps > 0) {
         printf("done: %d steps, final loss %.6f, mean %.0f tok/s, outputs in %s/\n", c.max_steps, last_loss,
                (double)c.max_steps * c.batch_size * T / t_total, c.out_dir);
-    fclose(metrics);
+        if (R)
+            printf("ring (cp %d, %s): attention busy max/mean %.3f (load imbalance), communication hidden %.1f%% "
+                   "(one hop %.3f ms un-overlapped)\n", g.cp, c.cp_layout, busy_max_sum / busy_mean_sum,
+                   100 * hidden_sum / c.max_steps, R->st.xfer_s * 1e3);
+    }
+    if (metrics) fclose(metrics);
     adamw_free(&opt);
     model_free(&m);
+    if (R) ring_free(R);
     loader_close(&train);
     if (have_val) loader_close(&val);
-    return 0;
+    grid_exit(0);
 }

@@ -1,0 +1,200 @@
+// ring.c — the ring schedule over the attention block kernels (see ring.h).
+#include "attention/ring.h"
+#include "model/backend.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define QCHUNK 256    // query rows per kernel call between progress polls
+
+static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+
+int ring_layout_parse(const char* s) {
+    if (!strcmp(s, "zigzag")) return CP_ZIGZAG;
+    if (!strcmp(s, "contiguous")) return CP_CONTIGUOUS;
+    return -1;
+}
+
+void ring_positions(int layout, int P, int r, int T, int* pos) {
+    if (layout == CP_CONTIGUOUS) {
+        int n = T / P;
+        for (int i = 0; i < n; i++) pos[i] = r * n + i;
+        return;
+    }
+    int c = T / (2 * P);
+    for (int i = 0; i < c; i++) { pos[i] = r * c + i; pos[c + i] = (2 * P - 1 - r) * c + i; }
+}
+
+// time of one un-overlapped ring hop of a K/V block (median of 5), for the hidden-fraction estimate
+static double calibrate(Ring* R) {
+    if (R->P == 1) return 0;
+    size_t n = (size_t)2 * R->Tl * R->Hk;
+    double t[5];
+    for (int i = 0; i < 5; i++) {
+        comm_barrier(R->g);
+        double t0 = now_s();
+        CommReqs rq = {0};
+        comm_irecv(R->g, R->kv[1], n, (R->r - 1 + R->P) % R->P, 7, &rq);
+        comm_isend(R->g, R->kv[0], n, (R->r + 1) % R->P, 7, &rq);
+        comm_wait(&rq);
+        t[i] = now_s() - t0;
+    }
+    for (int i = 0; i < 5; i++)
+        for (int j = i + 1; j < 5; j++) if (t[j] < t[i]) { double x = t[i]; t[i] = t[j]; t[j] = x; }
+    return comm_max_double(R->g, t[2]);
+}
+
+void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk) {
+    memset(R, 0, sizeof *R);
+    R->g = g; R->P = g->size; R->r = g->rank; R->layout = layout;
+    R->T = T; R->Tl = T / R->P; R->Hk = Hk;
+    R->nseg = layout == CP_ZIGZAG ? 2 : 1;
+    R->seg = R->Tl / R->nseg;
+    size_t n = (size_t)2 * R->Tl * Hk;
+    for (int i = 0; i < 2; i++) { R->kv[i] = be_alloc(n * sizeof(float)); R->dkv[i] = be_alloc(n * sizeof(float)); }
+    R->B = B;
+    R->pos_host = calloc((size_t)R->P * B * R->Tl, sizeof(int));
+    R->pos_dev = be_alloc((size_t)R->P * B * R->Tl * sizeof(int));
+    R->st.xfer_s = calibrate(R);
+}
+
+void ring_free(Ring* R) {
+    for (int i = 0; i < 2; i++) { be_free(R->kv[i]); be_free(R->dkv[i]); }
+    free(R->pos_host); be_free(R->pos_dev);
+}
+
+void ring_set_positions(Ring* R, const int* local_pos) {
+    size_t n = (size_t)R->B * R->Tl;
+    comm_allgather_int(R->g, local_pos, R->pos_host, n);
+    be_upload(R->pos_dev, R->pos_host, (size_t)R->P * n * sizeof(int));
+}
+
+// positions of rank j's tokens of sequence b
+static size_t pos_at(const Ring* R, int j, int b) { return ((size_t)j * R->B + b) * R->Tl; }
+
+// ---- what to compute for a (query segment, key segment) pair, from positions ----
+enum { SKIP = 0, NOMASK = 1, CAUSAL = 2 };
+static int classify(const int* qp, const int* kp, int n) {
+    int qmin = qp[0], qmax = qp[0], kmin = kp[0], kmax = kp[0];
+    for (int i = 1; i < n; i++) {
+        if (qp[i] < qmin) qmin = qp[i];
+        if (qp[i] > qmax) qmax = qp[i];
+        if (kp[i] < kmin) kmin = kp[i];
+        if (kp[i] > kmax) kmax = kp[i];
+    }
+    if (qmax < kmin) return SKIP;
+    if (qmin >= kmax) return NOMASK;
+    return CAUSAL;
+}
+
+typedef struct {   // one block's worth of kernel arguments
+    Ring* R; int b, nh, nkv, hd; float scale; int src;
+    const float *q, *dout, *lse, *D;  // local query side
+    float *out, *olse, *dq;
+    const float *k, *v;               // the K/V block (from rank src)
+    float *dk, *dv;                   // its gradient accumulators (backward)
+    CommReqs* rq;                     // in flight while computing
+} Work;
+
+// All (query segment, key segment) pairs of the block; query rows in chunks with progress polls between.
+static void compute_block(Work* w, int backward) {
+    Ring* R = w->R;
+    int Hq = w->nh * w->hd, Hk = w->nkv * w->hd;
+    const int* qpos = R->pos_dev + pos_at(R, R->r, w->b);
+    const int* kpos = R->pos_dev + pos_at(R, w->src, w->b);
+    const int* qpos_h = R->pos_host + pos_at(R, R->r, w->b);
+    const int* kpos_h = R->pos_host + pos_at(R, w->src, w->b);
+    double t0 = now_s();
+    for (int a = 0; a < R->nseg; a++)
+        for (int b = 0; b < R->nseg; b++) {
+            int q0 = a * R->seg, k0 = b * R->seg;
+            int cls = classify(qpos_h + q0, kpos_h + k0, R->seg);
+            if (cls == SKIP) continue;
+            int mask = cls == CAUSAL ? ATTN_MASK_CAUSAL : ATTN_MASK_NONE;
+            for (int i0 = q0; i0 < q0 + R->seg; i0 += QCHUNK) {
+                int n = q0 + R->seg - i0 < QCHUNK ? q0 + R->seg - i0 : QCHUNK;
+                if (!backward)
+                    attn_block_forward(w->out + (size_t)i0 * Hq, w->olse + (size_t)i0 * w->nh,
+                                       w->q + (size_t)i0 * Hq, qpos + i0, n,
+                                       w->k + (size_t)k0 * Hk, w->v + (size_t)k0 * Hk, kpos + k0, R->seg,
+                                       w->nh, w->nkv, w->hd, w->scale, mask);
+                else
+                    attn_block_backward(w->dq + (size_t)i0 * Hq, w->dk + (size_t)k0 * Hk, w->dv + (size_t)k0 * Hk,
+                                        w->dout + (size_t)i0 * Hq, w->q + (size_t)i0 * Hq,
+                                        w->lse + (size_t)i0 * w->nh, w->D + (size_t)i0 * w->nh, qpos + i0, n,
+                                        w->k + (size_t)k0 * Hk, w->v + (size_t)k0 * Hk, kpos + k0, R->seg,
+                                        w->nh, w->nkv, w->hd, w->scale, mask);
+                R->st.blocks++;
+                if (w->rq) comm_test(w->rq);
+            }
+        }
+    R->st.compute_s += now_s() - t0;
+}
+
+static void wait_ring(Ring* R, CommReqs* rq) {
+    if (!rq->n) return;
+    double t0 = now_s();
+    comm_wait(rq);
+    double dt = now_s() - t0;
+    R->st.wait_s += dt;
+    // at most one un-overlapped hop of the wait is communication; the rest is waiting for a slower peer
+    R->st.exposed_s += dt < R->st.xfer_s ? dt : R->st.xfer_s;
+    R->st.transfers++;
+}
+
+void ring_attention_forward(Ring* R, int b, float* out, float* lse, const float* q, const float* k, const float* v,
+                            int nh, int nkv, int hd, float scale) {
+    int P = R->P, Tl = R->Tl, Hk = nkv * hd;
+    size_t nkv_el = (size_t)Tl * Hk;
+    attn_forward_begin(out, lse, Tl, nh, hd);
+    be_copy(R->kv[0], k, nkv_el * sizeof(float));
+    be_copy(R->kv[0] + nkv_el, v, nkv_el * sizeof(float));
+    int next = (R->r + 1) % P, prev = (R->r - 1 + P) % P;
+    for (int t = 0; t < P; t++) {
+        float* cur = R->kv[t % 2];
+        CommReqs rq = {0};
+        if (t + 1 < P) {   // post the next hop before computing on the current block
+            comm_irecv(R->g, R->kv[(t + 1) % 2], 2 * nkv_el, prev, 4 * t, &rq);
+            comm_isend(R->g, cur, 2 * nkv_el, next, 4 * t, &rq);
+        }
+        Work w = { .R = R, .b = b, .nh = nh, .nkv = nkv, .hd = hd, .scale = scale, .src = (R->r - t + P) % P,
+                   .q = q, .out = out, .olse = lse, .k = cur, .v = cur + nkv_el, .rq = &rq };
+        compute_block(&w, 0);
+        wait_ring(R, &rq);
+    }
+}
+
+void ring_attention_backward(Ring* R, int b, float* dq, float* dk, float* dv, const float* dout,
+                             const float* q, const float* k, const float* v, const float* lse, const float* D,
+                             int nh, int nkv, int hd, float scale) {
+    int P = R->P, Tl = R->Tl, Hk = nkv * hd;
+    size_t nkv_el = (size_t)Tl * Hk;
+    be_zero(dq, (size_t)Tl * nh * hd * sizeof(float));
+    be_copy(R->kv[0], k, nkv_el * sizeof(float));
+    be_copy(R->kv[0] + nkv_el, v, nkv_el * sizeof(float));
+    be_zero(R->dkv[0], 2 * nkv_el * sizeof(float));
+    int next = (R->r + 1) % P, prev = (R->r - 1 + P) % P;
+    for (int t = 0; t < P; t++) {
+        float *cur = R->kv[t % 2], *dcur = R->dkv[t % 2];
+        Work w = { .R = R, .b = b, .nh = nh, .nkv = nkv, .hd = hd, .scale = scale, .src = (R->r - t + P) % P,
+                   .q = q, .dout = dout, .lse = lse, .D = D, .dq = dq, .k = cur, .v = cur + nkv_el,
+                   .dk = dcur, .dv = dcur + nkv_el, .rq = NULL };
+        CommReqs rq = {0};
+        if (t + 1 < P) {   // the K/V block can travel on while its gradient is being computed
+            comm_irecv(R->g, R->kv[(t + 1) % 2], 2 * nkv_el, prev, 4 * t + 1, &rq);
+            comm_isend(R->g, cur, 2 * nkv_el, next, 4 * t + 1, &rq);
+            w.rq = &rq;
+        }
+        compute_block(&w, 1);
+        // the accumulator moves on after this rank's contribution: P hops bring it home
+        if (P > 1) {
+            comm_irecv(R->g, R->dkv[(t + 1) % 2], 2 * nkv_el, prev, 4 * t + 2, &rq);
+            comm_isend(R->g, dcur, 2 * nkv_el, next, 4 * t + 2, &rq);
+        }
+        wait_ring(R, &rq);
+    }
+    float* home = R->dkv[P > 1 ? P % 2 : 0];   // after P hops: this rank's own dK | dV
+    be_copy(dk, home, nkv_el * sizeof(float));
+    be_copy(dv, home + nkv_el, nkv_el * sizeof(float));
+}

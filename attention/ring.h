@@ -1,0 +1,59 @@
+// ring.h — ring attention: exact causal attention over a sequence split across the P ranks of a ring.
+//
+// Each rank holds Tl = T / P tokens of every sequence (their rows of q, k, v and their positions). K/V
+// blocks (only the n_kv_head heads, k and v packed into one buffer) travel r -> r+1 for P-1 hops; the
+// receive and send of the next block are posted before the current block is computed (double buffering)
+// and MPI is driven (comm_test) between query chunks while computing. Each partial result is merged into
+// fp32 (out, lse). Backward keeps dQ local and sends fp32 dK/dV accumulators around the ring with the K/V,
+// so after P hops every rank holds the exact dK, dV of its own tokens.
+//
+// Layouts (which tokens a rank holds; positions are explicit, so the kernels only see positions):
+//   zigzag (default): the sequence is cut into 2P chunks; rank r holds chunks r and 2P-1-r (balanced).
+//   contiguous:       rank r holds chunk r of P (rank P-1 does ~2x the average work).
+// Work is decided from positions, per pair of (query segment, key segment) — segments are the layout's
+// chunks: a pair is skipped when every key is later than every query, computed without mask when every key
+// is at or before every query, and with the causal mask otherwise. No fully masked block is computed.
+#pragma once
+#include "comm/comm.h"
+
+enum { CP_ZIGZAG = 0, CP_CONTIGUOUS = 1 };
+
+typedef struct {
+    double compute_s, wait_s;   // busy time in attention kernels; time blocked waiting for the ring
+    double xfer_s;              // calibrated time of one un-overlapped block transfer
+    double exposed_s;           // communication not hidden: per wait, min(wait, xfer_s)
+    long long transfers;        // block transfers waited for (forward + backward)
+    long long blocks;           // kernel calls
+} RingStats;
+
+typedef struct {
+    const Group* g;
+    int P, r, layout;
+    int T, Tl, nseg, seg;       // sequence length, local tokens, segments per rank and their length
+    int B;                      // sequences per micro-batch
+    int Hk;                     // nkv * hd of the largest call planned
+    float *kv[2], *dkv[2];      // [2 * Tl * Hk]: k rows then v rows, double-buffered
+    int* pos_host;              // [P, B, Tl] positions of every ring rank's tokens of each sequence
+    int* pos_dev;               // backend copy
+    RingStats st;
+} Ring;
+
+// Positions of rank r's tokens for a sequence of T tokens (host, [T / P]).
+void ring_positions(int layout, int P, int r, int T, int* pos);
+// Parse "zigzag" / "contiguous"; -1 when unknown.
+int ring_layout_parse(const char* s);
+
+// Plan buffers for micro-batches of B sequences of T tokens and K/V widths up to Hk = nkv * hd.
+// Collective over the ring; calibrates xfer_s.
+void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk);
+void ring_free(Ring* R);
+// Exchange the positions of this rank's tokens, host [B, Tl], with the whole ring (once per micro-batch).
+void ring_set_positions(Ring* R, const int* local_pos);
+
+// Sequence b of the micro-batch: q [Tl, nh*hd], k, v [Tl, nkv*hd] -> out [Tl, nh*hd], lse [Tl, nh] (overwritten).
+void ring_attention_forward(Ring* R, int b, float* out, float* lse, const float* q, const float* k, const float* v,
+                            int nh, int nkv, int hd, float scale);
+// dq, dk, dv (overwritten) from dout, the forward inputs, the final lse and D = rowsum(dout * out).
+void ring_attention_backward(Ring* R, int b, float* dq, float* dk, float* dv, const float* dout,
+                             const float* q, const float* k, const float* v, const float* lse, const float* D,
+                             int nh, int nkv, int hd, float scale);

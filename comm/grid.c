@@ -1,0 +1,83 @@
+// grid.c — building the 3-D process grid and its communicators.
+#include "comm/grid.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void grid_mpi_init(int* argc, char*** argv) {
+    int provided;
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+}
+
+static void make_group(Group* gr, MPI_Comm parent, int color, int key) {
+    MPI_Comm_split(parent, color, key, &gr->comm);
+    MPI_Comm_rank(gr->comm, &gr->rank);
+    MPI_Comm_size(gr->comm, &gr->size);
+}
+
+int grid_build(Grid* g, int tp, int cp, char* err, size_t errlen) {
+    memset(g, 0, sizeof *g);
+    MPI_Comm_size(MPI_COMM_WORLD, &g->world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g->rank);
+    if (tp <= 0 || cp <= 0) { snprintf(err, errlen, "grid: tp = %d and cp = %d must be >= 1", tp, cp); return 1; }
+    if (g->world % (tp * cp)) {
+        snprintf(err, errlen, "grid: world size %d is not divisible by tp * cp = %d * %d; launch a multiple of %d ranks",
+                 g->world, tp, cp, tp * cp);
+        return 1;
+    }
+    g->tp = tp; g->cp = cp; g->dp = g->world / (tp * cp);
+    g->tp_rank = g->rank % tp;
+    g->cp_rank = (g->rank / tp) % cp;
+    g->dp_rank = g->rank / (tp * cp);
+    make_group(&g->world_g, MPI_COMM_WORLD, 0, g->rank);
+    make_group(&g->tp_g, MPI_COMM_WORLD, g->cp_rank + cp * g->dp_rank, g->tp_rank);
+    make_group(&g->cp_g, MPI_COMM_WORLD, g->tp_rank + tp * g->dp_rank, g->cp_rank);
+    make_group(&g->dp_g, MPI_COMM_WORLD, g->tp_rank + tp * g->cp_rank, g->dp_rank);
+    make_group(&g->dpcp_g, MPI_COMM_WORLD, g->tp_rank, g->cp_rank + cp * g->dp_rank);
+    return 0;
+}
+
+// list the groups of one kind: ranks sharing `fixed` coordinates, varying one coordinate
+static void print_groups(const Grid* g, const char* name, int kind) {
+    printf("  %-5s groups:", name);
+    int n = g->world;
+    char* seen = calloc(n, 1);
+    for (int r = 0; r < n; r++) {
+        if (seen[r]) continue;
+        int t = r % g->tp, c = (r / g->tp) % g->cp, d = r / (g->tp * g->cp);
+        int size = kind == 0 ? g->tp : kind == 1 ? g->cp : g->dp;
+        printf(" {");
+        for (int i = 0; i < size; i++) {
+            int rr = kind == 0 ? i + g->tp * (c + g->cp * d) : kind == 1 ? t + g->tp * (i + g->cp * d)
+                                                                           : t + g->tp * (c + g->cp * i);
+            seen[rr] = 1;
+            printf(i ? ",%d" : "%d", rr);
+        }
+        printf("}");
+    }
+    printf("\n");
+    free(seen);
+}
+
+void grid_print(const Grid* g) {
+    if (g->rank) return;
+    printf("grid: world %d = dp %d x cp %d x tp %d (rank = tp_rank + tp * (cp_rank + cp * dp_rank))\n",
+           g->world, g->dp, g->cp, g->tp);
+    print_groups(g, "tp", 0);
+    print_groups(g, "ring", 1);
+    print_groups(g, "dp", 2);
+    fflush(stdout);
+}
+
+void grid_check(const Group* g, int failed, const char* msg) {
+    int first = failed ? g->rank : g->size;
+    MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, g->comm);
+    if (first == g->size) return;
+    if (g->rank == first) { fprintf(stderr, "%s\n", msg); fflush(stderr); }
+    grid_exit(1);
+}
+
+void grid_exit(int status) {
+    MPI_Finalize();
+    exit(status);
+}

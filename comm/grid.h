@@ -1,0 +1,28 @@
+// grid.h — the process grid: world = dp x cp x tp, and every communicator derived from it.
+//
+// Rank order (Megatron): rank = tp_rank + tp * (cp_rank + cp * dp_rank) — tensor-parallel ranks are
+// consecutive (they share a node), then the ring (context-parallel) index, then the data-parallel index.
+// TP groups: same cp and dp index. Ring groups: same tp and dp index. DP groups: same tp and cp index.
+// The dp x cp group (same tp index) reduces the gradients of weights replicated over dp and cp.
+#pragma once
+#include "comm/comm.h"
+
+typedef struct {
+    int world, rank;
+    int tp, cp, dp;
+    int tp_rank, cp_rank, dp_rank;
+    Group world_g, tp_g, cp_g, dp_g, dpcp_g;
+} Grid;
+
+// MPI_Init (threads funneled) — call first thing in main.
+void grid_mpi_init(int* argc, char*** argv);
+// Build the grid for the given tp and cp (dp = world / (tp * cp)). Returns 0, or 1 with err filled
+// (one line) when the world size does not factor; the error is the same on every rank.
+int grid_build(Grid* g, int tp, int cp, char* err, size_t errlen);
+// Print the grid (rank 0 only).
+void grid_print(const Grid* g);
+// Collective error check: if `failed` on any rank, the lowest failing rank prints msg on stderr (one line),
+// and every rank finalises MPI and exits with status 1. Otherwise returns.
+void grid_check(const Group* g, int failed, const char* msg);
+// Finalise MPI and exit with `status` on this rank.
+void grid_exit(int status);
