@@ -55,6 +55,7 @@ static const Key KEYS[] = {
     K(cp, T_INT, 0, "1", "context-parallel degree: ranks in a ring that split each sequence"),
     K(cp_layout, T_STR, 0, "zigzag", "ring layout: zigzag (balanced causal work) | contiguous"),
     K(verify_attention, T_INT, 0, "0", "every N steps compare ring attention with one-process attention (0: off)"),
+    K(dump_weights, T_STR, 0, "", "write the final weights and last gradients to this file (tests' RLMDUMP1 format; empty: off)"),
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
 

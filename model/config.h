@@ -23,6 +23,7 @@ typedef struct {
     int tp, cp;                     // tensor-parallel and context-parallel (ring) degrees; dp = world / (tp cp)
     char cp_layout[16];             // zigzag | contiguous
     int verify_attention;           // every N steps check ring attention against one process (0: off)
+    char dump_weights[CFG_STR];     // at the end, write the final weights here (test dump format)
 } Config;
 
 // Set every key to its default.

@@ -6,33 +6,14 @@
 #include "model/model.h"
 #include "model/rope.h"
 #include "train/optim.h"
+#include "train/dump.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static FILE* out;
-
-static void rec(const char* name, int dtype, int ndim, const int* dims, const void* data) {
-    int len = (int)strlen(name);
-    long n = 1;
-    for (int i = 0; i < ndim; i++) n *= dims[i];
-    fwrite(&len, 4, 1, out); fwrite(name, 1, len, out);
-    fwrite(&dtype, 4, 1, out); fwrite(&ndim, 4, 1, out); fwrite(dims, 4, ndim, out);
-    fwrite(data, dtype == 2 ? 1 : 4, n, out);
-}
-
-static void dump_arena(const Model* m, const char* prefix, const float* arena) {
-    float* host = malloc(m->pt.total * sizeof(float));
-    be_download(host, arena, m->pt.total * sizeof(float));
-    char name[160];
-    for (int i = 0; i < m->pt.n; i++) {
-        const ParamSpec* p = &m->pt.p[i];
-        int dims[2] = { (int)p->shape[0], (int)p->shape[1] };
-        snprintf(name, sizeof name, "%s/%s", prefix, p->name);
-        rec(name, 0, p->ndim, dims, host + p->offset);
-    }
-    free(host);
-}
+#define rec(...) dump_record(out, __VA_ARGS__)
+#define dump_arena(m, prefix, arena) dump_arena(out, m, prefix, arena)
 
 int main(int argc, char** argv) {
     Config c;
@@ -47,9 +28,8 @@ int main(int argc, char** argv) {
     }
     if (!path) { fprintf(stderr, "usage: tool_dump -c CONFIG --out FILE [--key value ...]\n"); return 1; }
     if (config_validate(&c)) { fprintf(stderr, "%s\n", config_error()); return 1; }
-    out = fopen(path, "wb");
+    out = dump_open(path);
     if (!out) { perror(path); return 1; }
-    fwrite("RLMDUMP1", 1, 8, out);
 
     int B = c.micro_batch, T = c.seq_len, N = B * T;
     Model m;

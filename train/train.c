@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "train/optim.h"
 #include "train/verify.h"
+#include "train/dump.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -300,6 +301,11 @@ int main(int argc, char** argv) {
             printf("ring (cp %d, %s): attention busy max/mean %.3f (load imbalance), communication hidden %.1f%% "
                    "(one hop %.3f ms un-overlapped)\n", g.cp, c.cp_layout, busy_max_sum / busy_mean_sum,
                    100 * hidden_sum / c.max_steps, R->st.xfer_s * 1e3);
+    }
+    if (rank0 && c.dump_weights[0]) {
+        FILE* f = dump_open(c.dump_weights);
+        if (!f) fprintf(stderr, "train: cannot write dump_weights '%s': %s\n", c.dump_weights, strerror(errno));
+        else { dump_arena(f, &m, "param", m.params); dump_arena(f, &m, "grad", m.grads); fclose(f); }
     }
     if (metrics) fclose(metrics);
     adamw_free(&opt);

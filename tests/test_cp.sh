@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Context parallelism at the model level: training with the sequence split over a ring of ranks gives the
+# same per-step losses (1e-5 relative) and the same final weights (1e-5) as one process, for both layouts;
+# the built-in verification agrees; layout errors give one line and a non-zero exit on every rank.
+cd "$(dirname "$0")/.."
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+pass=0; fail=0
+ok()  { echo "ok   $*"; pass=$((pass+1)); }
+bad() { echo "FAIL $*"; fail=$((fail+1)); }
+PY=/usr/bin/python3
+export OMP_NUM_THREADS=1
+MPI=(mpirun -q --oversubscribe); [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+
+build/prepare --out "$T/data" --val-frac 0 model attention >/dev/null || { bad "prepare"; echo "$pass passed, $fail failed"; exit 1; }
+cat > "$T/cp.conf" <<CONF
+vocab_size = 257
+d_model = 48
+n_layer = 2
+n_head = 6
+n_kv_head = 2
+d_ff = 96
+max_seq_len = 256
+seq_len = 120          # 2 * cp * 15: chunks are not a multiple of the kernel's tiles
+batch_size = 4
+micro_batch = 2
+max_steps = 5
+lr = 3e-3
+warmup_steps = 2
+adam_eps = 1e-6       # AdamW's first steps move each weight by ~lr*g/(|g|+eps): with eps 1e-8, fp32 rounding
+                      # of a near-zero gradient (summed in another order) would move it by up to lr
+train_data = $T/data
+CONF
+run() {  # name np args...
+  local name=$1 np=$2; shift 2
+  timeout 300 "${MPI[@]}" -np "$np" build/train -c "$T/cp.conf" --out_dir "$T/$name" --dump_weights "$T/$name.dump" "$@" \
+    >"$T/$name.out" 2>"$T/$name.err" || { bad "$name: exit $?: $(head -c 400 "$T/$name.err")"; return 1; }
+}
+same_losses() {  # a b
+  $PY - "$T/$1/metrics.jsonl" "$T/$2/metrics.jsonl" <<'PYEOF'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]; b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert len(a) == len(b) == 5, (len(a), len(b))
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+print(f"     losses {['%.6f' % x for x in a]} worst rel diff {worst:.2e}")
+sys.exit(0 if worst <= 1e-5 else 1)
+PYEOF
+}
+run cp1 1 --cp 1 || true
+for layout in zigzag contiguous; do
+  run "cp4_$layout" 4 --cp 4 --cp_layout "$layout" --verify_attention 2 || continue
+  same_losses cp1 "cp4_$layout" && ok "cp=4 $layout: per-step losses equal cp=1 within 1e-5" || bad "cp=4 $layout losses differ"
+  $PY tests/compare_dumps.py "$T/cp4_$layout.dump" "$T/cp1.dump" --rel 1e-5 >"$T/cmp" && ok "cp=4 $layout: final weights equal cp=1 within 1e-5 ($(cat "$T/cmp"))" \
+    || bad "cp=4 $layout weights: $(cat "$T/cmp")"
+  $PY tests/compare_dumps.py "$T/cp4_$layout.dump" "$T/cp1.dump" --rel 1e-5 --prefix grad/ >"$T/cmp" && ok "cp=4 $layout: last-step gradients equal cp=1 within 1e-5 ($(cat "$T/cmp"))" \
+    || bad "cp=4 $layout gradients: $(cat "$T/cmp")"
+  grep -q "verify_attention step 4: ring vs one process" "$T/cp4_$layout.out" && ! grep -q WARNING "$T/cp4_$layout.out" \
+    && ok "cp=4 $layout: --verify_attention ran and agreed: $(grep -m1 -o 'max rel diff [0-9.e+-]*' "$T/cp4_$layout.out")" \
+    || bad "cp=4 $layout: verify_attention output missing or warned"
+  $PY - "$T/cp4_$layout/metrics.jsonl" <<'PYEOF' && ok "cp=4 $layout: metrics carry imbalance and hidden fraction" || bad "cp=4 $layout: ring metrics"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in rows: assert r["cp_imbalance"] >= 1.0 and 0.0 <= r["cp_hidden"] <= 1.0 and r["cp_busy_max_s"] > 0
+assert "verify_max_rel" in rows[1] and rows[1]["verify_max_rel"] < 1e-4
+PYEOF
+done
+grep -q "load imbalance" "$T/cp4_zigzag.out" && ok "end-of-run ring summary printed" || bad "no ring summary"
+run cp2 2 --cp 2 && same_losses cp1 cp2 && ok "cp=2 zigzag matches cp=1" || bad "cp=2"
+run cp3 3 --cp 3 --seq_len 96 && run cp1s96 1 --seq_len 96 && same_losses cp1s96 cp3 && ok "cp=3 (odd ring) matches cp=1" || bad "cp=3"
+
+# ---- layout errors: one line on stderr, exit non-zero on every rank, no hang ----
+expect_err() {  # name pattern np args...
+  local name=$1 pat=$2 np=$3; shift 3
+  timeout 60 "${MPI[@]}" -np "$np" build/train -c "$T/cp.conf" --out_dir "$T/bad" "$@" >"$T/o" 2>"$T/e"; local rc=$?
+  local n; n=$(grep -c . "$T/e")
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] && grep -q -- "$pat" "$T/e"; then ok "$name: $(cat "$T/e")"
+  else bad "$name: exit $rc, $n stderr lines: $(head -c 400 "$T/e")"; fi
+}
+expect_err "seq_len not divisible by 2*cp" "seq_len = 120 is not divisible by 2 \* cp = 16" 8 --cp 8
+expect_err "seq_len not divisible by cp (contiguous)" "seq_len = 120 is not divisible by cp = 7" 7 --cp 7 --cp_layout contiguous
+expect_err "ranks not a multiple of cp" "world size 3 is not divisible by tp \* cp = 1 \* 4" 3 --cp 4
+expect_err "cp larger than the world" "world size 2 is not divisible by tp \* cp = 1 \* 4" 2 --cp 4
+expect_err "unknown layout" "cp_layout = 'ring' must be zigzag or contiguous" 2 --cp 2 --cp_layout ring
+expect_err "bad key under mpirun" "unknown key 'cpp'" 4 --cpp 4
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
