@@ -76,7 +76,8 @@ void model_build(Model* m, const Config* cfg, int B, int T, int tp, int tp_rank,
 
     m->acts = calloc(m->L, sizeof(LayerActs));
     size_t n = plan_activations(m, NULL);
-    m->act_arena = be_alloc(n * sizeof(float));
+    m->act_bytes = n * sizeof(float);
+    m->act_arena = be_alloc(m->act_bytes);
     plan_activations(m, m->act_arena);
 
     float* rope = malloc((size_t)m->rope_npos * m->hd * sizeof(float));

@@ -47,6 +47,7 @@ typedef struct {
     Weights w, dw;
     // activations: one allocation carved into named tensors
     float* act_arena;
+    size_t act_bytes;          // planned activation + scratch memory of this rank
     LayerActs* acts;           // [n_layer]
     float *res_final, *lnf, *rstdf;      // [N, C], [N, C], [N]
     // scratch for backward (shared by all layers)

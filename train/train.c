@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <omp.h>
@@ -302,6 +303,15 @@ int main(int argc, char** argv) {
                    "(one hop %.3f ms un-overlapped)\n", g.cp, c.cp_layout, busy_max_sum / busy_mean_sum,
                    100 * hidden_sum / c.max_steps, R->st.xfer_s * 1e3);
     }
+    // memory of each rank: planned arenas and the measured peak resident set
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double rss = ru.ru_maxrss / 1024.0, rss_max = comm_max_double(&world, rss);
+    double rss_min = -comm_max_double(&world, -rss);
+    if (rank0)
+        printf("memory per rank: params+grads+AdamW %.1f MiB, activations %.1f MiB, ring buffers %.1f MiB, "
+               "peak RSS %.1f MiB (max over ranks; min %.1f)\n", 4.0 * m.pt.total * sizeof(float) / 1048576.0,
+               m.act_bytes / 1048576.0, R ? 4.0 * 2 * R->Tl * R->Hk * sizeof(float) / 1048576.0 : 0.0, rss_max, rss_min);
     if (rank0 && c.dump_weights[0]) {
         FILE* f = dump_open(c.dump_weights);
         if (!f) fprintf(stderr, "train: cannot write dump_weights '%s': %s\n", c.dump_weights, strerror(errno));
