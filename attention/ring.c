@@ -132,8 +132,10 @@ static void compute_block(Work* w, int backward) {
     R->st.compute_s += now_s() - t0;
 }
 
-static void wait_ring(Ring* R, CommReqs* rq) {
-    if (!rq->n) return;
+// wait for this step's hop (posted: whether one was posted — it may already have completed while
+// compute_block polled, and still counts as a transfer)
+static void wait_ring(Ring* R, CommReqs* rq, int posted) {
+    if (!posted) return;
     double t0 = now_s();
     comm_wait(rq);
     double dt = now_s() - t0;
@@ -161,7 +163,7 @@ void ring_attention_forward(Ring* R, int b, float* out, float* lse, const float*
         Work w = { .R = R, .b = b, .nh = nh, .nkv = nkv, .hd = hd, .scale = scale, .src = (R->r - t + P) % P,
                    .q = q, .out = out, .olse = lse, .k = cur, .v = cur + nkv_el, .rq = &rq };
         compute_block(&w, 0);
-        wait_ring(R, &rq);
+        wait_ring(R, &rq, t + 1 < P);
     }
 }
 
@@ -192,7 +194,7 @@ void ring_attention_backward(Ring* R, int b, float* dq, float* dk, float* dv, co
             comm_irecv(R->g, R->dkv[(t + 1) % 2], 2 * nkv_el, prev, 4 * t + 2, &rq);
             comm_isend(R->g, dcur, 2 * nkv_el, next, 4 * t + 2, &rq);
         }
-        wait_ring(R, &rq);
+        wait_ring(R, &rq, P > 1);
     }
     float* home = R->dkv[P > 1 ? P % 2 : 0];   // after P hops: this rank's own dK | dV
     be_copy(dk, home, nkv_el * sizeof(float));
