@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""compare_dumps.py A B [--rel R] [--prefix P]: every tensor named P/... in dump A equals B's within R
-(max |a-b| / max |b| per tensor); the name sets must match. Prints one line per failure and a summary
+"""compare_dumps.py A B [--rel R | --abs E] [--prefix P]: every tensor named P/... in dump A equals B's
+within R relative (max |a-b| / max |b| per tensor) or E absolute (max |a-b|); the name sets must match. Prints one line per failure and a summary
 line; exit 1 on any difference."""
 import sys, struct, numpy as np
 
@@ -21,7 +21,8 @@ def read(path):
 
 def main():
     args = sys.argv[1:]
-    rel, prefix = 1e-5, "param/"
+    rel, prefix, absolute = 1e-5, "param/", False
+    if "--abs" in args: i = args.index("--abs"); rel = float(args[i + 1]); absolute = True; del args[i:i + 2]
     if "--rel" in args: i = args.index("--rel"); rel = float(args[i + 1]); del args[i:i + 2]
     if "--prefix" in args: i = args.index("--prefix"); prefix = args[i + 1]; del args[i:i + 2]
     a, b = read(args[0]), read(args[1])
@@ -29,14 +30,14 @@ def main():
     bad = 0
     if na != nb or not na:
         print(f"name sets differ: only in A {sorted(na - nb)[:5]}, only in B {sorted(nb - na)[:5]}"); bad += 1
-    worst = 0.0
+    worst, kind = 0.0, "abs" if absolute else "rel"
     for k in sorted(na & nb):
         x, y = a[k].astype(np.float64), b[k].astype(np.float64)
         if x.shape != y.shape: print(f"{k}: shape {x.shape} vs {y.shape}"); bad += 1; continue
-        e = np.abs(x - y).max() / max(np.abs(y).max(), 1e-30)
+        e = np.abs(x - y).max() / (1.0 if absolute else max(np.abs(y).max(), 1e-30))
         worst = max(worst, e)
-        if not e <= rel: print(f"{k}: rel diff {e:.3e} > {rel}"); bad += 1
-    print(f"{len(na & nb)} tensors compared, worst rel diff {worst:.3e}, {bad} over {rel}")
+        if not e <= rel: print(f"{k}: {kind} diff {e:.3e} > {rel}"); bad += 1
+    print(f"{len(na & nb)} tensors compared, worst {kind} diff {worst:.3e}, {bad} over {rel}")
     sys.exit(1 if bad else 0)
 
 main()
