@@ -9,6 +9,7 @@
 #define QCHUNK 256    // query rows per kernel call between progress polls
 
 static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+static double cpu_s(void) { struct timespec t; clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 
 int ring_layout_parse(const char* s) {
     if (!strcmp(s, "zigzag")) return CP_ZIGZAG;
@@ -105,7 +106,7 @@ static void compute_block(Work* w, int backward) {
     const int* kpos = R->pos_dev + pos_at(R, w->src, w->b);
     const int* qpos_h = R->pos_host + pos_at(R, R->r, w->b);
     const int* kpos_h = R->pos_host + pos_at(R, w->src, w->b);
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     for (int a = 0; a < R->nseg; a++)
         for (int b = 0; b < R->nseg; b++) {
             int q0 = a * R->seg, k0 = b * R->seg;
@@ -130,6 +131,7 @@ static void compute_block(Work* w, int backward) {
             }
         }
     R->st.compute_s += now_s() - t0;
+    R->st.compute_cpu_s += cpu_s() - c0;
 }
 
 // wait for this step's hop (posted: whether one was posted — it may already have completed while

@@ -19,7 +19,8 @@
 enum { CP_ZIGZAG = 0, CP_CONTIGUOUS = 1 };
 
 typedef struct {
-    double compute_s, wait_s;   // busy time in attention kernels; time blocked waiting for the ring
+    double compute_s, wait_s;   // wall time in attention kernels; time blocked waiting for the ring
+    double compute_cpu_s;       // CPU time in attention kernels (all threads): the work, robust to oversubscription
     double xfer_s;              // calibrated time of one un-overlapped block transfer
     double exposed_s;           // communication not hidden: per wait, min(wait, xfer_s)
     long long transfers;        // block transfers waited for (forward + backward)

@@ -132,11 +132,12 @@ static double validate(Model* m, Loader* val, const Config* c, const Grid* g, Ba
     return sum / (double)(count ? count : 1);
 }
 
-// ring statistics of this step over the ring: load imbalance = max/mean busy time; hidden fraction
+// ring statistics of this step over the ring: load imbalance = max/mean attention busy (CPU) time;
+// hidden fraction = 1 - exposed communication / un-overlapped communication
 typedef struct { double busy_max, busy_mean, wait_max, hidden; } RingStep;
 static RingStep ring_step_stats(const Ring* R, const RingStats* before, const Group* cp) {
     RingStep s = {0};
-    double busy = R->st.compute_s - before->compute_s, wait = R->st.wait_s - before->wait_s;
+    double busy = R->st.compute_cpu_s - before->compute_cpu_s, wait = R->st.wait_s - before->wait_s;
     double exposed = R->st.exposed_s - before->exposed_s;
     long long xfers = R->st.transfers - before->transfers;
     s.busy_max = comm_max_double(cp, busy);
