@@ -23,6 +23,8 @@ double comm_max_double(const Group* g, double x);                 // host scalar
 long long comm_sum_ll(const Group* g, long long x);
 void comm_broadcast(const Group* g, void* buf, size_t bytes, int root);
 void comm_barrier(const Group* g);
+// in place: rank i's part is buf[displs[i] .. displs[i]+counts[i]) (fp32); afterwards every rank has all parts
+void comm_allgatherv(const Group* g, float* buf, const int* counts, const int* displs);
 // every rank's `n` ints, concatenated in rank order into recv[size * n] on every rank (host memory)
 void comm_allgather_int(const Group* g, const int* send, int* recv, size_t n);
 // gather `bytes` from every rank into root's buf[size * bytes] in rank order

@@ -46,6 +46,10 @@ void comm_allgather_int(const Group* g, const int* send, int* recv, size_t n) {
     MPI_Allgather(send, count_of(n), MPI_INT, recv, count_of(n), MPI_INT, g->comm);
 }
 
+void comm_allgatherv(const Group* g, float* buf, const int* counts, const int* displs) {
+    if (g->size > 1) MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, g->comm);
+}
+
 void comm_isend(const Group* g, const float* buf, size_t n, int dst, int tag, CommReqs* r) {
     MPI_Isend(buf, count_of(n), MPI_FLOAT, dst, tag, g->comm, &r->req[r->n++]);
 }

@@ -51,15 +51,20 @@ void be_swiglu_forward(float* h, const float* g, const float* u, size_t n);
 void be_swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, size_t n);
 
 // ---- softmax cross-entropy over a (local slice of the) vocabulary ----
-// logits [N, V] hold vocabulary ids v0 .. v0+V-1. Target -1 = ignored.
-// lse[N] = log sum exp(logits row)                                   (local slice)
-void be_xent_lse(float* lse, const float* logits, int N, int V);
+// logits [N, ld]: columns 0..nv-1 hold vocabulary ids v0 .. v0+nv-1; columns nv..ld-1 are padding (a
+// vocabulary padded to a multiple of tp) and are never counted or predicted. Target -1 = ignored.
+// lse[N] = log sum exp(logits row) over the nv real columns                    (local slice)
+void be_xent_lse(float* lse, const float* logits, int N, int ld, int nv);
 // tl[N] = logits[i, targets[i]-v0] if the target is in this slice, else 0
-void be_xent_target_logit(float* tl, const float* logits, const int* targets, int N, int V, int v0);
+void be_xent_target_logit(float* tl, const float* logits, const int* targets, int N, int ld, int nv, int v0);
 // losses[i] = lse[i] - tl[i] for valid targets, 0 for ignored ones
 void be_xent_loss(float* losses, const float* lse, const float* tl, const int* targets, int N);
-// in place: logits -> dlogits = scale * (softmax - onehot), rows with ignored target -> 0
-void be_xent_backward(float* logits, const float* lse, const int* targets, int N, int V, int v0, float scale);
+// in place: logits -> dlogits = scale * (softmax - onehot) with the (global) lse; padding columns and
+// rows with an ignored target -> 0
+void be_xent_backward(float* logits, const float* lse, const int* targets, int N, int ld, int nv, int v0, float scale);
+// combining per-slice LSEs across ranks: x = exp(x - m) (x = -inf gives 0); lse = m + log(s)
+void be_exp_sub(float* x, const float* m, int N);
+void be_log_add(float* lse, const float* s, const float* m, int N);
 
 // ---- AdamW on n contiguous elements ----
 // m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr (mhat / (sqrt(vhat) + eps) + wd p)

@@ -170,23 +170,23 @@ void be_swiglu_backward(float* dg, float* du, const float* dh, const float* g, c
 }
 
 // ---- cross-entropy ----
-void be_xent_lse(float* lse, const float* logits, int N, int V) {
+void be_xent_lse(float* lse, const float* logits, int N, int ld, int nv) {
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        const float* x = logits + (size_t)i * V;
+        const float* x = logits + (size_t)i * ld;
         float m = -INFINITY;
-        for (int j = 0; j < V; j++) m = x[j] > m ? x[j] : m;
+        for (int j = 0; j < nv; j++) m = x[j] > m ? x[j] : m;
         double s = 0;
-        for (int j = 0; j < V; j++) s += expf(x[j] - m);
-        lse[i] = m + (float)log(s);
+        for (int j = 0; j < nv; j++) s += expf(x[j] - m);
+        lse[i] = nv ? m + (float)log(s) : -INFINITY;
     }
 }
 
-void be_xent_target_logit(float* tl, const float* logits, const int* targets, int N, int V, int v0) {
+void be_xent_target_logit(float* tl, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         int t = targets[i] - v0;
-        tl[i] = (targets[i] >= 0 && t >= 0 && t < V) ? logits[(size_t)i * V + t] : 0.0f;
+        tl[i] = (targets[i] >= 0 && t >= 0 && t < nv) ? logits[(size_t)i * ld + t] : 0.0f;
     }
 }
 
@@ -194,16 +194,25 @@ void be_xent_loss(float* losses, const float* lse, const float* tl, const int* t
     for (int i = 0; i < N; i++) losses[i] = targets[i] >= 0 ? lse[i] - tl[i] : 0.0f;
 }
 
-void be_xent_backward(float* logits, const float* lse, const int* targets, int N, int V, int v0, float scale) {
+void be_xent_backward(float* logits, const float* lse, const int* targets, int N, int ld, int nv, int v0, float scale) {
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        float* x = logits + (size_t)i * V;
-        if (targets[i] < 0) { memset(x, 0, V * sizeof(float)); continue; }
+        float* x = logits + (size_t)i * ld;
+        if (targets[i] < 0) { memset(x, 0, ld * sizeof(float)); continue; }
         float l = lse[i];
-        for (int j = 0; j < V; j++) x[j] = scale * expf(x[j] - l);
+        for (int j = 0; j < nv; j++) x[j] = scale * expf(x[j] - l);
+        for (int j = nv; j < ld; j++) x[j] = 0.0f;
         int t = targets[i] - v0;
-        if (t >= 0 && t < V) x[t] -= scale;
+        if (t >= 0 && t < nv) x[t] -= scale;
     }
+}
+
+void be_exp_sub(float* x, const float* m, int N) {
+    for (int i = 0; i < N; i++) x[i] = x[i] == -INFINITY ? 0.0f : expf(x[i] - m[i]);
+}
+
+void be_log_add(float* lse, const float* s, const float* m, int N) {
+    for (int i = 0; i < N; i++) lse[i] = m[i] + logf(s[i]);
 }
 
 // ---- AdamW ----

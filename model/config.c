@@ -54,6 +54,7 @@ static const Key KEYS[] = {
     K(tp, T_INT, 0, "1", "tensor-parallel degree (ranks that split every layer's heads and MLP)"),
     K(cp, T_INT, 0, "1", "context-parallel degree: ranks in a ring that split each sequence"),
     K(cp_layout, T_STR, 0, "zigzag", "ring layout: zigzag (balanced causal work) | contiguous"),
+    K(zero, T_INT, 0, "0", "ZeRO stage: 0 off, 1 shards the AdamW moments over the dp x cp ranks"),
     K(verify_attention, T_INT, 0, "0", "every N steps compare ring attention with one-process attention (0: off)"),
     K(dump_weights, T_STR, 0, "", "write the final weights and last gradients to this file (tests' RLMDUMP1 format; empty: off)"),
 };
@@ -171,6 +172,11 @@ int config_validate(const Config* c) {
     if (c->seq_len % parts)
         FAIL("seq_len = %d is not divisible by %s%d (cp = %d, %s layout)", c->seq_len,
              parts == 2 * c->cp ? "2 * cp = " : "cp = ", parts, c->cp, c->cp_layout);
+    if (c->zero != 0 && c->zero != 1) FAIL("zero = %d must be 0 or 1", c->zero);
+    if (c->n_head % c->tp) FAIL("n_head = %d is not divisible by tp = %d (each TP rank owns whole heads)", c->n_head, c->tp);
+    if (c->n_kv_head % c->tp) FAIL("n_kv_head = %d is not divisible by tp = %d (each TP rank owns whole KV heads)", c->n_kv_head, c->tp);
+    if (c->d_ff % c->tp) FAIL("d_ff = %d is not divisible by tp = %d", c->d_ff, c->tp);
+    if (c->vocab_size < c->tp) FAIL("vocab_size = %d is smaller than tp = %d", c->vocab_size, c->tp);
     if (c->verify_attention < 0) FAIL("verify_attention = %d must be >= 0", c->verify_attention);
     if (c->grad_clip < 0) FAIL("grad_clip = %g must be >= 0 (0 turns clipping off)", c->grad_clip);
     return 0;

@@ -22,6 +22,7 @@ typedef struct {
     // ---- parallelism (how ranks split the work; never changes the model or the data order) ----
     int tp, cp;                     // tensor-parallel and context-parallel (ring) degrees; dp = world / (tp cp)
     char cp_layout[16];             // zigzag | contiguous
+    int zero;                       // 1: ZeRO-1, AdamW moments sharded over the dp x cp group
     int verify_attention;           // every N steps check ring attention against one process (0: off)
     char dump_weights[CFG_STR];     // at the end, write the final weights here (test dump format)
 } Config;

@@ -44,16 +44,20 @@ static size_t plan_activations(Model* m, float* base) {
     m->datt = carve(&cur, N * Hq); m->D = carve(&cur, N * m->nh);
     m->dg = carve(&cur, N * F); m->du = carve(&cur, N * F); m->dh = carve(&cur, N * F);
     m->logits = carve(&cur, (size_t)m->lm_chunk * m->Vl);
-    m->xlse = carve(&cur, m->lm_chunk); m->xtl = carve(&cur, m->lm_chunk); m->losses = carve(&cur, N);
+    m->xlse = carve(&cur, m->lm_chunk); m->xtl = carve(&cur, m->lm_chunk); m->xm = carve(&cur, m->lm_chunk);
+    m->losses = carve(&cur, N);
     m->rope = carve(&cur, (size_t)m->rope_npos * m->hd);
     m->tok = (int*)carve(&cur, N); m->tgt = (int*)carve(&cur, N); m->pos = (int*)carve(&cur, N);
     return (size_t)(cur - base);
 }
 
-void model_build(Model* m, const Config* cfg, int B, int T, int tp, int tp_rank, Ring* ring) {
+void model_build(Model* m, const Config* cfg, int B, int T, const Group* tp_g, Ring* ring) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->ring = ring;
+    m->tp_g = tp_g;
+    int tp = tp_g ? tp_g->size : 1, tp_rank = tp_g ? tp_g->rank : 0;
+    m->tp = tp; m->tp_rank = tp_rank;
     m->C = cfg->d_model; m->L = cfg->n_layer; m->hd = cfg->d_model / cfg->n_head;
     m->nh = cfg->n_head / tp; m->nkv = cfg->n_kv_head / tp; m->F = cfg->d_ff / tp;
     m->V = cfg->vocab_size;
@@ -61,6 +65,8 @@ void model_build(Model* m, const Config* cfg, int B, int T, int tp, int tp_rank,
     params_build(&m->pt, cfg, tp, tp_rank);
     m->Vl = (int)(m->pt.vocab_padded / tp);
     m->v0 = m->Vl * tp_rank;
+    m->nv = m->V - m->v0 < m->Vl ? m->V - m->v0 : m->Vl;
+    if (m->nv < 0) m->nv = 0;
     m->lm_chunk = m->N < 1024 ? (int)m->N : 1024;
     m->rope_npos = cfg->max_seq_len;
 
@@ -150,6 +156,11 @@ static void attention_backward(Model* m, LayerActs* a) {
 // ---------------------------------------------------------------------------------------------------
 // forward
 
+// sum partial results over the tensor-parallel group (row-parallel outputs, column-parallel input grads)
+static void tp_sum(Model* m, float* x, size_t n) {
+    if (m->tp > 1) comm_allreduce_sum(m->tp_g, x, n);
+}
+
 // y[N, out] = x[N, in] W^T with W [out, in]
 static void linear_forward(float* y, const float* x, const float* W, long N, int in, int out) {
     be_matmul(y, x, W, (int)N, out, in, 0, 1, 1.0f, 0.0f);
@@ -174,6 +185,7 @@ static void layer_forward(Model* m, int l, float* out) {
     be_rope_forward(a->k, m->pos, m->rope, N, m->nkv, m->hd);
     attention_forward(m, a);
     linear_forward(m->dtmp, a->att, w->wo, N, Hq, C);            // o = att Wo^T (row-parallel under TP)
+    tp_sum(m, m->dtmp, (size_t)N * C);
     be_copy(a->mid, a->res, N * C * sizeof(float));
     be_add(a->mid, m->dtmp, N * C);
     be_rmsnorm_forward(a->ln2, a->rstd2, a->mid, w->ln2, N, C, m->cfg.norm_eps);
@@ -181,12 +193,14 @@ static void layer_forward(Model* m, int l, float* out) {
     linear_forward(a->u, a->ln2, w->wu, N, C, F);
     be_swiglu_forward(a->h, a->g, a->u, (size_t)N * F);
     linear_forward(m->dtmp, a->h, w->wd, N, F, C);               // down (row-parallel under TP)
+    tp_sum(m, m->dtmp, (size_t)N * C);
     be_copy(out, a->mid, N * C * sizeof(float));
     be_add(out, m->dtmp, N * C);
 }
 
-// LM head + cross-entropy over row chunks (the [N, V] logits never exist at once). With grad_scale != 0
-// the head's backward runs right away: dW_head += dlogits^T lnf, dtmp = dlogits W_head (d of lnf).
+// LM head + cross-entropy over row chunks (the [N, V] logits never exist at once; under TP each rank
+// holds a vocabulary slice and the row LSE and target logit are combined over the TP group). With
+// grad_scale != 0 the head's backward runs right away: dW_head += dlogits^T lnf, dtmp = d(lnf).
 static double head_forward(Model* m, float grad_scale, float* logits_out) {
     int C = m->C, V = m->Vl;
     for (long r0 = 0; r0 < m->N; r0 += m->lm_chunk) {
@@ -194,21 +208,30 @@ static double head_forward(Model* m, float grad_scale, float* logits_out) {
         const float* x = m->lnf + r0 * C;
         const int* tgt = m->tgt + r0;
         linear_forward(m->logits, x, m->w.head, n, C, V);
-        if (logits_out) {   // only the real vocabulary columns (the arena holds padded rows under TP)
+        if (logits_out) {   // only the real vocabulary columns
             float* tmp = malloc((size_t)n * V * sizeof(float));
             be_download(tmp, m->logits, (size_t)n * V * sizeof(float));
             for (int i = 0; i < n; i++)
-                memcpy(logits_out + (r0 + i) * (size_t)m->V, tmp + (size_t)i * V, m->V * sizeof(float));
+                memcpy(logits_out + (r0 + i) * (size_t)m->V, tmp + (size_t)i * V, m->nv * sizeof(float));
             free(tmp);
         }
-        be_xent_lse(m->xlse, m->logits, n, V);
-        be_xent_target_logit(m->xtl, m->logits, tgt, n, V, m->v0);
+        be_xent_lse(m->xlse, m->logits, n, V, m->nv);
+        be_xent_target_logit(m->xtl, m->logits, tgt, n, V, m->nv, m->v0);
+        if (m->tp > 1) {   // lse = M + log sum_r exp(lse_r - M), M = max_r lse_r; the target logit lives on one rank
+            be_copy(m->xm, m->xlse, n * sizeof(float));
+            comm_allreduce_max(m->tp_g, m->xm, n);
+            be_exp_sub(m->xlse, m->xm, n);
+            comm_allreduce_sum(m->tp_g, m->xlse, n);
+            be_log_add(m->xlse, m->xlse, m->xm, n);
+            comm_allreduce_sum(m->tp_g, m->xtl, n);
+        }
         be_xent_loss(m->losses + r0, m->xlse, m->xtl, tgt, n);
         if (grad_scale != 0.0f) {
-            be_xent_backward(m->logits, m->xlse, tgt, n, V, m->v0, grad_scale);
+            be_xent_backward(m->logits, m->xlse, tgt, n, V, m->nv, m->v0, grad_scale);
             linear_backward(m->dtmp + r0 * C, m->dw.head, m->logits, x, m->w.head, n, C, V, 0.0f);
         }
     }
+    if (grad_scale != 0.0f) tp_sum(m, m->dtmp, (size_t)m->N * C);
     be_download(m->host_losses, m->losses, m->N * sizeof(float));
     double sum = 0;
     for (long i = 0; i < m->N; i++) sum += m->host_losses[i];
@@ -219,6 +242,7 @@ double model_forward(Model* m, float grad_scale, float* logits_out) {
     long N = m->N;
     int C = m->C;
     be_embedding_forward(m->acts[0].res, m->tok, m->w.wte, N, C, m->v0, m->Vl);
+    tp_sum(m, m->acts[0].res, (size_t)N * C);   // vocab-parallel: each token's row lives on one rank
     for (int l = 0; l < m->L; l++)
         layer_forward(m, l, l + 1 < m->L ? m->acts[l + 1].res : m->res_final);
     be_rmsnorm_forward(m->lnf, m->rstdf, m->res_final, m->w.lnf, N, C, m->cfg.norm_eps);
@@ -239,6 +263,7 @@ static void layer_backward(Model* m, int l) {
     be_swiglu_backward(m->dg, m->du, m->dh, a->g, a->u, (size_t)N * F);
     linear_backward(m->dtmp, dw->wg, m->dg, a->ln2, w->wg, N, C, F, 0.0f);
     linear_backward(m->dtmp, dw->wu, m->du, a->ln2, w->wu, N, C, F, 1.0f);
+    tp_sum(m, m->dtmp, (size_t)N * C);
     be_rmsnorm_backward(m->dres, dw->ln2, m->dtmp, a->mid, w->ln2, a->rstd2, N, C);
     // attention: mid = res + att Wo^T
     linear_backward(m->datt, dw->wo, m->dres, a->att, w->wo, N, Hq, C, 0.0f);
@@ -248,6 +273,7 @@ static void layer_backward(Model* m, int l) {
     linear_backward(m->dtmp, dw->wq, m->dq, a->ln1, w->wq, N, C, Hq, 0.0f);
     linear_backward(m->dtmp, dw->wk, m->dk, a->ln1, w->wk, N, C, Hk, 1.0f);
     linear_backward(m->dtmp, dw->wv, m->dv, a->ln1, w->wv, N, C, Hk, 1.0f);
+    tp_sum(m, m->dtmp, (size_t)N * C);
     be_rmsnorm_backward(m->dres, dw->ln1, m->dtmp, a->res, w->ln1, a->rstd1, N, C);
 }
 

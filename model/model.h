@@ -8,6 +8,7 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "attention/ring.h"
+#include "comm/comm.h"
 
 typedef struct {   // pointers into the parameter (or gradient) arena for one layer
     float *ln1, *wq, *wk, *wv, *wo, *ln2, *wg, *wu, *wd;
@@ -40,6 +41,9 @@ typedef struct {
     int C, L, nh, nkv, hd, F, V, Vl, v0;
     int B, T;                  // sequences per micro-batch, tokens per sequence on this rank
     Ring* ring;                // context parallelism: the ring this rank's sequences are split over (or NULL)
+    const Group* tp_g;         // tensor parallelism: the ranks that split every layer (NULL: none)
+    int tp, tp_rank;
+    int nv;                    // real (unpadded) vocabulary columns of this rank's slice
     long N;                    // B*T
     int lm_chunk;              // rows per LM-head chunk (bounds logits memory)
     ParamTable pt;
@@ -52,7 +56,7 @@ typedef struct {
     float *res_final, *lnf, *rstdf;      // [N, C], [N, C], [N]
     // scratch for backward (shared by all layers)
     float *dres, *dtmp, *dq, *dk, *dv, *datt, *D, *dg, *du, *dh;
-    float *logits, *xlse, *xtl, *losses; // [chunk, Vl], [chunk], [chunk], [N]
+    float *logits, *xlse, *xtl, *xm, *losses; // [chunk, Vl], [chunk] x 3, [N]
     float* rope;               // [rope_npos, hd] cos|sin table
     int rope_npos;
     int *tok, *tgt, *pos;      // [N] backend copies of the batch
@@ -61,8 +65,11 @@ typedef struct {
 
 // Build tables, arenas, the RoPE table and activations for micro-batches of B sequences of T tokens on
 // this rank (with a ring, T = seq_len / cp: this rank's share). Parameters are initialised from cfg->seed
-// (layout independent). tp = 1, tp_rank = 0 for one process; ring = NULL without context parallelism.
-void model_build(Model* m, const Config* cfg, int B, int T, int tp, int tp_rank, Ring* ring);
+// (layout independent). tp_g = NULL without tensor parallelism; ring = NULL without context parallelism.
+// Under TP (Megatron): q/k/v and gate/up are column-parallel (this rank's heads / F slice), o_proj and
+// down_proj row-parallel followed by an all-reduce over tp_g; embedding and LM head are vocab-parallel
+// with a vocab-parallel cross-entropy (the [tokens x vocab] logits never exist on one rank).
+void model_build(Model* m, const Config* cfg, int B, int T, const Group* tp_g, Ring* ring);
 void model_free(Model* m);
 
 // Set the batch: tokens, targets (-1 = ignored) and positions, each [B*T] host int32 (this rank's tokens).
@@ -72,7 +79,7 @@ void model_set_batch(Model* m, const int* tokens, const int* targets, const int*
 // Forward. Returns the SUM of the token losses of this micro-batch (host double).
 // grad_scale != 0: also runs the fused LM-head backward with dloss_i = grad_scale (so model_backward can
 // follow); grad_scale = 1 / (valid targets of the whole step) gives the gradient of the mean loss.
-// logits_out (host, [N, V], may be NULL): receives the logits.
+// logits_out (host, [N, V], may be NULL; one TP rank only): receives the logits.
 double model_forward(Model* m, float grad_scale, float* logits_out);
 // Backward after model_forward(grad_scale != 0): accumulates (+=) into the gradient arena.
 void model_backward(Model* m);

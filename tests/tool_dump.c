@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
 
     int B = c.micro_batch, T = c.seq_len, N = B * T;
     Model m;
-    model_build(&m, &c, B, T, 1, 0, NULL);
+    model_build(&m, &c, B, T, NULL, NULL);
     // a fixed batch: random tokens; sequence b starts at position 3b (positions are an explicit input);
     // one ignored target per sequence after the first
     int *tok = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int)), *pos = malloc(N * sizeof(int));
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
     rec("rope/inv_freq", 0, 1, &dh, invf); rec("rope/attention_factor", 0, 1, &one, &af);
 
     AdamW opt;
-    adamw_init(&opt, &m);
+    adamw_init(&opt, &m, NULL);
     float lr = lr_at(&c, 0);
     adamw_step(&opt, &m, lr, grad_global_norm(&m));
     rec("step/lr", 0, 1, &one, &lr);

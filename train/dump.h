@@ -9,5 +9,6 @@
 FILE* dump_open(const char* path);     // NULL on failure (errno set)
 void dump_record(FILE* f, const char* name, int dtype, int ndim, const int* dims, const void* data);
 // every tensor of the table from `arena` (a parameter-shaped backend arena) as PREFIX/<HF name>, with its
-// logical shape (one process: the whole tensor)
+// full logical shape: collective over the model's TP group (shards are gathered to TP rank 0); f is
+// written only where non-NULL (a TP rank 0)
 void dump_arena(FILE* f, const Model* m, const char* prefix, const float* arena);

@@ -2,14 +2,28 @@
 #include "train/optim.h"
 #include "model/backend.h"
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
-void adamw_init(AdamW* o, const Model* model) {
-    o->m = be_alloc(model->pt.total * sizeof(float));
-    o->v = be_alloc(model->pt.total * sizeof(float));
-    o->t = 0;
+void adamw_init(AdamW* o, const Model* model, const Group* zero_group) {
+    memset(o, 0, sizeof *o);
+    size_t total = model->pt.total;
+    o->zg = zero_group && zero_group->size > 1 ? zero_group : NULL;
+    o->lo = 0; o->hi = total;
+    if (o->zg) {
+        int n = o->zg->size;
+        o->counts = malloc(n * sizeof(int)); o->displs = malloc(n * sizeof(int));
+        for (int i = 0; i < n; i++) {
+            size_t a = total * i / n, b = total * (i + 1) / n;
+            o->displs[i] = (int)a; o->counts[i] = (int)(b - a);
+        }
+        o->lo = o->displs[o->zg->rank]; o->hi = o->lo + o->counts[o->zg->rank];
+    }
+    o->m = be_alloc((o->hi - o->lo) * sizeof(float));
+    o->v = be_alloc((o->hi - o->lo) * sizeof(float));
 }
 
-void adamw_free(AdamW* o) { be_free(o->m); be_free(o->v); }
+void adamw_free(AdamW* o) { be_free(o->m); be_free(o->v); free(o->counts); free(o->displs); }
 
 float lr_at(const Config* c, long long step) {
     if (step < c->warmup_steps) return c->lr * (float)(step + 1) / (float)c->warmup_steps;
@@ -21,12 +35,14 @@ float lr_at(const Config* c, long long step) {
 }
 
 double grad_global_norm(const Model* model) {
-    double s = 0;
+    double sharded = 0, replicated = 0;
     for (int i = 0; i < model->pt.n; i++) {
         const ParamSpec* p = &model->pt.p[i];
-        s += be_sumsq(model->grads + p->offset, p->numel);
+        double s = be_sumsq(model->grads + p->offset, p->numel);
+        if (p->split == SPLIT_REPLICATED) replicated += s; else sharded += s;
     }
-    return sqrt(s);
+    if (model->tp > 1) sharded = comm_sum_double(model->tp_g, sharded);
+    return sqrt(sharded + replicated);
 }
 
 void adamw_step(AdamW* o, Model* model, float lr, double gnorm) {
@@ -38,10 +54,12 @@ void adamw_step(AdamW* o, Model* model, float lr, double gnorm) {
         double coef = c->grad_clip / (gnorm + 1e-6);
         if (coef < 1.0) gscale = (float)coef;
     }
-    for (int i = 0; i < model->pt.n; i++) {
+    for (int i = 0; i < model->pt.n; i++) {   // each tensor's part inside the owned range
         const ParamSpec* p = &model->pt.p[i];
-        size_t off = p->offset;
-        be_adamw(model->params + off, model->grads + off, o->m + off, o->v + off, p->numel, lr,
+        size_t a = p->offset > o->lo ? p->offset : o->lo, b = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
+        if (a >= b) continue;
+        be_adamw(model->params + a, model->grads + a, o->m + (a - o->lo), o->v + (a - o->lo), b - a, lr,
                  c->beta1, c->beta2, c->adam_eps, p->decay ? c->weight_decay : 0.0f, bc1, bc2, gscale);
     }
+    if (o->zg) comm_allgatherv(o->zg, model->params, o->counts, o->displs);
 }

@@ -161,7 +161,6 @@ int main(int argc, char** argv) {
     Grid g;
     fail = grid_build(&g, c.tp, c.cp, msg, sizeof msg);
     grid_check(&world, fail, msg);
-    if (c.tp != 1) { snprintf(msg, sizeof msg, "train: tp = %d: tensor parallelism is not available yet; use tp = 1", c.tp); grid_check(&world, 1, msg); }
     int B = c.micro_batch, T = c.seq_len;
     int accum = c.batch_size / (c.micro_batch * g.dp);
     if (accum * c.micro_batch * g.dp != c.batch_size) {
@@ -208,9 +207,9 @@ int main(int argc, char** argv) {
     int Tl = T / g.cp;
     if (g.cp > 1) { ring_init(&ring, &g.cp_g, layout, T, B, c.n_kv_head / c.tp * (c.d_model / c.n_head)); R = &ring; }
     Model m;
-    model_build(&m, &c, B, Tl, g.tp, g.tp_rank, R);
+    model_build(&m, &c, B, Tl, g.tp > 1 ? &g.tp_g : NULL, R);
     AdamW opt;
-    adamw_init(&opt, &m);
+    adamw_init(&opt, &m, c.zero ? &g.dpcp_g : NULL);
 
     if (rank0) {
         printf("ringlm train | backend %s | %d rank%s x %d threads\n", be_name(), g.world, g.world > 1 ? "s" : "",
@@ -313,10 +312,12 @@ int main(int argc, char** argv) {
         printf("memory per rank: params+grads+AdamW %.1f MiB, activations %.1f MiB, ring buffers %.1f MiB, "
                "peak RSS %.1f MiB (max over ranks; min %.1f)\n", 4.0 * m.pt.total * sizeof(float) / 1048576.0,
                m.act_bytes / 1048576.0, R ? 4.0 * 2 * R->Tl * R->Hk * sizeof(float) / 1048576.0 : 0.0, rss_max, rss_min);
-    if (rank0 && c.dump_weights[0]) {
-        FILE* f = dump_open(c.dump_weights);
-        if (!f) fprintf(stderr, "train: cannot write dump_weights '%s': %s\n", c.dump_weights, strerror(errno));
-        else { dump_arena(f, &m, "param", m.params); dump_arena(f, &m, "grad", m.grads); fclose(f); }
+    if (c.dump_weights[0]) {   // collective over each TP group; world rank 0 writes
+        FILE* f = rank0 ? dump_open(c.dump_weights) : NULL;
+        if (rank0 && !f) fprintf(stderr, "train: cannot write dump_weights '%s': %s\n", c.dump_weights, strerror(errno));
+        dump_arena(f, &m, "param", m.params);
+        dump_arena(f, &m, "grad", m.grads);
+        if (f) fclose(f);
     }
     if (metrics) fclose(metrics);
     adamw_free(&opt);
