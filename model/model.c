@@ -59,12 +59,17 @@ void model_build(Model* m, const Config* cfg, int B, int T, const Group* tp_g, R
     int tp = tp_g ? tp_g->size : 1, tp_rank = tp_g ? tp_g->rank : 0;
     m->tp = tp; m->tp_rank = tp_rank;
     m->C = cfg->d_model; m->L = cfg->n_layer; m->hd = cfg->d_model / cfg->n_head;
-    m->nh = cfg->n_head / tp; m->nkv = cfg->n_kv_head / tp; m->F = cfg->d_ff / tp;
     m->V = cfg->vocab_size;
     m->B = B; m->T = T; m->N = (long)B * T;
     params_build(&m->pt, cfg, tp, tp_rank);
-    m->Vl = (int)(m->pt.vocab_padded / tp);
-    m->v0 = m->Vl * tp_rank;
+    // this rank's widths come from its shards in the parameter table (the only place sharding is decided)
+    const ParamSpec* q = params_find(&m->pt, "model.layers.0.self_attn.q_proj.weight");
+    const ParamSpec* k = params_find(&m->pt, "model.layers.0.self_attn.k_proj.weight");
+    const ParamSpec* gate = params_find(&m->pt, "model.layers.0.mlp.gate_proj.weight");
+    const ParamSpec* emb = params_find(&m->pt, "model.embed_tokens.weight");
+    m->nh = (int)(q->lshape[0] / m->hd); m->nkv = (int)(k->lshape[0] / m->hd); m->F = (int)gate->lshape[0];
+    m->Vl = (int)emb->lshape[0];
+    m->v0 = (int)emb->row0;
     m->nv = m->V - m->v0 < m->Vl ? m->V - m->v0 : m->Vl;
     if (m->nv < 0) m->nv = 0;
     m->lm_chunk = m->N < 1024 ? (int)m->N : 1024;

@@ -308,10 +308,13 @@ int main(int argc, char** argv) {
     getrusage(RUSAGE_SELF, &ru);
     double rss = ru.ru_maxrss / 1024.0, rss_max = comm_max_double(&world, rss);
     double rss_min = -comm_max_double(&world, -rss);
+    double mib = 1.0 / 1048576.0, pbytes = (double)m.pt.total * sizeof(float);
+    double obytes = comm_max_double(&world, 2.0 * (opt.hi - opt.lo) * sizeof(float));
+    double pmax = comm_max_double(&world, pbytes);
     if (rank0)
-        printf("memory per rank: params+grads+AdamW %.1f MiB, activations %.1f MiB, ring buffers %.1f MiB, "
-               "peak RSS %.1f MiB (max over ranks; min %.1f)\n", 4.0 * m.pt.total * sizeof(float) / 1048576.0,
-               m.act_bytes / 1048576.0, R ? 4.0 * 2 * R->Tl * R->Hk * sizeof(float) / 1048576.0 : 0.0, rss_max, rss_min);
+        printf("memory per rank: params %.2f MiB, grads %.2f MiB, AdamW moments %.2f MiB, activations %.1f MiB, "
+               "ring buffers %.1f MiB, peak RSS %.1f MiB (max over ranks; min %.1f)\n", pmax * mib, pmax * mib,
+               obytes * mib, m.act_bytes * mib, R ? 4.0 * 2 * R->Tl * R->Hk * sizeof(float) * mib : 0.0, rss_max, rss_min);
     if (c.dump_weights[0]) {   // collective over each TP group; world rank 0 writes
         FILE* f = rank0 ? dump_open(c.dump_weights) : NULL;
         if (rank0 && !f) fprintf(stderr, "train: cannot write dump_weights '%s': %s\n", c.dump_weights, strerror(errno));
