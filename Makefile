@@ -2,12 +2,14 @@
 CC        := mpicc
 BLAS_INC  := /usr/include/x86_64-linux-gnu/openblas-openmp
 BLAS_LIB  := /usr/lib/x86_64-linux-gnu/openblas-openmp
+H5_INC    := /usr/include/hdf5/openmpi
+H5_LIB    := /usr/lib/x86_64-linux-gnu/hdf5/openmpi
 OPT       ?= -O3 -march=native
-CFLAGS    := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -I. -I$(BLAS_INC)
-LDLIBS    := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -fopenmp -lm
+CFLAGS    := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -I. -I$(BLAS_INC) -I$(H5_INC)
+LDLIBS    := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -L$(H5_LIB) -Wl,-rpath,$(H5_LIB) -lhdf5 -fopenmp -lm
 
 # library sources shared by every program (programs' main files are listed separately)
-LIB_SRC   := $(wildcard model/*.c attention/*.c comm/*.c data/shards.c train/optim.c train/verify.c train/dump.c)
+LIB_SRC   := $(wildcard model/*.c attention/*.c comm/*.c checkpoint/*.c data/shards.c train/optim.c train/verify.c train/dump.c)
 LIB_OBJ   := $(LIB_SRC:%.c=build/obj/%.o)
 TEST_SRC  := $(wildcard tests/test_*.c tests/mpi_*.c tests/tool_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=build/tests/%)

@@ -56,6 +56,9 @@ static const Key KEYS[] = {
     K(cp_layout, T_STR, 0, "zigzag", "ring layout: zigzag (balanced causal work) | contiguous"),
     K(zero, T_INT, 0, "0", "ZeRO stage: 0 off, 1 shards the AdamW moments over the dp x cp ranks"),
     K(verify_attention, T_INT, 0, "0", "every N steps compare ring attention with one-process attention (0: off)"),
+    K(ckpt_every, T_INT, 0, "0", "save a checkpoint every N steps (0: only the final one); OUT_DIR/ckpt_STEP.h5"),
+    K(keep_last, T_INT, 0, "3", "keep the newest K checkpoints (0: keep all)"),
+    K(resume, T_STR, 0, "", "resume from a checkpoint file, a directory (its latest) or 'latest' (out_dir's)"),
     K(dump_weights, T_STR, 0, "", "write the final weights and last gradients to this file (tests' RLMDUMP1 format; empty: off)"),
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
@@ -172,6 +175,7 @@ int config_validate(const Config* c) {
     if (c->seq_len % parts)
         FAIL("seq_len = %d is not divisible by %s%d (cp = %d, %s layout)", c->seq_len,
              parts == 2 * c->cp ? "2 * cp = " : "cp = ", parts, c->cp, c->cp_layout);
+    if (c->ckpt_every < 0 || c->keep_last < 0) FAIL("ckpt_every and keep_last must be >= 0");
     if (c->zero != 0 && c->zero != 1) FAIL("zero = %d must be 0 or 1", c->zero);
     if (c->n_head % c->tp) FAIL("n_head = %d is not divisible by tp = %d (each TP rank owns whole heads)", c->n_head, c->tp);
     if (c->n_kv_head % c->tp) FAIL("n_kv_head = %d is not divisible by tp = %d (each TP rank owns whole KV heads)", c->n_kv_head, c->tp);

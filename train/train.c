@@ -11,6 +11,7 @@
 #include "train/optim.h"
 #include "train/verify.h"
 #include "train/dump.h"
+#include "checkpoint/ckpt.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -186,11 +187,12 @@ int main(int argc, char** argv) {
         struct stat st;
         fail = make_dirs(c.out_dir);
         snprintf(path, sizeof path, "%s/metrics.jsonl", c.out_dir);
-        if (!fail && !force && stat(path, &st) == 0) {
+        int resuming = c.resume[0] != 0;
+        if (!fail && !force && !resuming && stat(path, &st) == 0) {
             snprintf(msg, sizeof msg, "train: '%s' exists from an earlier run; choose another out_dir or pass --force", path);
             fail = 1;
         }
-        if (!fail && !(metrics = fopen(path, "w"))) {
+        if (!fail && !(metrics = fopen(path, resuming ? "a" : "w"))) {
             snprintf(msg, sizeof msg, "train: cannot write '%s': %s", path, strerror(errno));
             fail = 1;
         }
@@ -210,6 +212,21 @@ int main(int argc, char** argv) {
     model_build(&m, &c, B, Tl, g.tp > 1 ? &g.tp_g : NULL, R);
     AdamW opt;
     adamw_init(&opt, &m, c.zero ? &g.dpcp_g : NULL);
+    TrainState ts = {0};
+    ckpt_init();
+    if (c.resume[0]) {
+        char cpath[CFG_STR + 600], notes[4096];
+        fail = ckpt_resolve(c.resume, c.out_dir, cpath, sizeof cpath, msg, sizeof msg);
+        grid_check(&world, fail, msg);
+        double t0 = now_s();
+        fail = ckpt_load(cpath, &m, &opt, &g, &ts, msg, sizeof msg, notes, sizeof notes);
+        grid_check(&world, fail, msg);
+        if (rank0) {
+            printf("resumed from %s: step %lld, data cursor %lld, %lld tokens seen (%.2f s)\n", cpath, ts.step,
+                   ts.cursor, ts.tokens_seen, now_s() - t0);
+            if (notes[0]) printf("note: %s\n", notes);
+        }
+    }
 
     if (rank0) {
         printf("ringlm train | backend %s | %d rank%s x %d threads\n", be_name(), g.world, g.world > 1 ? "s" : "",
@@ -228,9 +245,10 @@ int main(int argc, char** argv) {
     bt.pos = malloc((size_t)B * Tl * sizeof(int)); bt.lpos = malloc((size_t)Tl * sizeof(int));
     ring_positions(layout, g.cp, g.cp_rank, T, bt.lpos);
     double flops_tok = model_flops_per_token(&c, T);
-    long long cursor = 0;       // global data cursor: index of the next training sequence
+    long long cursor = ts.cursor;   // global data cursor: index of the next training sequence
     double t_total = 0, last_loss = NAN, busy_max_sum = 0, busy_mean_sum = 0, hidden_sum = 0;
-    for (int step = 0; step < c.max_steps; step++) {
+    int step0 = (int)ts.step, saved_at = c.resume[0] ? step0 : -1;
+    for (int step = step0; step < c.max_steps; step++) {
         double t0 = now_s();
         RingStats before = R ? R->st : (RingStats){0};
         fail = fetch_windows(&train, cursor, c.batch_size, T, bt.win);
@@ -275,6 +293,14 @@ int main(int argc, char** argv) {
             vloss = validate(&m, &val, &c, &g, &bt);
         VerifyResult vr = {0};
         if (R && c.verify_attention && (step + 1) % c.verify_attention == 0) vr = verify_ring_attention(&m, &g, step + 1);
+        if (c.ckpt_every && (step + 1) % c.ckpt_every == 0) {
+            ts.step = step + 1; ts.cursor = cursor; ts.tokens_seen = cursor * (long long)T;
+            double t1 = now_s();
+            fail = ckpt_save(c.out_dir, c.keep_last, &m, &opt, &g, &ts, msg, sizeof msg);
+            grid_check(&world, fail, msg);
+            saved_at = step + 1;
+            if (rank0) { printf("saved checkpoint %s/ckpt_%08d.h5 (%.2f s)\n", c.out_dir, step + 1, now_s() - t1); fflush(stdout); }
+        }
         if (!rank0) continue;
         if ((step + 1) % c.log_every == 0 || last || !isnan(vloss)) {
             printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.2f GFLOP/s | %.1f ms",
@@ -295,13 +321,21 @@ int main(int argc, char** argv) {
         fprintf(metrics, "}\n");
         fflush(metrics);
     }
-    if (rank0 && c.max_steps > 0) {
+    if (saved_at != c.max_steps && c.max_steps >= step0) {   // the final checkpoint (max_steps 0: the fresh model)
+        int end = c.max_steps > step0 ? c.max_steps : step0;
+        ts.step = end; ts.cursor = cursor; ts.tokens_seen = cursor * (long long)T;
+        double t1 = now_s();
+        fail = ckpt_save(c.out_dir, c.keep_last, &m, &opt, &g, &ts, msg, sizeof msg);
+        grid_check(&world, fail, msg);
+        if (rank0) printf("saved checkpoint %s/ckpt_%08d.h5 (%.2f s)\n", c.out_dir, end, now_s() - t1);
+    }
+    if (rank0 && c.max_steps > step0) {
         printf("done: %d steps, final loss %.6f, mean %.0f tok/s, outputs in %s/\n", c.max_steps, last_loss,
-               (double)c.max_steps * c.batch_size * T / t_total, c.out_dir);
+               (double)(c.max_steps - step0) * c.batch_size * T / t_total, c.out_dir);
         if (R)
             printf("ring (cp %d, %s): attention busy max/mean %.3f (load imbalance), communication hidden %.1f%% "
                    "(one hop %.3f ms un-overlapped)\n", g.cp, c.cp_layout, busy_max_sum / busy_mean_sum,
-                   100 * hidden_sum / c.max_steps, R->st.xfer_s * 1e3);
+                   100 * hidden_sum / (c.max_steps - step0), R->st.xfer_s * 1e3);
     }
     // memory of each rank: planned arenas and the measured peak resident set
     struct rusage ru;

@@ -1,0 +1,408 @@
+// ckpt.c — saving and loading checkpoints (see ckpt.h and checkpoint/FORMAT.md).
+#include "checkpoint/ckpt.h"
+#include "checkpoint/h5util.h"
+#include "model/backend.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { KIND_MODEL = 0, KIND_M = 1, KIND_V = 2 };
+static const char* GROUP[3] = { "/model", "/optimizer/m", "/optimizer/v" };
+
+void ckpt_init(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+#define ERR(...) do { snprintf(err, errlen, __VA_ARGS__); } while (0)
+
+// ---- who holds what --------------------------------------------------------------------------------
+// need_range: the part [a, b) (row-major elements of this rank's shard of tensor p) this rank holds in
+// memory: the whole shard for parameters; for AdamW moments the ZeRO-1 owned arena range, else all.
+static void need_range(int kind, const ParamSpec* p, const AdamW* o, long long* a, long long* b) {
+    *a = 0; *b = (long long)p->numel;
+    if (kind == KIND_MODEL || !o->zg) return;
+    size_t lo = p->offset > o->lo ? p->offset : o->lo;
+    size_t hi = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
+    if (lo >= hi) { *b = 0; return; }
+    *a = (long long)(lo - p->offset); *b = (long long)(hi - p->offset);
+}
+// counts: whether this rank's needed part is the one written to the file and counted in the checksum —
+// every element of a logical tensor has exactly one such rank. Replicated over TP: TP rank 0; replicated
+// over dp x cp: the (cp 0, dp 0) rank, except ZeRO-sharded moments, whose owned ranges partition the shard.
+static int counts(int kind, const ParamSpec* p, const AdamW* o, const Grid* g) {
+    if (p->split == SPLIT_REPLICATED && g->tp_rank != 0) return 0;
+    if (kind != KIND_MODEL && o->zg) return 1;
+    return g->cp_rank == 0 && g->dp_rank == 0;
+}
+// offset of shard element a of tensor p in this rank's host buffer of `kind`
+static size_t buf_index(int kind, const ParamSpec* p, const AdamW* o, long long a) {
+    return p->offset + (size_t)a - (kind == KIND_MODEL ? 0 : o->lo);
+}
+
+// checksum terms of shard elements [a, b) with stored bit patterns (fp32 bits, or bf16 in the low 16)
+static uint64_t xsum_range(const ParamSpec* p, long long a, long long b, const uint32_t* bits) {
+    long lc = p->lshape[1];
+    long valid_rows = p->shape[0] - p->row0 < p->lshape[0] ? p->shape[0] - p->row0 : p->lshape[0];
+    if (b > (long long)valid_rows * lc) b = (long long)valid_rows * lc;
+    uint64_t s = 0;
+    for (long long j = a; j < b; j++) {
+        uint64_t idx = (uint64_t)(p->row0 + j / lc) * p->shape[1] + p->col0 + j % lc;
+        s += h5_xsum_term(idx, bits[j - a]);
+    }
+    return s;
+}
+
+static hid_t logical_space(const ParamSpec* p) {
+    hsize_t dims[2] = { (hsize_t)p->shape[0], (hsize_t)p->shape[1] };
+    return H5Screate_simple(p->ndim, dims, NULL);
+}
+
+static long long select_part(hid_t fs, const ParamSpec* p, long long a, long long b) {
+    return h5_select_shard_range(fs, p->shape[0], p->shape[1], p->row0, p->col0, p->lshape[0], p->lshape[1], a, b);
+}
+
+static hid_t mem_space(long long n) {
+    hsize_t d = n > 0 ? (hsize_t)n : 1;
+    hid_t ms = H5Screate_simple(1, &d, NULL);
+    if (n <= 0) H5Sselect_none(ms);
+    return ms;
+}
+
+static int any(const Grid* g, int flag) {
+    MPI_Allreduce(MPI_IN_PLACE, &flag, 1, MPI_INT, MPI_MAX, g->world_g.comm);
+    return flag;
+}
+
+// ---- saving ------------------------------------------------------------------------------------------
+
+typedef struct { hid_t g; const Config* c; } KeyCtx;
+static void write_key(const char* key, int is_model, void* vctx) {
+    (void)is_model;
+    KeyCtx* ctx = vctx;
+    char buf[CFG_STR + 32];
+    config_get(ctx->c, key, buf, sizeof buf);
+    h5_attr_write_str(ctx->g, key, buf);
+}
+static void write_config(hid_t f, const Config* c) {
+    KeyCtx ctx = { H5Gcreate2(f, "/config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), c };
+    config_each_key(write_key, &ctx);
+    H5Gclose(ctx.g);
+}
+
+static int fsync_path(const char* path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+static int cmp_str(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+
+// rank 0: publish tmp as final, point `latest` at it, drop old checkpoints
+static int publish(const char* out_dir, const char* tmp, const char* final, const char* name, int keep_last,
+                   char* err, size_t errlen) {
+    if (fsync_path(tmp)) { ERR("checkpoint: cannot fsync '%s': %s", tmp, strerror(errno)); return 1; }
+    if (rename(tmp, final)) { ERR("checkpoint: cannot rename '%s' to '%s': %s", tmp, final, strerror(errno)); return 1; }
+    fsync_path(out_dir);
+    char lt[CFG_STR + 32], lf[CFG_STR + 32];
+    snprintf(lt, sizeof lt, "%s/latest.tmp", out_dir);
+    snprintf(lf, sizeof lf, "%s/latest", out_dir);
+    FILE* f = fopen(lt, "w");
+    if (!f || fprintf(f, "%s\n", name) < 0 || fflush(f) || fsync(fileno(f))) {
+        ERR("checkpoint: cannot write '%s': %s", lt, strerror(errno));
+        if (f) fclose(f);
+        return 1;
+    }
+    fclose(f);
+    if (rename(lt, lf)) { ERR("checkpoint: cannot rename '%s': %s", lt, strerror(errno)); return 1; }
+    fsync_path(out_dir);
+    if (keep_last <= 0) return 0;
+    DIR* d = opendir(out_dir);                 // old checkpoints go only after the new one is complete
+    if (!d) return 0;
+    char* names[4096]; int n = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) && n < 4096) {
+        size_t l = strlen(e->d_name);
+        if (!strncmp(e->d_name, "ckpt_", 5) && l > 3 && !strcmp(e->d_name + l - 3, ".h5")) names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof(char*), cmp_str);
+    for (int i = 0; i < n; i++) {
+        if (i < n - keep_last && strcmp(names[i], name)) {
+            char p[CFG_STR + 300];
+            snprintf(p, sizeof p, "%s/%s", out_dir, names[i]);
+            unlink(p);
+        }
+        free(names[i]);
+    }
+    return 0;
+}
+
+int ckpt_save(const char* out_dir, int keep_last, const Model* m, const AdamW* o, const Grid* g,
+              const TrainState* st, char* err, size_t errlen) {
+    char name[64], tmp[CFG_STR + 160], final[CFG_STR + 80];
+    snprintf(name, sizeof name, "ckpt_%08lld.h5", st->step);
+    snprintf(final, sizeof final, "%s/%s", out_dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", final);
+    if (g->rank == 0) unlink(tmp);             // a stale one from a killed save
+    MPI_Barrier(g->world_g.comm);
+    const ParamTable* t = &m->pt;
+    size_t own = o->hi - o->lo;
+    float* host[3];
+    host[0] = malloc(t->total * sizeof(float));
+    host[1] = malloc((own ? own : 1) * sizeof(float));
+    host[2] = malloc((own ? own : 1) * sizeof(float));
+    be_download(host[0], m->params, t->total * sizeof(float));
+    be_download(host[1], o->m, own * sizeof(float));
+    be_download(host[2], o->v, own * sizeof(float));
+
+    hid_t fapl = h5_fapl(g->world_g.comm);
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+    if (any(g, f < 0)) {
+        ERR("checkpoint: cannot create '%s' (is out_dir writable and on a file system every rank sees?)", tmp);
+        if (f >= 0) H5Fclose(f);
+        for (int k = 0; k < 3; k++) free(host[k]);
+        return 1;
+    }
+    const Config* c = &m->cfg;
+    char* cfgtext = NULL; size_t cfglen = 0;
+    FILE* mem = open_memstream(&cfgtext, &cfglen);
+    config_write(c, mem); fclose(mem);
+    int bad = 0;
+    bad |= h5_attr_write_str(f, "format", CKPT_FORMAT);
+    bad |= h5_attr_write_i64(f, "format_version", CKPT_VERSION);
+    bad |= h5_attr_write_i64(f, "step", st->step);
+    bad |= h5_attr_write_i64(f, "tokens_seen", st->tokens_seen);
+    bad |= h5_attr_write_i64(f, "data_cursor", st->cursor);
+    bad |= h5_attr_write_i64(f, "adam_t", o->t);
+    bad |= h5_attr_write_i64(f, "seed", c->seed);
+    bad |= h5_attr_write_str(f, "rng", "counter-based: initial weights and data order are pure functions of seed");
+    bad |= h5_attr_write_i64(f, "saved_tp", g->tp);
+    bad |= h5_attr_write_i64(f, "saved_cp", g->cp);
+    bad |= h5_attr_write_i64(f, "saved_dp", g->dp);
+    bad |= h5_attr_write_i64(f, "saved_zero", o->zg != NULL);
+    bad |= h5_attr_write_str(f, "config", cfgtext);
+    free(cfgtext);
+    write_config(f, c);
+    hid_t g1 = H5Gcreate2(f, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g2 = H5Gcreate2(f, "/optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g3 = H5Gcreate2(f, "/optimizer/m", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g4 = H5Gcreate2(f, "/optimizer/v", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Gclose(g1); H5Gclose(g2); H5Gclose(g3); H5Gclose(g4);
+
+    int nd = 3 * t->n;
+    hid_t* ds = malloc(nd * sizeof(hid_t));
+    uint64_t* sums = calloc(nd, sizeof(uint64_t));
+    hid_t dx = h5_dxpl(1);
+    const char* slow = getenv("RINGLM_TEST_CKPT_SLOW_MS");   // test hook: widen the window for kill -9
+    for (int kind = 0; kind < 3; kind++)
+        for (int i = 0; i < t->n; i++) {
+            const ParamSpec* p = &t->p[i];
+            char path[256];
+            snprintf(path, sizeof path, "%s/%s", GROUP[kind], p->name);
+            hid_t fs = logical_space(p);
+            hid_t d = H5Dcreate2(f, path, H5T_IEEE_F32LE, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            long long a, b;
+            need_range(kind, p, o, &a, &b);
+            if (!counts(kind, p, o, g)) b = a;                  // written by another rank
+            long long n = select_part(fs, p, a, b);
+            const float* src = host[kind] + buf_index(kind, p, o, a);
+            hid_t ms = mem_space(n);
+            if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dx, src) < 0) bad = 1;
+            if (n > 0) sums[kind * t->n + i] = xsum_range(p, a, b, (const uint32_t*)src);
+            H5Sclose(ms); H5Sclose(fs);
+            ds[kind * t->n + i] = d;
+            if (slow) { struct timespec ts = { 0, atoi(slow) * 1000000L }; nanosleep(&ts, NULL); }
+        }
+    H5Pclose(dx);
+    MPI_Allreduce(MPI_IN_PLACE, sums, nd, MPI_UINT64_T, MPI_SUM, g->world_g.comm);
+    for (int i = 0; i < nd; i++) {
+        if (ds[i] >= 0) { bad |= h5_attr_write_u64(ds[i], "checksum", sums[i]); H5Dclose(ds[i]); }
+    }
+    if (H5Fclose(f) < 0) bad = 1;
+    free(ds); free(sums);
+    for (int k = 0; k < 3; k++) free(host[k]);
+    if (any(g, bad)) { ERR("checkpoint: writing '%s' failed (disk full?); the previous checkpoint is untouched", tmp); return 1; }
+    int rc = 0;
+    if (g->rank == 0) rc = publish(out_dir, tmp, final, name, keep_last, err, errlen);
+    MPI_Bcast(&rc, 1, MPI_INT, 0, g->world_g.comm);
+    if (rc) MPI_Bcast(err, (int)errlen, MPI_CHAR, 0, g->world_g.comm);
+    return rc;
+}
+
+// ---- loading -----------------------------------------------------------------------------------------
+
+int ckpt_resolve(const char* spec, const char* out_dir, char* path, size_t n, char* err, size_t errlen) {
+    char dir[CFG_STR + 16];
+    struct stat st;
+    if (!strcmp(spec, "latest")) snprintf(dir, sizeof dir, "%s", out_dir);
+    else if (stat(spec, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(dir, sizeof dir, "%s", spec);
+    else {
+        if (stat(spec, &st)) { ERR("checkpoint: '%s' does not exist", spec); return 1; }
+        snprintf(path, n, "%s", spec);
+        return 0;
+    }
+    char lf[CFG_STR + 32], name[512] = "";
+    snprintf(lf, sizeof lf, "%s/latest", dir);
+    FILE* f = fopen(lf, "r");
+    if (!f) { ERR("checkpoint: '%s' has no 'latest' pointer (no completed checkpoint there)", dir); return 1; }
+    if (!fgets(name, sizeof name, f)) name[0] = 0;
+    fclose(f);
+    name[strcspn(name, "\r\n")] = 0;
+    if (!name[0] || strchr(name, '/')) { ERR("checkpoint: '%s' is empty or malformed", lf); return 1; }
+    snprintf(path, n, "%s/%s", dir, name);
+    if (stat(path, &st)) { ERR("checkpoint: '%s' points at '%s', which does not exist", lf, path); return 1; }
+    return 0;
+}
+
+struct Cmp { hid_t grp; const Config* c; char* diff_model; char* diff_train; int missing; char* missing_key; };
+// keys that say how this run is launched, not what it trains: never reported as changed
+static const char* OPERATIONAL[] = { "resume", "out_dir", "dump_weights", "tp", "cp", "cp_layout", "zero",
+                                     "log_every", "verify_attention", "ckpt_every", "keep_last", NULL };
+static void compare_key(const char* key, int is_model, void* vctx) {
+    struct Cmp* x = vctx;
+    for (int i = 0; OPERATIONAL[i]; i++) if (!strcmp(key, OPERATIONAL[i])) return;
+    char want[CFG_STR + 32], have[CFG_STR + 32];
+    config_get(x->c, key, want, sizeof want);
+    if (h5_attr_read_str(x->grp, key, have, sizeof have)) {
+        if (is_model && !x->missing) { x->missing = 1; snprintf(x->missing_key, 128, "%s", key); }
+        return;
+    }
+    if (!strcmp(want, have)) return;
+    char* out = is_model ? x->diff_model : x->diff_train;
+    size_t l = strlen(out);
+    if (l < 1500) snprintf(out + l, 2048 - l, "%s%s (checkpoint %s, run %s)", l ? ", " : "", key, have, want);
+}
+
+int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* st, char* err, size_t errlen,
+              char* notes, size_t noteslen) {
+    if (notes) notes[0] = 0;
+    hid_t fapl = h5_fapl(g->world_g.comm);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    if (any(g, f < 0)) {
+        ERR("checkpoint: '%s' cannot be opened as HDF5 (truncated, corrupt or not a checkpoint)", path);
+        if (f >= 0) H5Fclose(f);
+        return 1;
+    }
+    char fmt[64] = "";
+    long long ver = -1;
+    if (h5_attr_read_str(f, "format", fmt, sizeof fmt) || strcmp(fmt, CKPT_FORMAT)) {
+        ERR("checkpoint: '%s' is not a ringlm checkpoint (attribute 'format' is '%s')", path, fmt);
+        H5Fclose(f); return 1;
+    }
+    if (h5_attr_read_i64(f, "format_version", &ver) || ver != CKPT_VERSION) {
+        ERR("checkpoint: '%s' has format_version %lld; this build reads version %d", path, ver, CKPT_VERSION);
+        H5Fclose(f); return 1;
+    }
+    long long step, cursor, tokens, adam_t;
+    const char* miss = NULL;
+    if (h5_attr_read_i64(f, "step", &step)) miss = "step";
+    else if (h5_attr_read_i64(f, "data_cursor", &cursor)) miss = "data_cursor";
+    else if (h5_attr_read_i64(f, "tokens_seen", &tokens)) miss = "tokens_seen";
+    else if (h5_attr_read_i64(f, "adam_t", &adam_t)) miss = "adam_t";
+    if (miss) { ERR("checkpoint: '%s' lacks the attribute '%s'", path, miss); H5Fclose(f); return 1; }
+    if (!h5_exists(f, "/config")) { ERR("checkpoint: '%s' lacks the group /config", path); H5Fclose(f); return 1; }
+    char dm[2048] = "", dt[2048] = "", mk[128] = "";
+    hid_t cg = H5Gopen2(f, "/config", H5P_DEFAULT);
+    struct Cmp x = { cg, &m->cfg, dm, dt, 0, mk };
+    config_each_key(compare_key, &x);
+    H5Gclose(cg);
+    if (x.missing) { ERR("checkpoint: '%s' lacks the model config key /config:%s", path, mk); H5Fclose(f); return 1; }
+    if (dm[0]) { ERR("checkpoint: '%s' was saved for another model: %s", path, dm); H5Fclose(f); return 1; }
+
+    const ParamTable* t = &m->pt;
+    size_t own = o->hi - o->lo;
+    float* buf[3];
+    buf[0] = calloc(t->total, sizeof(float));
+    buf[1] = calloc(own ? own : 1, sizeof(float));
+    buf[2] = calloc(own ? own : 1, sizeof(float));
+    int have_opt = h5_exists(f, "/optimizer/m") && h5_exists(f, "/optimizer/v");
+    int nd = 3 * t->n, rc = 0;
+    uint64_t* sums = calloc(nd, sizeof(uint64_t));
+    uint64_t* want = calloc(nd, sizeof(uint64_t));
+    hid_t dx = h5_dxpl(1);
+    for (int kind = 0; kind < (have_opt ? 3 : 1) && !rc; kind++)
+        for (int i = 0; i < t->n && !rc; i++) {
+            const ParamSpec* p = &t->p[i];
+            char dpath[256];
+            snprintf(dpath, sizeof dpath, "%s/%s", GROUP[kind], p->name);
+            if (!h5_exists(f, dpath)) { ERR("checkpoint: '%s' lacks the dataset %s", path, dpath); rc = 1; break; }
+            hid_t d = H5Dopen2(f, dpath, H5P_DEFAULT);
+            hid_t fs = H5Dget_space(d);
+            hsize_t dims[2] = { 0, 1 };
+            int nd_file = H5Sget_simple_extent_ndims(fs);
+            H5Sget_simple_extent_dims(fs, dims, NULL);
+            if (nd_file != p->ndim || dims[0] != (hsize_t)p->shape[0] || (p->ndim == 2 && dims[1] != (hsize_t)p->shape[1])) {
+                ERR("checkpoint: '%s': %s has shape [%llu%s%llu], the model needs [%ld%s%ld]", path, dpath,
+                    (unsigned long long)dims[0], nd_file == 2 ? ", " : "", nd_file == 2 ? (unsigned long long)dims[1] : 0ULL,
+                    p->shape[0], p->ndim == 2 ? ", " : "", p->ndim == 2 ? p->shape[1] : 0L);
+                H5Sclose(fs); H5Dclose(d); rc = 1; break;
+            }
+            hid_t ft = H5Dget_type(d);
+            int bf16 = H5Tget_size(ft) == 2;
+            H5Tclose(ft);
+            if (h5_attr_read_u64(d, "checksum", &want[kind * t->n + i])) {
+                ERR("checkpoint: '%s': %s has no checksum attribute", path, dpath);
+                H5Sclose(fs); H5Dclose(d); rc = 1; break;
+            }
+            // what this rank needs: its whole shard of the parameters; its owned range of the moments
+            long long a, b;
+            need_range(kind, p, o, &a, &b);
+            long long n = select_part(fs, p, a, b);
+            float* dst = buf[kind] + buf_index(kind, p, o, a);
+            hid_t ms = mem_space(n);
+            int bad;
+            uint32_t* bits = malloc((n > 0 ? n : 1) * sizeof(uint32_t));
+            if (bf16) {
+                uint16_t* raw = malloc((n > 0 ? n : 1) * sizeof(uint16_t));
+                bad = H5Dread(d, H5T_NATIVE_UINT16, ms, fs, dx, raw) < 0;
+                for (long long j = 0; j < n; j++) { dst[j] = h5_bf16_to_f32(raw[j]); bits[j] = raw[j]; }
+                free(raw);
+            } else {
+                bad = H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dx, dst) < 0;
+                memcpy(bits, dst, (n > 0 ? n : 0) * sizeof(float));
+            }
+            if (!bad && n > 0 && counts(kind, p, o, g)) sums[kind * t->n + i] = xsum_range(p, a, b, bits);
+            free(bits);
+            H5Sclose(ms); H5Sclose(fs); H5Dclose(d);
+            if (any(g, bad)) { ERR("checkpoint: '%s': reading %s failed (truncated file?)", path, dpath); rc = 1; }
+        }
+    H5Pclose(dx);
+    rc = any(g, rc);
+    if (!rc) {
+        MPI_Allreduce(MPI_IN_PLACE, sums, nd, MPI_UINT64_T, MPI_SUM, g->world_g.comm);
+        for (int kind = 0; kind < (have_opt ? 3 : 1) && !rc; kind++)
+            for (int i = 0; i < t->n; i++)
+                if (sums[kind * t->n + i] != want[kind * t->n + i]) {
+                    ERR("checkpoint: '%s': checksum mismatch in %s/%s (the file is corrupt)", path, GROUP[kind], t->p[i].name);
+                    rc = 1; break;
+                }
+    }
+    if (!rc) {   // everything read and verified: only now does the run's state change
+        be_upload(m->params, buf[0], t->total * sizeof(float));
+        if (have_opt) { be_upload(o->m, buf[1], own * sizeof(float)); be_upload(o->v, buf[2], own * sizeof(float)); }
+        else { be_zero(o->m, own * sizeof(float)); be_zero(o->v, own * sizeof(float)); }
+        o->t = have_opt ? adam_t : 0;
+        st->step = step; st->cursor = cursor; st->tokens_seen = tokens;
+        if (notes) {
+            long long stp = 0, scp = 0, sdp = 0, sz = 0;
+            h5_attr_read_i64(f, "saved_tp", &stp); h5_attr_read_i64(f, "saved_cp", &scp);
+            h5_attr_read_i64(f, "saved_dp", &sdp); h5_attr_read_i64(f, "saved_zero", &sz);
+            int n = snprintf(notes, noteslen, "saved with tp %lld cp %lld dp %lld zero %lld, loaded into tp %d cp %d dp %d zero %d",
+                             stp, scp, sdp, sz, g->tp, g->cp, g->dp, o->zg != NULL);
+            if (dt[0] && n < (int)noteslen) n += snprintf(notes + n, noteslen - n, "; training keys changed on resume: %s", dt);
+            if (!have_opt && n < (int)noteslen) snprintf(notes + n, noteslen - n, "; no optimizer state in the checkpoint: AdamW moments start at zero");
+        }
+    }
+    H5Fclose(f);
+    free(sums); free(want);
+    for (int k = 0; k < 3; k++) free(buf[k]);
+    return rc;
+}

@@ -1,0 +1,46 @@
+// ckpt.h — HDF5 checkpoints: one file per checkpoint, full logical tensors under HF names, written in
+// parallel (MPI-IO, collective) from whatever (tp, cp, dp, ZeRO) layout runs, and read back into any other.
+//
+// File layout (format "ringlm-checkpoint", version 1; see checkpoint/FORMAT.md):
+//   /                      attributes: format, format_version, step, tokens_seen, data_cursor, adam_t,
+//                          seed, saved_tp, saved_cp, saved_dp, saved_zero, config (the resolved config text)
+//   /config                one string attribute per config key
+//   /model/<HF name>       fp32 (or bf16 stored as uint16 with attribute dtype = "bf16"), logical shape
+//   /optimizer/m/<HF name> AdamW first moments, fp32, logical shape (absent in model-only checkpoints)
+//   /optimizer/v/<HF name> AdamW second moments
+//   every dataset:         attribute checksum (uint64, xsum64: sum over elements of mix64(index, bits))
+#pragma once
+#include <stddef.h>
+#include "comm/grid.h"
+#include "model/model.h"
+#include "train/optim.h"
+
+#define CKPT_FORMAT "ringlm-checkpoint"
+#define CKPT_VERSION 1
+
+typedef struct {
+    long long step;         // optimizer steps completed (the LR schedule position)
+    long long cursor;       // global data cursor: sequences consumed
+    long long tokens_seen;
+} TrainState;
+
+// Disable HDF5's own error printing and file locking (NFS-like file systems), unless the user set
+// HDF5_USE_FILE_LOCKING. Call once before any other ckpt function.
+void ckpt_init(void);
+
+// Save a checkpoint of the model, the optimizer and the state as OUT_DIR/ckpt_STEP.h5 (collective over the
+// world): write NAME.tmp, close, fsync, rename, then point OUT_DIR/latest at it; then delete all but the
+// newest keep_last checkpoints (keep_last <= 0 keeps all). Returns 0, or 1 with err (same on every rank).
+int ckpt_save(const char* out_dir, int keep_last, const Model* m, const AdamW* o, const Grid* g,
+              const TrainState* st, char* err, size_t errlen);
+
+// Resolve a --resume argument: "latest" (OUT_DIR/latest), a directory (its latest) or a file.
+int ckpt_resolve(const char* spec, const char* out_dir, char* path, size_t n, char* err, size_t errlen);
+
+// Load a checkpoint into the model, optimizer and state for this rank's layout (collective over the world):
+// every rank reads the hyperslabs its shard needs; checksums are verified; a model config that differs
+// from the run's is refused naming the keys. On success `notes` (may be NULL) receives a one-line summary
+// of training keys that changed and of what was not in the file (e.g. no optimizer state). Nothing is
+// copied into the model unless everything was read and verified.
+int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* st, char* err, size_t errlen,
+              char* notes, size_t noteslen);

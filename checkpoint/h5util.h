@@ -1,0 +1,39 @@
+// h5util.h — small HDF5 helpers shared by the checkpoint code and the reshard tool.
+#pragma once
+#include <hdf5.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <mpi.h>
+
+// File access with MPI-IO on `comm` (MPI_COMM_NULL: serial), file locking off unless the user set
+// HDF5_USE_FILE_LOCKING.
+hid_t h5_fapl(MPI_Comm comm);
+// Dataset transfer property: collective MPI-IO when `collective`.
+hid_t h5_dxpl(int collective);
+
+int h5_attr_write_str(hid_t obj, const char* name, const char* value);
+int h5_attr_write_i64(hid_t obj, const char* name, long long value);
+int h5_attr_write_u64(hid_t obj, const char* name, uint64_t value);
+int h5_attr_read_str(hid_t obj, const char* name, char* buf, size_t n);  // 0 or -1 (missing / not a string)
+int h5_attr_read_i64(hid_t obj, const char* name, long long* value);
+int h5_attr_read_u64(hid_t obj, const char* name, uint64_t* value);
+int h5_exists(hid_t loc, const char* path);   // link exists (every intermediate group too)
+
+// The dataset checksum (xsum64): sum over elements of mix64(index * golden + bits) mod 2^64, where index is
+// the element's row-major index in the logical tensor and bits its stored bit pattern (fp32: 32 bits,
+// bf16: 16 bits). A sum, so ranks add partial sums over the parts they hold.
+uint64_t h5_mix64(uint64_t x);
+static inline uint64_t h5_xsum_term(uint64_t index, uint32_t bits) {
+    return h5_mix64(index * 0x9E3779B97F4A7C15ULL + bits);
+}
+
+// Select in `space` (a 2-D [R, Cc] logical dataspace) the elements of a row-major range of a shard:
+// the shard is the block rows [row0, row0 + lr) x cols [col0, col0 + lc) of the logical tensor, and the
+// range [a, b) counts elements of the shard row-major. Rows at or beyond R (vocabulary padding) are
+// excluded. Returns the number of selected elements (the selection order matches the range order).
+long long h5_select_shard_range(hid_t space, long R, long Cc, long row0, long col0, long lr, long lc,
+                                long long a, long long b);
+
+// fp32 <-> bf16 (round to nearest even)
+uint16_t h5_f32_to_bf16(float x);
+float h5_bf16_to_f32(uint16_t x);
