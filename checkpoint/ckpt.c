@@ -261,13 +261,15 @@ int ckpt_resolve(const char* spec, const char* out_dir, char* path, size_t n, ch
     return 0;
 }
 
-struct Cmp { hid_t grp; const Config* c; char* diff_model; char* diff_train; int missing; char* missing_key; };
+struct Cmp { hid_t grp; const Config* c; char* diff_model; char* diff_train; int missing; char* missing_key;
+             const char* const* allow; };
 // keys that say how this run is launched, not what it trains: never reported as changed
 static const char* OPERATIONAL[] = { "resume", "out_dir", "dump_weights", "tp", "cp", "cp_layout", "zero",
                                      "log_every", "verify_attention", "ckpt_every", "keep_last", NULL };
 static void compare_key(const char* key, int is_model, void* vctx) {
     struct Cmp* x = vctx;
     for (int i = 0; OPERATIONAL[i]; i++) if (!strcmp(key, OPERATIONAL[i])) return;
+    for (int i = 0; x->allow && x->allow[i]; i++) if (!strcmp(key, x->allow[i])) return;
     char want[CFG_STR + 32], have[CFG_STR + 32];
     config_get(x->c, key, want, sizeof want);
     if (h5_attr_read_str(x->grp, key, have, sizeof have)) {
@@ -280,8 +282,11 @@ static void compare_key(const char* key, int is_model, void* vctx) {
     if (l < 1500) snprintf(out + l, 2048 - l, "%s%s (checkpoint %s, run %s)", l ? ", " : "", key, have, want);
 }
 
-int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* st, char* err, size_t errlen,
-              char* notes, size_t noteslen) {
+int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* st, const char* const* allow,
+              char* err, size_t errlen, char* notes, size_t noteslen) {
+    AdamW none = {0};   // parameters only: no moments are read
+    int params_only = o == NULL;
+    if (params_only) o = &none;
     if (notes) notes[0] = 0;
     hid_t fapl = h5_fapl(g->world_g.comm);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
@@ -311,7 +316,7 @@ int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* s
     if (!h5_exists(f, "/config")) { ERR("checkpoint: '%s' lacks the group /config", path); H5Fclose(f); return 1; }
     char dm[2048] = "", dt[2048] = "", mk[128] = "";
     hid_t cg = H5Gopen2(f, "/config", H5P_DEFAULT);
-    struct Cmp x = { cg, &m->cfg, dm, dt, 0, mk };
+    struct Cmp x = { cg, &m->cfg, dm, dt, 0, mk, allow };
     config_each_key(compare_key, &x);
     H5Gclose(cg);
     if (x.missing) { ERR("checkpoint: '%s' lacks the model config key /config:%s", path, mk); H5Fclose(f); return 1; }
@@ -323,7 +328,7 @@ int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* s
     buf[0] = calloc(t->total, sizeof(float));
     buf[1] = calloc(own ? own : 1, sizeof(float));
     buf[2] = calloc(own ? own : 1, sizeof(float));
-    int have_opt = h5_exists(f, "/optimizer/m") && h5_exists(f, "/optimizer/v");
+    int have_opt = !params_only && h5_exists(f, "/optimizer/m") && h5_exists(f, "/optimizer/v");
     int nd = 3 * t->n, rc = 0;
     uint64_t* sums = calloc(nd, sizeof(uint64_t));
     uint64_t* want = calloc(nd, sizeof(uint64_t));
@@ -388,7 +393,7 @@ int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* s
     if (!rc) {   // everything read and verified: only now does the run's state change
         be_upload(m->params, buf[0], t->total * sizeof(float));
         if (have_opt) { be_upload(o->m, buf[1], own * sizeof(float)); be_upload(o->v, buf[2], own * sizeof(float)); }
-        else { be_zero(o->m, own * sizeof(float)); be_zero(o->v, own * sizeof(float)); }
+        else if (!params_only) { be_zero(o->m, own * sizeof(float)); be_zero(o->v, own * sizeof(float)); }
         o->t = have_opt ? adam_t : 0;
         st->step = step; st->cursor = cursor; st->tokens_seen = tokens;
         if (notes) {
@@ -398,11 +403,42 @@ int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* s
             int n = snprintf(notes, noteslen, "saved with tp %lld cp %lld dp %lld zero %lld, loaded into tp %d cp %d dp %d zero %d",
                              stp, scp, sdp, sz, g->tp, g->cp, g->dp, o->zg != NULL);
             if (dt[0] && n < (int)noteslen) n += snprintf(notes + n, noteslen - n, "; training keys changed on resume: %s", dt);
-            if (!have_opt && n < (int)noteslen) snprintf(notes + n, noteslen - n, "; no optimizer state in the checkpoint: AdamW moments start at zero");
+            if (!have_opt && !params_only && n < (int)noteslen) snprintf(notes + n, noteslen - n, "; no optimizer state in the checkpoint: AdamW moments start at zero");
         }
     }
     H5Fclose(f);
     free(sums); free(want);
     for (int k = 0; k < 3; k++) free(buf[k]);
+    return rc;
+}
+
+int ckpt_read_config(const char* path, Config* c, char* err, size_t errlen) {
+    struct stat sb;
+    if (stat(path, &sb)) { ERR("checkpoint: '%s' does not exist", path); return 1; }
+    hid_t fapl = h5_fapl(MPI_COMM_NULL);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    if (f < 0) { ERR("checkpoint: '%s' cannot be opened as HDF5 (truncated, corrupt or not a checkpoint)", path); return 1; }
+    char fmt[64] = "";
+    if (h5_attr_read_str(f, "format", fmt, sizeof fmt) || strcmp(fmt, CKPT_FORMAT) || !h5_exists(f, "/config")) {
+        ERR("checkpoint: '%s' is not a ringlm checkpoint", path);
+        H5Fclose(f); return 1;
+    }
+    config_defaults(c);
+    hid_t grp = H5Gopen2(f, "/config", H5P_DEFAULT);
+    hsize_t n = 0;
+    H5O_info_t info;
+    H5Oget_info(grp, &info);
+    n = info.num_attrs;
+    int rc = 0;
+    for (hsize_t i = 0; i < n && !rc; i++) {
+        char key[256], val[CFG_STR + 32];
+        H5Aget_name_by_idx(grp, ".", H5_INDEX_NAME, H5_ITER_INC, i, key, sizeof key, H5P_DEFAULT);
+        if (h5_attr_read_str(grp, key, val, sizeof val)) continue;
+        if (config_key_kind(key) == 0) continue;           // a key this build does not know: ignore
+        if (config_set(c, key, val, path)) { ERR("%s", config_error()); rc = 1; }
+    }
+    H5Gclose(grp);
+    H5Fclose(f);
     return rc;
 }

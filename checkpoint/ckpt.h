@@ -42,5 +42,10 @@ int ckpt_resolve(const char* spec, const char* out_dir, char* path, size_t n, ch
 // from the run's is refused naming the keys. On success `notes` (may be NULL) receives a one-line summary
 // of training keys that changed and of what was not in the file (e.g. no optimizer state). Nothing is
 // copied into the model unless everything was read and verified.
-int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* st, char* err, size_t errlen,
-              char* notes, size_t noteslen);
+// o = NULL loads the parameters only (evaluation). allow (NULL-terminated, may be NULL) names model keys
+// that may differ from the file's (evaluation's RoPE overrides).
+int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* st, const char* const* allow,
+              char* err, size_t errlen, char* notes, size_t noteslen);
+
+// Read the config a checkpoint was saved with (every key of /config; serial, any rank). 0 or 1 + err.
+int ckpt_read_config(const char* path, Config* c, char* err, size_t errlen);

@@ -319,6 +319,22 @@ static int read_span(Loader* ld, const Shard* sh, int64_t off, int64_t n, int32_
     return 0;
 }
 
+int loader_read(Loader* ld, int64_t pos, int64_t n, int32_t* tokens) {
+    if (pos < 0 || n < 0 || pos + n > ld->n_tokens)
+        return ld_fail(ld, "token range [%lld, %lld) is outside the stream of %lld tokens", (long long)pos,
+                       (long long)(pos + n), (long long)ld->n_tokens);
+    int64_t left = n;
+    int32_t* out = tokens;
+    for (int s = find_shard(ld, pos); left > 0; s++) {       // the span may cross shards
+        const Shard* sh = &ld->shards[s];
+        int64_t off = pos - sh->first;
+        int64_t m = sh->n_tokens - off < left ? sh->n_tokens - off : left;
+        if (read_span(ld, sh, off, m, out) != 0) return -1;
+        out += m; pos += m; left -= m;
+    }
+    return 0;
+}
+
 int loader_get(Loader* ld, int64_t g, int32_t* tokens) {
     if (ld->n_seq <= 0) return ld_fail(ld, "loader is not open");
     if (g < 0) return ld_fail(ld, "sequence index %lld is negative", (long long)g);

@@ -45,7 +45,7 @@ static size_t plan_activations(Model* m, float* base) {
     m->dg = carve(&cur, N * F); m->du = carve(&cur, N * F); m->dh = carve(&cur, N * F);
     m->logits = carve(&cur, (size_t)m->lm_chunk * m->Vl);
     m->xlse = carve(&cur, m->lm_chunk); m->xtl = carve(&cur, m->lm_chunk); m->xm = carve(&cur, m->lm_chunk);
-    m->losses = carve(&cur, N);
+    m->losses = carve(&cur, N); m->hits = carve(&cur, N);
     m->rope = carve(&cur, (size_t)m->rope_npos * m->hd);
     m->tok = (int*)carve(&cur, N); m->tgt = (int*)carve(&cur, N); m->pos = (int*)carve(&cur, N);
     return (size_t)(cur - base);
@@ -96,12 +96,13 @@ void model_build(Model* m, const Config* cfg, int B, int T, const Group* tp_g, R
     be_upload(m->rope, rope, (size_t)m->rope_npos * m->hd * sizeof(float));
     free(rope);
     m->host_losses = calloc(m->N, sizeof(float));
+    m->host_hits = calloc(m->N, sizeof(float));
     attn_init(m->hd);
 }
 
 void model_free(Model* m) {
     be_free(m->params); be_free(m->grads); be_free(m->act_arena);
-    free(m->w.layer); free(m->dw.layer); free(m->acts); free(m->host_losses);
+    free(m->w.layer); free(m->dw.layer); free(m->acts); free(m->host_losses); free(m->host_hits);
     params_free(&m->pt);
     memset(m, 0, sizeof *m);
 }
@@ -115,6 +116,7 @@ void model_set_batch(Model* m, const int* tokens, const int* targets, const int*
 
 void model_zero_grad(Model* m) { be_zero(m->grads, m->pt.total * sizeof(float)); }
 const float* model_token_losses(const Model* m) { return m->host_losses; }
+const float* model_token_hits(const Model* m) { return m->host_hits; }
 
 // ---------------------------------------------------------------------------------------------------
 // attention: every sequence of the micro-batch attends to itself, causally — locally, or around the ring
@@ -231,6 +233,11 @@ static double head_forward(Model* m, float grad_scale, float* logits_out) {
             comm_allreduce_sum(m->tp_g, m->xtl, n);
         }
         be_xent_loss(m->losses + r0, m->xlse, m->xtl, tgt, n);
+        if (m->want_hits) {   // greedy correctness: the target logit is the row maximum over the whole vocabulary
+            be_row_max(m->xm, m->logits, n, V, m->nv);
+            if (m->tp > 1) comm_allreduce_max(m->tp_g, m->xm, n);
+            be_argmax_hit(m->hits + r0, m->xm, m->xtl, tgt, n);
+        }
         if (grad_scale != 0.0f) {
             be_xent_backward(m->logits, m->xlse, tgt, n, V, m->nv, m->v0, grad_scale);
             linear_backward(m->dtmp + r0 * C, m->dw.head, m->logits, x, m->w.head, n, C, V, 0.0f);
@@ -238,6 +245,7 @@ static double head_forward(Model* m, float grad_scale, float* logits_out) {
     }
     if (grad_scale != 0.0f) tp_sum(m, m->dtmp, (size_t)m->N * C);
     be_download(m->host_losses, m->losses, m->N * sizeof(float));
+    if (m->want_hits) be_download(m->host_hits, m->hits, m->N * sizeof(float));
     double sum = 0;
     for (long i = 0; i < m->N; i++) sum += m->host_losses[i];
     return sum;

@@ -61,6 +61,8 @@ typedef struct {
     int rope_npos;
     int *tok, *tgt, *pos;      // [N] backend copies of the batch
     float* host_losses;        // [N] host
+    int want_hits;             // evaluation: also record whether each target is the greedy prediction
+    float *hits, *host_hits;   // [N] backend / host: 1 = the target is the argmax of the logits
 } Model;
 
 // Build tables, arenas, the RoPE table and activations for micro-batches of B sequences of T tokens on
@@ -87,5 +89,7 @@ void model_backward(Model* m);
 void model_zero_grad(Model* m);
 // The per-token losses of the last forward, host [N] (0 for ignored targets).
 const float* model_token_losses(const Model* m);
+// With m->want_hits set before model_forward: per token 1 when the target is the argmax (greedy) prediction.
+const float* model_token_hits(const Model* m);
 // Matmul FLOPs per token for throughput (6 * matmul params + 6 * n_layer * T * C, see README)
 double model_flops_per_token(const Config* c, int seq_len);

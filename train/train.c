@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
         fail = ckpt_resolve(c.resume, c.out_dir, cpath, sizeof cpath, msg, sizeof msg);
         grid_check(&world, fail, msg);
         double t0 = now_s();
-        fail = ckpt_load(cpath, &m, &opt, &g, &ts, msg, sizeof msg, notes, sizeof notes);
+        fail = ckpt_load(cpath, &m, &opt, &g, &ts, NULL, msg, sizeof msg, notes, sizeof notes);
         grid_check(&world, fail, msg);
         if (rank0) {
             printf("resumed from %s: step %lld, data cursor %lld, %lld tokens seen (%.2f s)\n", cpath, ts.step,
