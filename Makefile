@@ -9,11 +9,11 @@ CFLAGS    := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -I. -I$(BLAS_I
 LDLIBS    := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -L$(H5_LIB) -Wl,-rpath,$(H5_LIB) -lhdf5 -fopenmp -lm
 
 # library sources shared by every program (programs' main files are listed separately)
-LIB_SRC   := $(wildcard model/*.c attention/*.c comm/*.c checkpoint/*.c data/shards.c train/optim.c train/verify.c train/dump.c)
+LIB_SRC   := $(wildcard model/*.c attention/*.c comm/*.c checkpoint/*.c eval/report.c eval/passkey.c data/shards.c train/optim.c train/verify.c train/dump.c)
 LIB_OBJ   := $(LIB_SRC:%.c=build/obj/%.o)
 TEST_SRC  := $(wildcard tests/test_*.c tests/mpi_*.c tests/tool_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=build/tests/%)
-PROGRAMS  := build/train build/prepare build/sgemm_peak
+PROGRAMS  := build/train build/prepare build/eval build/sgemm_peak
 
 .PHONY: all test demo deps bench clean
 .SECONDARY:
@@ -26,6 +26,8 @@ build/obj/%.o: %.c $(wildcard */*.h)
 build/train: build/obj/train/train.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
 build/prepare: build/obj/data/prepare.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(LDLIBS)
+build/eval: build/obj/eval/eval.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
 build/sgemm_peak: build/obj/tools/sgemm_peak.o
 	$(CC) $^ -o $@ $(LDLIBS)

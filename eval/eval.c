@@ -1,0 +1,523 @@
+// eval.c — build/eval: perplexity by position in the context, and passkey retrieval, for checkpoints, under
+// any (tp, cp, dp) layout — the training machinery run forward only.
+//
+//   [mpirun -np N] build/eval --ckpt PATH [--ckpt PATH ...] --data PATTERN --seq_len L [options]
+//   [mpirun -np N] build/eval --passkey --ckpt PATH [--passkey_lens 256,512] [--passkey_depths 0,0.5,1] ...
+//
+// Each series is one checkpoint with one RoPE setting (several --ckpt and/or --rope give several series,
+// drawn on one plot). Documents are the data's documents (split at the end-of-document token) of at least
+// L + 1 tokens; each contributes its first L targets, position p in the context = p-th target. With
+// --stride S (sliding windows, the YaRN paper's protocol) documents are scored up to --doc_len tokens with
+// windows of L tokens every S tokens, only the tokens new to a window scored; positions are then positions
+// in the document. Buckets: --bucket W (fixed width) or --log_buckets (powers of two).
+#include "checkpoint/ckpt.h"
+#include "comm/grid.h"
+#include "data/shards.h"
+#include "eval/passkey.h"
+#include "eval/report.h"
+#include "model/backend.h"
+#include "model/model.h"
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SERIES 32
+static char msg[4096];
+
+typedef struct {   // one RoPE setting; scaling "" = as saved in the checkpoint
+    char scaling[16];
+    double factor, orig, theta;   // <= 0: as saved
+    char text[64];
+} Rope;
+
+typedef struct {
+    const char* ckpts[MAX_SERIES]; int nckpt;
+    const char* labels[MAX_SERIES]; int nlabel;
+    Rope ropes[MAX_SERIES]; int nrope;
+    Rope global;                   // --rope_scaling / --rope_factor / ... applied to every series
+    const char* data; int seq_len, docs, bucket, log_buckets, stride, doc_len, eod, force;
+    int tp, cp; char layout[16];
+    const char* out; const char* name;
+    int passkey, trials; long long seed;
+    int lens[64], nlens; double depths[64]; int ndepths;
+} Args;
+
+static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+
+static void usage(FILE* f) {
+    fprintf(f,
+        "usage: [mpirun -np N] build/eval --ckpt PATH [--ckpt PATH ...] --data PATTERN --seq_len L [options]\n"
+        "       [mpirun -np N] build/eval --passkey --ckpt PATH [--passkey_lens A,B,..] [--passkey_depths x,y,..]\n"
+        "Perplexity by position in the context (table on stdout, OUT/NAME.csv, OUT/NAME.svg), or passkey retrieval\n"
+        "accuracy over context lengths x depths (OUT/NAME_passkey.csv, OUT/NAME_passkey.svg).\n"
+        "  --ckpt PATH            checkpoint file, or a directory (its latest); repeat for several series\n"
+        "  --label TEXT           legend label of the next series (in order; default: file name + RoPE)\n"
+        "  --data PATTERN         held-out token shards (glob, directory or file)\n"
+        "  --seq_len L            context length to evaluate at (may exceed the trained one; divisible by 2*cp)\n"
+        "  --docs N               documents to evaluate (default 16; 0 = all that are long enough)\n"
+        "  --bucket W             fixed-width position buckets of W tokens (default: L/16)\n"
+        "  --log_buckets          buckets [0,1) [1,2) [2,4) ... instead\n"
+        "  --stride S             sliding windows every S tokens, only new tokens scored (YaRN protocol)\n"
+        "  --doc_len D            with --stride: score the first D tokens of each document (default 4 L)\n"
+        "  --eod ID               end-of-document token (default 256 for the byte tokenizer's vocab 257;\n"
+        "                         -1: no documents, consecutive windows of the stream)\n"
+        "  --rope SPEC            add a RoPE setting: none | linear:F | yarn:F[:L] (original length L);\n"
+        "                         repeat to compare settings of one checkpoint on one plot\n"
+        "  --rope_scaling S --rope_factor F --rope_original_max_seq_len L --rope_theta B\n"
+        "                         override the checkpoint's RoPE for every series\n"
+        "  --tp N --cp N          layout (dp = ranks / (tp cp)); --cp_layout zigzag|contiguous\n"
+        "  --out DIR              output directory (default out/eval); --name NAME file stem (default ppl)\n"
+        "  --force                replace existing output files\n"
+        "  --passkey              passkey retrieval instead of perplexity\n"
+        "  --passkey_lens LIST    context lengths (default 256,512,1024)\n"
+        "  --passkey_depths LIST  needle depths in [0,1] (default 0,0.25,0.5,0.75,1)\n"
+        "  --passkey_trials N     documents per cell (default 4); --seed S generator seed (default 1)\n");
+}
+
+static int parse_rope(const char* s, Rope* r) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->text, sizeof r->text, "%s", s);
+    char buf[64]; snprintf(buf, sizeof buf, "%s", s);
+    char* f = strchr(buf, ':');
+    if (f) *f++ = 0;
+    if (strcmp(buf, "none") && strcmp(buf, "linear") && strcmp(buf, "yarn")) return 1;
+    snprintf(r->scaling, sizeof r->scaling, "%.15s", buf);
+    if (!strcmp(buf, "none")) { r->factor = 1; return f != NULL; }
+    if (!f) return 1;
+    char* l = strchr(f, ':');
+    if (l) *l++ = 0;
+    char* end;
+    r->factor = strtod(f, &end);
+    if (*end || r->factor <= 0) return 1;
+    if (l) { r->orig = strtod(l, &end); if (*end || r->orig <= 0 || strcmp(buf, "yarn")) return 1; }
+    return 0;
+}
+
+static int parse_list(const char* s, double* out, int max) {
+    int n = 0;
+    char buf[1024]; snprintf(buf, sizeof buf, "%s", s);
+    for (char* t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        char* end;
+        if (n == max) return -1;
+        out[n++] = strtod(t, &end);
+        if (*end) return -1;
+    }
+    return n;
+}
+
+static int to_int(const char* s, int* v) { char* e; long x = strtol(s, &e, 10); *v = (int)x; return *e || e == s; }
+
+static int parse_args(int argc, char** argv, Args* a) {
+    memset(a, 0, sizeof *a);
+    a->docs = 16; a->eod = -2; a->tp = 1; a->cp = 1; snprintf(a->layout, sizeof a->layout, "zigzag");
+    a->out = "out/eval"; a->name = "ppl"; a->trials = 4; a->seed = 1;
+    int lens[3] = { 256, 512, 1024 };
+    for (int i = 0; i < 3; i++) a->lens[i] = lens[i];
+    a->nlens = 3;
+    double depths[5] = { 0, 0.25, 0.5, 0.75, 1 };
+    for (int i = 0; i < 5; i++) a->depths[i] = depths[i];
+    a->ndepths = 5;
+    for (int i = 1; i < argc; i++) {
+        const char* k = argv[i];
+        if (!strcmp(k, "--log_buckets")) { a->log_buckets = 1; continue; }
+        if (!strcmp(k, "--force")) { a->force = 1; continue; }
+        if (!strcmp(k, "--passkey")) { a->passkey = 1; continue; }
+        if (!strncmp(k, "--", 2) && i + 1 >= argc) { snprintf(msg, sizeof msg, "eval: option '%s' needs a value (see --help)", k); return 1; }
+        const char* v = argv[i + 1];
+        int bad = 0;
+        if (!strcmp(k, "--ckpt")) { if (a->nckpt == MAX_SERIES) bad = 1; else a->ckpts[a->nckpt++] = v; }
+        else if (!strcmp(k, "--label")) { if (a->nlabel == MAX_SERIES) bad = 1; else a->labels[a->nlabel++] = v; }
+        else if (!strcmp(k, "--data")) a->data = v;
+        else if (!strcmp(k, "--seq_len")) bad = to_int(v, &a->seq_len) || a->seq_len <= 1;
+        else if (!strcmp(k, "--docs")) bad = to_int(v, &a->docs) || a->docs < 0;
+        else if (!strcmp(k, "--bucket")) bad = to_int(v, &a->bucket) || a->bucket <= 0;
+        else if (!strcmp(k, "--stride")) bad = to_int(v, &a->stride) || a->stride <= 0;
+        else if (!strcmp(k, "--doc_len")) bad = to_int(v, &a->doc_len) || a->doc_len <= 0;
+        else if (!strcmp(k, "--eod")) bad = to_int(v, &a->eod) || a->eod < -1;
+        else if (!strcmp(k, "--tp")) bad = to_int(v, &a->tp) || a->tp <= 0;
+        else if (!strcmp(k, "--cp")) bad = to_int(v, &a->cp) || a->cp <= 0;
+        else if (!strcmp(k, "--cp_layout")) { snprintf(a->layout, sizeof a->layout, "%s", v); bad = ring_layout_parse(v) < 0; }
+        else if (!strcmp(k, "--out")) a->out = v;
+        else if (!strcmp(k, "--name")) a->name = v;
+        else if (!strcmp(k, "--passkey_trials")) bad = to_int(v, &a->trials) || a->trials <= 0;
+        else if (!strcmp(k, "--seed")) { char* e; a->seed = strtoll(v, &e, 10); bad = *e != 0; }
+        else if (!strcmp(k, "--passkey_lens")) {
+            double tmp[64]; int n = parse_list(v, tmp, 64);
+            bad = n <= 0;
+            for (int j = 0; j < n; j++) { a->lens[j] = (int)tmp[j]; bad |= tmp[j] != (int)tmp[j] || tmp[j] < 2; }
+            a->nlens = n;
+        }
+        else if (!strcmp(k, "--passkey_depths")) {
+            int n = parse_list(v, a->depths, 64);
+            bad = n <= 0;
+            for (int j = 0; j < n; j++) bad |= a->depths[j] < 0 || a->depths[j] > 1;
+            a->ndepths = n;
+        }
+        else if (!strcmp(k, "--rope")) { if (a->nrope == MAX_SERIES || parse_rope(v, &a->ropes[a->nrope])) bad = 1; else a->nrope++; }
+        else if (!strcmp(k, "--rope_scaling")) {
+            bad = strcmp(v, "none") && strcmp(v, "linear") && strcmp(v, "yarn");
+            snprintf(a->global.scaling, sizeof a->global.scaling, "%s", v);
+        }
+        else if (!strcmp(k, "--rope_factor")) { char* e; a->global.factor = strtod(v, &e); bad = *e || a->global.factor <= 0; }
+        else if (!strcmp(k, "--rope_original_max_seq_len")) { char* e; a->global.orig = strtod(v, &e); bad = *e || a->global.orig <= 0; }
+        else if (!strcmp(k, "--rope_theta")) { char* e; a->global.theta = strtod(v, &e); bad = *e || a->global.theta <= 1; }
+        else {
+            snprintf(msg, sizeof msg, "eval: unknown option or override '%s' (only the RoPE keys rope_scaling, rope_factor, "
+                     "rope_original_max_seq_len, rope_theta may change at evaluation; see --help)", k);
+            return 1;
+        }
+        if (bad) { snprintf(msg, sizeof msg, "eval: invalid value '%s' for %s (see --help)", v, k); return 1; }
+        i++;
+    }
+    if (!a->nckpt) { snprintf(msg, sizeof msg, "eval: no --ckpt given (a checkpoint file or a directory with 'latest')"); return 1; }
+    if (!a->passkey && !a->data) { snprintf(msg, sizeof msg, "eval: no --data given (held-out token shards)"); return 1; }
+    if (!a->passkey && !a->seq_len) { snprintf(msg, sizeof msg, "eval: no --seq_len given (the context length to evaluate at)"); return 1; }
+    if (a->bucket && a->log_buckets) { snprintf(msg, sizeof msg, "eval: --bucket and --log_buckets exclude each other"); return 1; }
+    if (!a->passkey && a->bucket > (a->stride ? (a->doc_len ? a->doc_len : 4 * a->seq_len) : a->seq_len)) {
+        snprintf(msg, sizeof msg, "eval: --bucket %d is larger than the context %d", a->bucket, a->seq_len); return 1;
+    }
+    if (a->stride && a->stride > a->seq_len) { snprintf(msg, sizeof msg, "eval: --stride %d exceeds --seq_len %d", a->stride, a->seq_len); return 1; }
+    if (!a->doc_len) a->doc_len = 4 * a->seq_len;
+    if (a->stride && a->doc_len < a->seq_len) { snprintf(msg, sizeof msg, "eval: --doc_len %d is shorter than --seq_len %d", a->doc_len, a->seq_len); return 1; }
+    if (a->nrope == 0) { a->nrope = 1; a->ropes[0].text[0] = 0; }
+    if (a->nckpt * a->nrope > MAX_SERIES) { snprintf(msg, sizeof msg, "eval: at most %d series (checkpoints x RoPE settings)", MAX_SERIES); return 1; }
+    return 0;
+}
+
+// ---- one series: a model from a checkpoint, with RoPE overrides ----------------------------------------
+
+static void apply_rope(Config* c, const Rope* r) {
+    if (r->scaling[0]) snprintf(c->rope_scaling, sizeof c->rope_scaling, "%s", r->scaling);
+    if (r->factor > 0) c->rope_factor = (float)r->factor;
+    if (r->orig > 0) c->rope_original_max_seq_len = (int)r->orig;
+    if (r->theta > 0) c->rope_theta = (float)r->theta;
+}
+
+static const char* ALLOW[] = { "rope_scaling", "rope_factor", "rope_original_max_seq_len", "rope_theta", "max_seq_len",
+                               "seq_len", NULL };
+
+typedef struct { Model m; Ring ring; int have_ring; int* lpos; int Tl; } Net;
+
+// build the model for contexts of T tokens and load the checkpoint's parameters (collective)
+static void net_open(Net* n, const char* ckpt, const Args* a, const Rope* r, const Grid* g, int T, Config* c_out) {
+    const Group* world = &g->world_g;
+    char path[2048];
+    int fail = ckpt_resolve(ckpt, ckpt, path, sizeof path, msg, sizeof msg);
+    grid_check(world, fail, msg);
+    Config c;
+    fail = ckpt_read_config(path, &c, msg, sizeof msg);
+    grid_check(world, fail, msg);
+    apply_rope(&c, &a->global);
+    apply_rope(&c, r);
+    c.seq_len = T;
+    if (c.max_seq_len < T) c.max_seq_len = T;
+    c.tp = a->tp; c.cp = a->cp; snprintf(c.cp_layout, sizeof c.cp_layout, "%s", a->layout);
+    c.micro_batch = 1; c.batch_size = g->dp; c.zero = 0;
+    fail = config_validate(&c);
+    if (fail) snprintf(msg, sizeof msg, "eval: %s (checkpoint %s, context %d)", config_error(), path, T);
+    grid_check(world, fail, msg);
+    memset(n, 0, sizeof *n);
+    n->Tl = T / g->cp;
+    int layout = ring_layout_parse(c.cp_layout);
+    if (g->cp > 1) { ring_init(&n->ring, &g->cp_g, layout, T, 1, c.n_kv_head / c.tp * (c.d_model / c.n_head)); n->have_ring = 1; }
+    model_build(&n->m, &c, 1, n->Tl, g->tp > 1 ? &g->tp_g : NULL, n->have_ring ? &n->ring : NULL);
+    TrainState ts;
+    fail = ckpt_load(path, &n->m, NULL, g, &ts, ALLOW, msg, sizeof msg, NULL, 0);
+    grid_check(world, fail, msg);
+    n->lpos = malloc(n->Tl * sizeof(int));
+    ring_positions(layout, g->cp, g->cp_rank, T, n->lpos);
+    *c_out = c;
+}
+
+static void net_close(Net* n) {
+    model_free(&n->m);
+    if (n->have_ring) ring_free(&n->ring);
+    free(n->lpos);
+}
+
+// run one context window: doc[0..T] tokens (T+1), score[t] = whether target t counts; adds this rank's
+// scored losses (and greedy hits) into sum/cnt/hit at index base + t
+static void run_window(Net* n, const int32_t* win, const unsigned char* score, int T, double* sum, double* cnt,
+                       double* hit, long long base) {
+    int Tl = n->Tl;
+    int *tok = calloc(Tl, sizeof(int)), *tgt = calloc(Tl, sizeof(int)), *pos = calloc(Tl, sizeof(int));
+    for (int i = 0; i < Tl; i++) {
+        int p = n->lpos[i];
+        tok[i] = win[p]; tgt[i] = score[p] ? win[p + 1] : -1; pos[i] = p;
+    }
+    model_set_batch(&n->m, tok, tgt, pos);
+    model_forward(&n->m, 0.0f, NULL);
+    const float* l = model_token_losses(&n->m);
+    const float* h = model_token_hits(&n->m);
+    for (int i = 0; i < Tl; i++) {
+        if (tgt[i] < 0) continue;
+        sum[base + pos[i]] += l[i];
+        cnt[base + pos[i]] += 1;
+        if (hit) hit[base + pos[i]] += h[i];
+    }
+    free(tok); free(tgt); free(pos);
+    (void)T;
+}
+
+// ---- documents ---------------------------------------------------------------------------------------
+typedef struct { long long start, len; } Doc;
+
+// documents of at least `need` tokens (each starting at its end-of-document token), at most `max` (0: all)
+static int find_docs(Loader* ld, int eod, long long need, int max, Doc** out, long long* longest) {
+    int n = 0, cap = 64;
+    Doc* d = malloc(cap * sizeof(Doc));
+    *longest = 0;
+    if (eod < 0) {   // no document structure: consecutive windows of the stream
+        for (long long s = 0; s + need <= ld->n_tokens && (!max || n < max); s += need - 1) {
+            if (n == cap) d = realloc(d, (cap *= 2) * sizeof(Doc));
+            d[n].start = s; d[n].len = need; n++;
+        }
+        *longest = ld->n_tokens;
+        *out = d;
+        return n;
+    }
+    const long long CH = 1 << 20;
+    int32_t* buf = malloc(CH * sizeof(int32_t));
+    long long cur = -1;
+    for (long long s = 0; s < ld->n_tokens; s += CH) {
+        long long m = ld->n_tokens - s < CH ? ld->n_tokens - s : CH;
+        if (loader_read(ld, s, m, buf)) { free(buf); free(d); return -1; }
+        for (long long i = 0; i <= m; i++) {
+            int boundary = i == m ? (s + m == ld->n_tokens) : buf[i] == eod;
+            if (!boundary) continue;
+            long long at = s + i;
+            if (cur >= 0) {
+                long long len = at - cur;
+                if (len > *longest) *longest = len;
+                if (len >= need && (!max || n < max)) {
+                    if (n == cap) d = realloc(d, (cap *= 2) * sizeof(Doc));
+                    d[n].start = cur; d[n].len = len; n++;
+                }
+            }
+            cur = i == m ? -1 : at;
+        }
+    }
+    free(buf);
+    *out = d;
+    return n;
+}
+
+static void progress(int rank, const char* what, int done, int total, double t0) {
+    if (rank) return;
+    double el = now_s() - t0, eta = done ? el / done * (total - done) : 0;
+    int tty = isatty(2);
+    if (tty || done == total || (total >= 4 && done % (total / 4 ? total / 4 : 1) == 0))
+        fprintf(stderr, "%s%s: %d/%d, %.1f s elapsed, ETA %.1f s%s", tty ? "\r" : "", what, done, total, el, eta,
+                tty && done < total ? "" : "\n");
+}
+
+static int out_file(const Args* a, char* path, size_t n, const char* suffix) {
+    snprintf(path, n, "%s/%s%s", a->out, a->name, suffix);
+    struct stat st;
+    if (!a->force && stat(path, &st) == 0) { snprintf(msg, sizeof msg, "eval: '%s' exists; pass --force to replace it", path); return 1; }
+    return 0;
+}
+
+static int make_out_dir(const char* dir) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char* p = buf + 1; ; p++)
+        if (*p == '/' || !*p) {
+            char c = *p; *p = 0;
+            if (mkdir(buf, 0755) && errno != EEXIST) { snprintf(msg, sizeof msg, "eval: cannot create '%s': %s", buf, strerror(errno)); return 1; }
+            *p = c;
+            if (!c) return 0;
+        }
+}
+
+static void series_label(const Args* a, int s, const char* ckpt, const Rope* r, char* out, size_t n) {
+    if (s < a->nlabel) { snprintf(out, n, "%s", a->labels[s]); return; }
+    const char* base = strrchr(ckpt, '/');
+    base = base && base[1] ? base + 1 : ckpt;
+    if (r->text[0]) snprintf(out, n, "%s, rope %s", base, r->text);
+    else snprintf(out, n, "%s", base);
+}
+
+// ---- perplexity by position ---------------------------------------------------------------------------
+static void eval_ppl(const Args* a, const Grid* g) {
+    const Group* world = &g->world_g;
+    int rank0 = g->rank == 0, T = a->seq_len;
+    int sliding = a->stride > 0;
+    long long span = sliding ? a->doc_len : T;          // positions reported
+    char csv[1200], svg[1200];
+    int fail = 0;
+    if (rank0) fail = make_out_dir(a->out) || out_file(a, csv, sizeof csv, ".csv") || out_file(a, svg, sizeof svg, ".svg");
+    grid_check(world, fail, msg);
+    Buckets b;
+    fail = a->log_buckets ? buckets_log(&b, span) : buckets_fixed(&b, span, a->bucket ? a->bucket : (span >= 16 ? span / 16 : 1));
+    if (fail) snprintf(msg, sizeof msg, "eval: cannot make buckets for %lld positions", span);
+    grid_check(world, fail, msg);
+    int ns = a->nckpt * a->nrope;
+    Series* series = calloc(ns, sizeof(Series));
+    double* sum = calloc(span, sizeof(double));
+    double* cnt = calloc(span, sizeof(double));
+    double t0 = now_s();
+    for (int s = 0; s < ns; s++) {
+        const char* ckpt = a->ckpts[s / a->nrope];
+        const Rope* r = &a->ropes[s % a->nrope];
+        Config c;
+        Net n;
+        net_open(&n, ckpt, a, r, g, T, &c);
+        Loader ld;
+        fail = loader_open(&ld, a->data, 1, c.vocab_size, 0, 0);
+        if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
+        grid_check(world, fail, msg);
+        int eod = a->eod == -2 ? (c.vocab_size == 257 ? 256 : -1) : a->eod;
+        long long need = sliding ? span + 1 : (long long)T + 1, longest;
+        Doc* docs = NULL;
+        int nd = find_docs(&ld, eod, need, a->docs, &docs, &longest);
+        if (nd < 0) snprintf(msg, sizeof msg, "eval: %s", ld.err);
+        else if (nd == 0)
+            snprintf(msg, sizeof msg, "eval: data '%s' has no %s of %lld tokens (the longest has %lld); use a shorter "
+                     "--seq_len%s", a->data, eod >= 0 ? "document" : "window", need, longest, sliding ? " or --doc_len" : "");
+        grid_check(world, nd <= 0, msg);
+        memset(sum, 0, span * sizeof(double)); memset(cnt, 0, span * sizeof(double));
+        int32_t* win = malloc((T + 1) * sizeof(int32_t));
+        unsigned char* score = malloc(T);
+        fail = 0;
+        char what[256];
+        snprintf(what, sizeof what, "eval series %d/%d", s + 1, ns);
+        for (int j = 0; j < nd; j++) {
+            if (j % g->dp == g->dp_rank) {   // documents are dealt round-robin to the data-parallel replicas
+                if (!sliding) {
+                    fail |= loader_read(&ld, docs[j].start, T + 1, win);
+                    memset(score, 1, T);
+                    run_window(&n, win, score, T, sum, cnt, NULL, 0);
+                } else {
+                    for (long long w = 0; w + T <= span; w += a->stride) {
+                        fail |= loader_read(&ld, docs[j].start + w, T + 1, win);
+                        for (int t = 0; t < T; t++) score[t] = w == 0 || t >= T - a->stride;
+                        // positions in the model are window positions; scores are booked at document positions
+                        run_window(&n, win, score, T, sum, cnt, NULL, w);
+                    }
+                }
+            }
+            progress(g->rank, what, j + 1, nd, t0);
+        }
+        if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
+        grid_check(world, fail, msg);
+        MPI_Allreduce(MPI_IN_PLACE, sum, (int)span, MPI_DOUBLE, MPI_SUM, g->dpcp_g.comm);
+        MPI_Allreduce(MPI_IN_PLACE, cnt, (int)span, MPI_DOUBLE, MPI_SUM, g->dpcp_g.comm);
+        Series* se = &series[s];
+        series_label(a, s, ckpt, r, se->label, sizeof se->label);
+        se->nll_sum = calloc(b.n, sizeof(double));
+        se->count = calloc(b.n, sizeof(long long));
+        for (long long p = 0; p < span; p++) {
+            int k = bucket_of(&b, p);
+            if (k >= 0) { se->nll_sum[k] += sum[p]; se->count[k] += (long long)cnt[p]; }
+        }
+        if (rank0) printf("series %d: %s — %d documents at context %d (%s)\n", s + 1, se->label, nd, T,
+                          sliding ? "sliding windows" : "first tokens of each document");
+        free(win); free(score); free(docs);
+        loader_close(&ld);
+        net_close(&n);
+    }
+    if (rank0) {
+        report_table(stdout, &b, series, ns);
+        fail = report_csv(csv, &b, series, ns, msg, sizeof msg);
+        char title[256];
+        snprintf(title, sizeof title, "perplexity by position (context %d%s)", T, sliding ? ", sliding windows" : "");
+        if (!fail) fail = report_svg_ppl(svg, &b, series, ns, title, a->log_buckets, msg, sizeof msg);
+        if (!fail) printf("wrote %s and %s\n", csv, svg);
+    }
+    grid_check(world, fail, msg);
+    for (int s = 0; s < ns; s++) { free(series[s].nll_sum); free(series[s].count); }
+    free(series); free(sum); free(cnt);
+    buckets_free(&b);
+}
+
+// ---- passkey retrieval --------------------------------------------------------------------------------
+static void eval_passkey(const Args* a, const Grid* g) {
+    const Group* world = &g->world_g;
+    int rank0 = g->rank == 0, fail = 0;
+    char csv[1200], svg[1200];
+    if (rank0) fail = make_out_dir(a->out) || out_file(a, csv, sizeof csv, "_passkey.csv") || out_file(a, svg, sizeof svg, "_passkey.svg");
+    grid_check(world, fail, msg);
+    double* acc = calloc(a->nlens * a->ndepths, sizeof(double));
+    double t0 = now_s();
+    int total = a->nlens * a->ndepths * a->trials, done = 0;
+    for (int li = 0; li < a->nlens; li++) {
+        int T = a->lens[li];
+        Config c;
+        Net n;
+        net_open(&n, a->ckpts[0], a, &a->ropes[0], g, T, &c);
+        n.m.want_hits = 1;
+        int32_t* doc = malloc((T + 1) * sizeof(int32_t));
+        int* tokens = malloc((T + 1) * sizeof(int));
+        unsigned char* score = calloc(T, 1);
+        double *sum = calloc(T, sizeof(double)), *cnt = calloc(T, sizeof(double)), *hit = calloc(T, sizeof(double));
+        for (int di = 0; di < a->ndepths; di++) {
+            int correct = 0;
+            for (int t = 0; t < a->trials; t++) {
+                char key[PASSKEY_DIGITS + 1];
+                int needle;
+                uint64_t seed = (uint64_t)a->seed * 1000003ULL + (uint64_t)li * 7919ULL + (uint64_t)di * 104729ULL + t;
+                fail = passkey_make(seed, T + 1, a->depths[di], tokens, key, &needle);
+                if (fail) snprintf(msg, sizeof msg, "eval: passkey length %d is too short for the needle and question", T);
+                grid_check(world, fail, msg);
+                for (int i = 0; i <= T; i++) doc[i] = tokens[i];
+                memset(score, 0, T);
+                for (int i = T - PASSKEY_DIGITS; i < T; i++) score[i] = 1;   // the answer digits
+                memset(sum, 0, T * sizeof(double)); memset(cnt, 0, T * sizeof(double)); memset(hit, 0, T * sizeof(double));
+                run_window(&n, doc, score, T, sum, cnt, hit, 0);
+                MPI_Allreduce(MPI_IN_PLACE, hit, T, MPI_DOUBLE, MPI_SUM, g->cp_g.comm);
+                int all = 1;
+                for (int i = T - PASSKEY_DIGITS; i < T; i++) all &= hit[i] > 0.5;
+                correct += all;
+                progress(g->rank, "passkey", ++done, total, t0);
+            }
+            acc[li * a->ndepths + di] = (double)correct / a->trials;
+        }
+        free(doc); free(tokens); free(score); free(sum); free(cnt); free(hit);
+        net_close(&n);
+    }
+    if (rank0) {
+        PasskeyGrid pg = { a->nlens, a->ndepths, a->lens, a->depths, acc };
+        report_passkey_table(stdout, &pg);
+        fail = report_passkey_csv(csv, &pg, msg, sizeof msg);
+        if (!fail) fail = report_svg_heatmap(svg, &pg, "passkey retrieval accuracy", msg, sizeof msg);
+        if (!fail) printf("wrote %s and %s\n", csv, svg);
+    }
+    grid_check(world, fail, msg);
+    free(acc);
+}
+
+int main(int argc, char** argv) {
+    grid_mpi_init(&argc, &argv);
+    Group world = group_world();
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { if (!world.rank) usage(stdout); grid_exit(0); }
+    Args a;
+    int fail = parse_args(argc, argv, &a);
+    grid_check(&world, fail, msg);
+    Grid g;
+    fail = grid_build(&g, a.tp, a.cp, msg, sizeof msg);
+    grid_check(&world, fail, msg);
+    ckpt_init();
+    if (!a.passkey) {
+        int parts = strcmp(a.layout, "zigzag") == 0 ? 2 * a.cp : a.cp;
+        if (a.seq_len % parts) {
+            snprintf(msg, sizeof msg, "eval: --seq_len %d is not divisible by %d (cp %d, %s layout)", a.seq_len, parts, a.cp, a.layout);
+            grid_check(&world, 1, msg);
+        }
+        eval_ppl(&a, &g);
+    } else {
+        for (int i = 0; i < a.nlens; i++)
+            if (a.lens[i] % (strcmp(a.layout, "zigzag") == 0 ? 2 * a.cp : a.cp)) {
+                snprintf(msg, sizeof msg, "eval: passkey length %d is not divisible by 2 * cp", a.lens[i]);
+                grid_check(&world, 1, msg);
+            }
+        eval_passkey(&a, &g);
+    }
+    grid_exit(0);
+}
