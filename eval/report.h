@@ -1,0 +1,78 @@
+// report.h — evaluation reports: position buckets, perplexity per bucket, and the outputs of build/eval
+// (a text table, CSV, SVG line plot of perplexity by position; passkey CSV, table and SVG heatmap).
+//
+// Buckets split the positions of a context [0, ctx) into consecutive half-open ranges [lo[i], hi[i]).
+// A Series holds, per bucket, the sum of per-token negative log-likelihoods (natural log) and the token
+// count, so perplexity of bucket i = exp(nll_sum[i] / count[i]). Several series (checkpoints, or one
+// checkpoint with several RoPE settings) share one Buckets and are drawn on one plot.
+//
+// Every writer returns 0, or 1 with err = "cannot write 'PATH': <strerror>" (err may be NULL).
+// Files written:
+//   CSV        series,bucket_lo,bucket_hi,tokens,mean_nll,ppl   one row per series x bucket, series in order;
+//              an empty bucket has tokens 0 and mean_nll, ppl empty; labels are quoted (RFC 4180) when they
+//              hold a comma, quote or line break; numbers are %.10g.
+//   passkey    context,depth,accuracy                           one row per length x depth (row-major as
+//              in PasskeyGrid); a NaN accuracy (not measured) is written empty.
+//   SVG        standalone SVG 1.1 (UTF-8; labels and titles XML-escaped, invalid UTF-8 / control bytes → '?').
+#pragma once
+#include <stddef.h>
+#include <stdio.h>
+
+// ----------------------------------------------------------------------------------------------------
+// position buckets
+
+typedef struct { int n; long long* lo; long long* hi; } Buckets;   // bucket i covers positions [lo[i], hi[i])
+
+// [0,w), [w,2w), ...; the last one clipped to ctx. Returns 0, or 1 (b zeroed) when width <= 0, width > ctx
+// or out of memory.
+int  buckets_fixed(Buckets* b, long long ctx, long long width);
+// [0,1), [1,2), [2,4), [4,8), ..., [2^k, ctx) with 2^k < ctx <= 2^(k+1). Returns 0, or 1 when ctx <= 0.
+int  buckets_log(Buckets* b, long long ctx);
+// index of the bucket holding pos, -1 if outside every bucket (binary search)
+int  bucket_of(const Buckets* b, long long pos);
+void buckets_free(Buckets* b);
+
+// ----------------------------------------------------------------------------------------------------
+// series: per-bucket NLL sums and token counts (arrays of b->n)
+
+typedef struct { char label[128]; double* nll_sum; long long* count; } Series;
+
+// zeroed arrays for b->n buckets and a copy of label (truncated to 127 bytes). Returns 0, or 1 (no memory).
+int  series_init(Series* s, const Buckets* b, const char* label);
+// add one token's NLL at position pos (ignored when pos is outside the buckets)
+void series_add(Series* s, const Buckets* b, long long pos, double nll);
+void series_free(Series* s);
+
+double bucket_ppl(const Series* s, int i);   // exp(nll_sum/count); NAN when count == 0
+
+// ----------------------------------------------------------------------------------------------------
+// perplexity by position
+
+// Human table: per bucket the range "[lo, hi)", then per series tokens, mean loss, ppl ("-" when empty);
+// last an "all positions" row (all tokens of the series pooled).
+void report_table(FILE* f, const Buckets* b, const Series* s, int ns);
+int  report_csv(const char* path, const Buckets* b, const Series* s, int ns, char* err, size_t errlen);
+// SVG line plot: x = bucket centre (lo + hi) / 2 (log2 scale with power-of-two ticks when log_x, "4k" =
+// 4096), y = perplexity (linear, or log10 when max/min > 10), grid, axis labels "position in context" and
+// "perplexity", title, one polyline + circle markers per series (10 distinct colours, then dashed), legend
+// with the labels on the right. Empty buckets and non-finite perplexities are skipped.
+int  report_svg_ppl(const char* path, const Buckets* b, const Series* s, int ns, const char* title, int log_x,
+                    char* err, size_t errlen);
+
+// ----------------------------------------------------------------------------------------------------
+// passkey retrieval grid
+
+typedef struct {
+    int nlen, ndepth;
+    const int* lens;       // [nlen] context lengths
+    const double* depths;  // [ndepth] relative depths 0..1
+    const double* acc;     // [nlen*ndepth], row = length; NaN = not measured
+} PasskeyGrid;
+
+int  report_passkey_csv(const char* path, const PasskeyGrid* g, char* err, size_t errlen);
+// table: one row per context length, one column per depth, then the row mean; a last "mean" row per depth
+void report_passkey_table(FILE* f, const PasskeyGrid* g);
+// SVG heatmap: columns = depths (x, "depth of the pass key"), rows = context lengths (y, "context length",
+// in the grid's order from the top), cell colour red (0) → yellow (0.5) → green (1), grey when NaN, the
+// accuracy printed in each cell (%.2f), title, and a colour bar legend 0..1.
+int  report_svg_heatmap(const char* path, const PasskeyGrid* g, const char* title, char* err, size_t errlen);
