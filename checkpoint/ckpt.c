@@ -121,19 +121,24 @@ static int publish(const char* out_dir, const char* tmp, const char* final, cons
     fclose(f);
     if (rename(lt, lf)) { ERR("checkpoint: cannot rename '%s': %s", lt, strerror(errno)); return 1; }
     fsync_path(out_dir);
-    if (keep_last <= 0) return 0;
     DIR* d = opendir(out_dir);                 // old checkpoints go only after the new one is complete
     if (!d) return 0;
     char* names[4096]; int n = 0;
     struct dirent* e;
     while ((e = readdir(d)) && n < 4096) {
         size_t l = strlen(e->d_name);
+        if (!strncmp(e->d_name, "ckpt_", 5) && l > 7 && !strcmp(e->d_name + l - 7, ".h5.tmp")) {   // a killed save's leftover
+            char p[CFG_STR + 300];
+            snprintf(p, sizeof p, "%s/%s", out_dir, e->d_name);
+            unlink(p);
+            continue;
+        }
         if (!strncmp(e->d_name, "ckpt_", 5) && l > 3 && !strcmp(e->d_name + l - 3, ".h5")) names[n++] = strdup(e->d_name);
     }
     closedir(d);
     qsort(names, n, sizeof(char*), cmp_str);
     for (int i = 0; i < n; i++) {
-        if (i < n - keep_last && strcmp(names[i], name)) {
+        if (keep_last > 0 && i < n - keep_last && strcmp(names[i], name)) {
             char p[CFG_STR + 300];
             snprintf(p, sizeof p, "%s/%s", out_dir, names[i]);
             unlink(p);

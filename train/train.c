@@ -180,26 +180,19 @@ int main(int argc, char** argv) {
     if (fail) snprintf(msg, sizeof msg, "train: %s", val.err);
     grid_check(&world, fail, msg);
 
+    // out_dir: created and checked now; nothing in it is written until the checkpoint (if any) has loaded,
+    // so a refused resume leaves every existing file untouched
     FILE* metrics = NULL;
+    char metrics_path[CFG_STR + 64];
+    snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", c.out_dir);
     fail = 0;
     if (rank0) {
-        char path[CFG_STR + 64];
         struct stat st;
         fail = make_dirs(c.out_dir);
-        snprintf(path, sizeof path, "%s/metrics.jsonl", c.out_dir);
-        int resuming = c.resume[0] != 0;
-        if (!fail && !force && !resuming && stat(path, &st) == 0) {
-            snprintf(msg, sizeof msg, "train: '%s' exists from an earlier run; choose another out_dir or pass --force", path);
+        if (!fail && !force && !c.resume[0] && stat(metrics_path, &st) == 0) {
+            snprintf(msg, sizeof msg, "train: '%s' exists from an earlier run; choose another out_dir or pass --force", metrics_path);
             fail = 1;
         }
-        if (!fail && !(metrics = fopen(path, resuming ? "a" : "w"))) {
-            snprintf(msg, sizeof msg, "train: cannot write '%s': %s", path, strerror(errno));
-            fail = 1;
-        }
-        snprintf(path, sizeof path, "%s/config.txt", c.out_dir);
-        FILE* cf = fail ? NULL : fopen(path, "w");
-        if (!fail && !cf) { snprintf(msg, sizeof msg, "train: cannot write '%s': %s", path, strerror(errno)); fail = 1; }
-        if (cf) { config_write(&c, cf); fclose(cf); }
     }
     grid_check(&world, fail, msg);
 
@@ -228,6 +221,18 @@ int main(int argc, char** argv) {
         }
     }
 
+    if (rank0) {   // the run's files, now that its starting state is settled
+        char path[CFG_STR + 64];
+        if (!(metrics = fopen(metrics_path, c.resume[0] ? "a" : "w"))) {
+            snprintf(msg, sizeof msg, "train: cannot write '%s': %s", metrics_path, strerror(errno));
+            fail = 1;
+        }
+        snprintf(path, sizeof path, "%s/config.txt", c.out_dir);
+        FILE* cf = fail ? NULL : fopen(path, "w");
+        if (!fail && !cf) { snprintf(msg, sizeof msg, "train: cannot write '%s': %s", path, strerror(errno)); fail = 1; }
+        if (cf) { config_write(&c, cf); fclose(cf); }
+    }
+    grid_check(&world, fail, msg);
     if (rank0) {
         printf("ringlm train | backend %s | %d rank%s x %d threads\n", be_name(), g.world, g.world > 1 ? "s" : "",
                omp_get_max_threads());
