@@ -78,7 +78,7 @@ if [ "$what" = all ] || [ "$what" = balance ]; then
     for layout in zigzag contiguous; do
       train "$P" --vocab_size 257 --d_model 256 --n_layer 2 --n_head 8 --n_kv_head 2 --d_ff 704 --batch_size 1 \
         --micro_batch 1 --max_seq_len $L --seq_len $L --max_steps 3 --cp_layout "$layout"
-      r=$(grep "^ring" "$T/out")
+      r=$(grep "^ring (cp" "$T/out")
       imb=$(echo "$r" | sed -E 's/.*max\/mean ([0-9.]+).*/\1/'); hid=$(echo "$r" | sed -E 's/.*hidden ([0-9.]+)%.*/\1/')
       hop=$(echo "$r" | sed -E 's/.*one hop ([0-9.]+) ms.*/\1/')
       tps=$(grep "^done" "$T/out" | sed -E 's/.*mean ([0-9]+) tok.*/\1/')
