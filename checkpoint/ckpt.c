@@ -65,7 +65,14 @@ static long long select_part(hid_t fs, const ParamSpec* p, long long a, long lon
     return h5_select_shard_range(fs, p->shape[0], p->shape[1], p->row0, p->col0, p->lshape[0], p->lshape[1], a, b);
 }
 
-static hid_t mem_space(long long n) {
+// memory space for n selected elements of shard range [a, b): the whole shard as a 2-D block of the same
+// shape as the file selection (so HDF5 moves whole rows, also for chunked datasets), else a flat run
+static hid_t mem_space(const ParamSpec* p, long long a, long long b, long long n) {
+    long valid_rows = p->shape[0] - p->row0 < p->lshape[0] ? p->shape[0] - p->row0 : p->lshape[0];
+    if (p->ndim == 2 && n > 0 && a == 0 && b >= (long long)valid_rows * p->lshape[1]) {
+        hsize_t d2[2] = { (hsize_t)valid_rows, (hsize_t)p->lshape[1] };
+        return H5Screate_simple(2, d2, NULL);
+    }
     hsize_t d = n > 0 ? (hsize_t)n : 1;
     hid_t ms = H5Screate_simple(1, &d, NULL);
     if (n <= 0) H5Sselect_none(ms);
@@ -218,7 +225,7 @@ int ckpt_save(const char* out_dir, int keep_last, const Model* m, const AdamW* o
             if (!counts(kind, p, o, g)) b = a;                  // written by another rank
             long long n = select_part(fs, p, a, b);
             const float* src = host[kind] + buf_index(kind, p, o, a);
-            hid_t ms = mem_space(n);
+            hid_t ms = mem_space(p, a, b, n);
             if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dx, src) < 0) bad = 1;
             if (n > 0) sums[kind * t->n + i] = xsum_range(p, a, b, (const uint32_t*)src);
             H5Sclose(ms); H5Sclose(fs);
@@ -367,7 +374,7 @@ int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* s
             need_range(kind, p, o, &a, &b);
             long long n = select_part(fs, p, a, b);
             float* dst = buf[kind] + buf_index(kind, p, o, a);
-            hid_t ms = mem_space(n);
+            hid_t ms = mem_space(p, a, b, n);
             int bad;
             uint32_t* bits = malloc((n > 0 ? n : 1) * sizeof(uint32_t));
             if (bf16) {
