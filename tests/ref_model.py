@@ -500,6 +500,20 @@ def run_dump(path, rep):
     else:
         err = rel_err(lg_c, logits.detach())
         rep.check("logits", err <= LOGITS_TOL, f"err {err:.2e} (tol {LOGITS_TOL:.0e})")
+    # greedy hits: 1 where the target is the argmax of the logits (ignored targets 0); rows whose two largest
+    # logits are within 1e-4 are ambiguous in fp32 and skipped
+    hits_c, e = get_record(recs, "hits", 0, tuple(targets.shape))
+    if e:
+        rep.check("hits", False, e)
+    else:
+        lg = logits.detach()
+        top2 = lg.topk(2, dim=-1).values
+        clear = (top2[..., 0] - top2[..., 1]) > 1e-4
+        ref_hits = ((lg.argmax(-1) == targets) & (targets != -1)).to(F64)
+        got = torch.as_tensor(hits_c).to(F64)
+        bad = int(((got != ref_hits) & clear).sum())
+        rep.check("hits", bad == 0, f"{int(got.sum())} hits, {bad} disagree with torch argmax "
+                                    f"({int((~clear).sum())} ambiguous rows skipped)")
     ls_c, e = get_record(recs, "loss", 0, (1,))
     if e:
         rep.check("loss", False, e)

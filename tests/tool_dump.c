@@ -60,7 +60,9 @@ int main(int argc, char** argv) {
     float* logits = malloc((size_t)N * c.vocab_size * sizeof(float));
     model_set_batch(&m, tok, tgt, pos);
     model_zero_grad(&m);
+    m.want_hits = 1;   // greedy-correctness flags, checked against torch's argmax
     double loss = model_forward(&m, 1.0f / valid, logits) / valid;
+    rec("hits", 0, 2, d2, model_token_hits(&m));
     model_backward(&m);
     int d3[3] = { B, T, c.vocab_size };
     rec("logits", 0, 3, d3, logits);
