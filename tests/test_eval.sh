@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# build/eval: per-position losses identical across layouts (cp 1, cp 4, tp 2 x cp 2) and equal to an
+# independent PyTorch reference; bucketing consistent; sliding windows score every token once; several
+# series on one plot; passkey grid; CSV parses, SVG is well-formed XML; bad inputs give one line.
+cd "$(dirname "$0")/.."
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+pass=0; fail=0
+ok()  { echo "ok   $*"; pass=$((pass+1)); }
+bad() { echo "FAIL $*"; fail=$((fail+1)); }
+PY=/usr/bin/python3
+export OMP_NUM_THREADS=1
+MPI=(mpirun -q --oversubscribe); [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+run() { local np=$1; shift; if [ "$np" -eq 1 ]; then build/eval "$@"; else "${MPI[@]}" -np "$np" build/eval "$@"; fi; }
+finish() { echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; exit $?; }
+
+# documents: every source file of these trees is one document (many are longer than 256 tokens)
+build/prepare --out "$T/data" --val-frac 0.3 --seed 5 model attention comm checkpoint eval >/dev/null || { bad prepare; finish; }
+VAL=$(ls "$T"/data/val_*.bin | head -1)
+build/train --vocab_size 257 --d_model 64 --n_layer 2 --n_head 4 --n_kv_head 2 --d_ff 128 --max_seq_len 256 \
+  --seq_len 128 --batch_size 4 --micro_batch 2 --max_steps 15 --lr 3e-3 --warmup_steps 2 --rope_scaling yarn \
+  --rope_factor 2 --rope_original_max_seq_len 128 --train_data "$T/data/train_*.bin" --out_dir "$T/run" --ckpt_every 5 \
+  >"$T/train.out" 2>&1 || { bad "training: $(tail -2 "$T/train.out")"; finish; }
+CK="$T/run/ckpt_00000015.h5"
+E=(--ckpt "$CK" --data "$VAL" --seq_len 256 --docs 3 --out "$T/ev")
+
+# 1. per-position losses at three layouts
+for lay in "1 1 1" "4 1 4" "4 2 2"; do
+  read -r np tp cp <<<"$lay"
+  run "$np" "${E[@]}" --bucket 1 --tp "$tp" --cp "$cp" --name "pos_tp${tp}cp${cp}" >"$T/o" 2>"$T/e" || bad "eval tp $tp cp $cp: $(head -c 300 "$T/e")"
+done
+$PY - "$T/ev" <<'PYEOF' && ok "per-position losses equal at cp 1, cp 4 and tp 2 x cp 2 (1e-6 relative)" || bad "per-position losses differ across layouts"
+import csv, sys
+d = sys.argv[1]
+a, b, c = ({int(r["bucket_lo"]): float(r["mean_nll"]) for r in csv.DictReader(open(f"{d}/pos_{n}.csv"))}
+           for n in ("tp1cp1", "tp1cp4", "tp2cp2"))
+assert len(a) == len(b) == len(c) == 256
+worst = max(max(abs(a[p] - b[p]), abs(a[p] - c[p])) / abs(a[p]) for p in a)
+print(f"     worst rel diff {worst:.2e}")
+sys.exit(0 if worst <= 1e-6 else 1)
+PYEOF
+$PY tests/eval_ref.py "$CK" "$VAL" 256 "$T/ev/pos_tp1cp1.csv" 3 >"$T/r" 2>&1 && ok "$(cat "$T/r")" || bad "reference: $(tail -3 "$T/r")"
+
+# 2. bucketing: width 32 and log buckets from the per-position numbers, computed here by hand
+run 1 "${E[@]}" --bucket 32 --name b32 >/dev/null 2>&1 && run 1 "${E[@]}" --log_buckets --name blog >"$T/blog.out" 2>&1 || bad "bucket runs"
+$PY - "$T/ev" <<'PYEOF' && ok "fixed and log buckets equal exp(mean NLL) of their positions" || bad "bucketing"
+import csv, math, sys
+d = sys.argv[1]
+pos = {int(r["bucket_lo"]): (float(r["mean_nll"]), int(r["tokens"])) for r in csv.DictReader(open(f"{d}/pos_tp1cp1.csv"))}
+def check(name, edges):
+    rows = list(csv.DictReader(open(f"{d}/{name}.csv")))
+    assert [(int(r["bucket_lo"]), int(r["bucket_hi"])) for r in rows] == edges, [(r["bucket_lo"], r["bucket_hi"]) for r in rows]
+    for r, (lo, hi) in zip(rows, edges):
+        tok = sum(pos[p][1] for p in range(lo, hi)); mean = sum(pos[p][0] * pos[p][1] for p in range(lo, hi)) / tok
+        assert int(r["tokens"]) == tok and abs(float(r["ppl"]) - math.exp(mean)) <= 1e-6 * math.exp(mean), (r, mean)
+check("b32", [(i, i + 32) for i in range(0, 256, 32)])
+check("blog", [(0, 1), (1, 2), (2, 4), (4, 8), (8, 16), (16, 32), (32, 64), (64, 128), (128, 256)])
+PYEOF
+grep -q "all positions" "$T/blog.out" && grep -q "\[128, 256)" "$T/blog.out" && ok "table on stdout" || bad "table"
+
+# 3. sliding windows: every token of the first doc_len scored once; the first window equals the plain eval
+run 1 --ckpt "$CK" --data "$VAL" --seq_len 128 --docs 2 --out "$T/ev" --bucket 1 --name plain128 >/dev/null 2>&1 &&
+run 1 --ckpt "$CK" --data "$VAL" --seq_len 128 --docs 2 --out "$T/ev" --bucket 1 --stride 32 --doc_len 256 --name slide >"$T/s.out" 2>&1 \
+  || bad "sliding run: $(tail -2 "$T/s.out")"
+$PY - "$T/ev" <<'PYEOF' && ok "sliding windows (stride 32): 256 positions scored once each; window 1 equals the plain eval" || bad "sliding windows"
+import csv, sys
+d = sys.argv[1]
+s = {int(r["bucket_lo"]): r for r in csv.DictReader(open(f"{d}/slide.csv"))}
+p = {int(r["bucket_lo"]): r for r in csv.DictReader(open(f"{d}/plain128.csv"))}
+assert len(s) == 256 and all(int(r["tokens"]) == 2 for r in s.values())
+assert max(abs(float(s[i]["mean_nll"]) - float(p[i]["mean_nll"])) for i in range(128)) <= 1e-6
+PYEOF
+
+# 4. several series: two checkpoints x two RoPE settings on one plot; the setting changes the result
+run 2 --ckpt "$T/run/ckpt_00000005.h5" --ckpt "$CK" --rope yarn:2:128 --rope yarn:4:128 --data "$VAL" --seq_len 256 \
+  --docs 2 --cp 2 --out "$T/ev" --name multi >"$T/m.out" 2>&1 || bad "multi-series: $(tail -2 "$T/m.out")"
+$PY - "$T/ev/multi.csv" "$T/ev/multi.svg" <<'PYEOF' && ok "4 series in the CSV and as 4 lines with a legend in well-formed SVG" || bad "multi-series outputs"
+import csv, sys, xml.etree.ElementTree as ET
+rows = list(csv.DictReader(open(sys.argv[1])))
+labels = sorted({r["series"] for r in rows})
+assert len(labels) == 4, labels
+by = {l: [float(r["mean_nll"]) for r in rows if r["series"] == l] for l in labels}
+a = [l for l in labels if "ckpt_00000015" in l]
+assert by[a[0]] != by[a[1]], "the RoPE setting must change the losses"
+root = ET.parse(sys.argv[2]).getroot()
+assert root.tag == "{http://www.w3.org/2000/svg}svg"
+ns = "{http://www.w3.org/2000/svg}"
+assert len(root.findall(f".//{ns}polyline")) == 4
+text = " ".join(t.text or "" for t in root.iter(f"{ns}text"))
+assert all(l in text for l in labels)
+PYEOF
+
+# 5. passkey retrieval grid
+run 2 --passkey --ckpt "$CK" --passkey_lens 128,256 --passkey_depths 0,0.5,1 --passkey_trials 2 --cp 2 --out "$T/ev" --name pk \
+  >"$T/p.out" 2>&1 || bad "passkey run: $(tail -2 "$T/p.out")"
+$PY - "$T/ev/pk_passkey.csv" "$T/ev/pk_passkey.svg" <<'PYEOF' && ok "passkey: CSV of 2 x 3 cells in [0, 1], SVG heatmap parses" || bad "passkey outputs"
+import csv, sys, xml.etree.ElementTree as ET
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 6 and all(0.0 <= float(r["accuracy"]) <= 1.0 for r in rows)
+assert sorted({int(r["context"]) for r in rows}) == [128, 256]
+ET.parse(sys.argv[2])
+PYEOF
+
+# 6. bad input: one line, non-zero exit
+expect_err() {  # name pattern np args...
+  local name=$1 pat=$2 np=$3; shift 3
+  run "$np" "$@" >"$T/o" 2>"$T/e"; local rc=$?
+  local n; n=$(grep -vc "^eval series" "$T/e")
+  if [ $rc -ne 0 ] && [ "$n" -eq 1 ] && grep -q -- "$pat" "$T/e"; then ok "$name: $(grep -v '^eval series' "$T/e")"
+  else bad "$name: exit $rc, $n lines: $(head -c 300 "$T/e")"; fi
+}
+expect_err "missing checkpoint" "'$T/none.h5' does not exist" 1 --ckpt "$T/none.h5" --data "$VAL" --seq_len 128 --out "$T/ev" --name x
+expect_err "directory without latest" "has no 'latest' pointer" 1 --ckpt "$T/data" --data "$VAL" --seq_len 128 --out "$T/ev" --name x
+expect_err "data shorter than the context" "has no document of 100001 tokens" 1 --ckpt "$CK" --data "$VAL" --seq_len 100000 --out "$T/ev" --name x
+expect_err "bucket larger than the context" "bucket 512 is larger than the context 256" 1 --ckpt "$CK" --data "$VAL" --seq_len 256 --bucket 512 --out "$T/ev" --name x
+expect_err "unknown override" "unknown option or override '--n_layer'" 1 --ckpt "$CK" --data "$VAL" --seq_len 128 --n_layer 3 --out "$T/ev" --name x
+expect_err "bad rope spec" "invalid value 'ntk:2' for --rope" 1 --ckpt "$CK" --data "$VAL" --seq_len 128 --rope ntk:2 --out "$T/ev" --name x
+expect_err "seq_len not divisible by 2 cp" "seq_len 100 is not divisible by 8" 4 --ckpt "$CK" --data "$VAL" --seq_len 100 --cp 4 --out "$T/ev" --name x
+expect_err "missing data" "no files match" 1 --ckpt "$CK" --data "$T/nothing/*.bin" --seq_len 128 --out "$T/ev" --name x
+expect_err "output exists" "exists; pass --force" 1 "${E[@]}" --name b32
+expect_err "no checkpoint given" "no --ckpt given" 1 --data "$VAL" --seq_len 128
+finish
