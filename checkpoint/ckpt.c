@@ -100,22 +100,15 @@ static void write_config(hid_t f, const Config* c) {
     H5Gclose(ctx.g);
 }
 
-static int fsync_path(const char* path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
 
 static int cmp_str(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
 
 // rank 0: publish tmp as final, point `latest` at it, drop old checkpoints
 static int publish(const char* out_dir, const char* tmp, const char* final, const char* name, int keep_last,
                    char* err, size_t errlen) {
-    if (fsync_path(tmp)) { ERR("checkpoint: cannot fsync '%s': %s", tmp, strerror(errno)); return 1; }
+    if (h5_fsync_path(tmp)) { ERR("checkpoint: cannot fsync '%s': %s", tmp, strerror(errno)); return 1; }
     if (rename(tmp, final)) { ERR("checkpoint: cannot rename '%s' to '%s': %s", tmp, final, strerror(errno)); return 1; }
-    fsync_path(out_dir);
+    h5_fsync_path(out_dir);
     char lt[CFG_STR + 32], lf[CFG_STR + 32];
     snprintf(lt, sizeof lt, "%s/latest.tmp", out_dir);
     snprintf(lf, sizeof lf, "%s/latest", out_dir);
@@ -127,7 +120,7 @@ static int publish(const char* out_dir, const char* tmp, const char* final, cons
     }
     fclose(f);
     if (rename(lt, lf)) { ERR("checkpoint: cannot rename '%s': %s", lt, strerror(errno)); return 1; }
-    fsync_path(out_dir);
+    h5_fsync_path(out_dir);
     DIR* d = opendir(out_dir);                 // old checkpoints go only after the new one is complete
     if (!d) return 0;
     char* names[4096]; int n = 0;

@@ -1,6 +1,8 @@
 // h5util.c — HDF5 helpers (see h5util.h).
 #include "checkpoint/h5util.h"
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 hid_t h5_fapl(MPI_Comm comm) {
@@ -148,4 +150,12 @@ float h5_bf16_to_f32(uint16_t x) {
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+int h5_fsync_path(const char* path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
 }

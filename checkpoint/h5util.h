@@ -34,6 +34,9 @@ static inline uint64_t h5_xsum_term(uint64_t index, uint32_t bits) {
 long long h5_select_shard_range(hid_t space, long R, long Cc, long row0, long col0, long lr, long lc,
                                 long long a, long long b);
 
+// fsync a file or directory by path (0, or -1 with errno)
+int h5_fsync_path(const char* path);
+
 // fp32 <-> bf16 (round to nearest even)
 uint16_t h5_f32_to_bf16(float x);
 float h5_bf16_to_f32(uint16_t x);

@@ -340,14 +340,5 @@ int loader_get(Loader* ld, int64_t g, int32_t* tokens) {
     if (g < 0) return ld_fail(ld, "sequence index %lld is negative", (long long)g);
     int64_t epoch = g / ld->n_seq, i = g % ld->n_seq;
     int64_t seq = ld->shuffle ? shuffle_index(ld->seed, epoch, i, ld->n_seq) : i;
-    int64_t pos = seq * ld->seq_len, left = (int64_t)ld->seq_len + 1;
-    int32_t* out = tokens;
-    for (int s = find_shard(ld, pos); left > 0; s++) {       // the window may span several shards
-        const Shard* sh = &ld->shards[s];
-        int64_t off = pos - sh->first;
-        int64_t m = sh->n_tokens - off < left ? sh->n_tokens - off : left;
-        if (read_span(ld, sh, off, m, out) != 0) return -1;
-        out += m; pos += m; left -= m;
-    }
-    return 0;
+    return loader_read(ld, seq * ld->seq_len, (int64_t)ld->seq_len + 1, tokens);
 }

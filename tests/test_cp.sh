@@ -3,15 +3,9 @@
 # same per-step losses (1e-5 relative) and the same final weights (1e-5) as one process, for both layouts;
 # the built-in verification agrees; layout errors give one line and a non-zero exit on every rank.
 cd "$(dirname "$0")/.."
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()  { echo "ok   $*"; pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-PY=/usr/bin/python3
-export OMP_NUM_THREADS=1
-MPI=(mpirun -q --oversubscribe); [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+source tests/lib.sh
 
-build/prepare --out "$T/data" --val-frac 0 model attention >/dev/null || { bad "prepare"; echo "$pass passed, $fail failed"; exit 1; }
+build/prepare --out "$T/data" --val-frac 0 model attention >/dev/null || { bad "prepare"; finish; }
 cat > "$T/cp.conf" <<CONF
 vocab_size = 257
 d_model = 48
@@ -87,5 +81,4 @@ expect_err "cp larger than the world" "world size 2 is not divisible by tp \* cp
 expect_err "unknown layout" "cp_layout = 'ring' must be zigzag or contiguous" 2 --cp 2 --cp_layout ring
 expect_err "bad key under mpirun" "unknown key 'cpp'" 4 --cpp 4
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -3,15 +3,8 @@
 # independent PyTorch reference; bucketing consistent; sliding windows score every token once; several
 # series on one plot; passkey grid; CSV parses, SVG is well-formed XML; bad inputs give one line.
 cd "$(dirname "$0")/.."
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()  { echo "ok   $*"; pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-PY=/usr/bin/python3
-export OMP_NUM_THREADS=1
-MPI=(mpirun -q --oversubscribe); [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+source tests/lib.sh
 run() { local np=$1; shift; if [ "$np" -eq 1 ]; then build/eval "$@"; else "${MPI[@]}" -np "$np" build/eval "$@"; fi; }
-finish() { echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; exit $?; }
 
 # documents: every source file of these trees is one document (many are longer than 256 tokens)
 build/prepare --out "$T/data" --val-frac 0.3 --seed 5 model attention comm checkpoint eval >/dev/null || { bad prepare; finish; }

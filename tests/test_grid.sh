@@ -3,15 +3,9 @@
 # 1e-5 relative, final weights (gathered) within 1e-5 — ZeRO-1 equals plain AdamW, a vocabulary not
 # divisible by tp matches, and invalid layouts give one line and a non-zero exit on every rank.
 cd "$(dirname "$0")/.."
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()  { echo "ok   $*"; pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-PY=/usr/bin/python3
-export OMP_NUM_THREADS=1
-MPI=(mpirun -q --oversubscribe); [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+source tests/lib.sh
 
-build/prepare --out "$T/data" --val-frac 0 model attention >/dev/null || { bad "prepare"; echo "$pass passed, $fail failed"; exit 1; }
+build/prepare --out "$T/data" --val-frac 0 model attention >/dev/null || { bad "prepare"; finish; }
 cat > "$T/g.conf" <<CONF
 vocab_size = 257       # not divisible by tp = 2 or 4: the vocabulary is padded
 d_model = 64
@@ -44,7 +38,7 @@ print(f"     losses {['%.6f' % x for x in a]} worst rel diff {worst:.2e}")
 sys.exit(0 if worst <= float(sys.argv[3]) else 1)
 PYEOF
 }
-run ref 1 || { echo "$pass passed, $fail failed"; exit 1; }
+run ref 1 || finish
 for layout in "2 1 1" "1 2 1" "2 2 1" "4 2 1" "2 2 2" "1 4 2" "2 1 4"; do
   read -r tp cp dp <<<"$layout"; np=$((tp * cp * dp)); name="tp${tp}cp${cp}dp${dp}"
   run "$name" "$np" --tp "$tp" --cp "$cp" || continue
@@ -81,5 +75,4 @@ expect_err "world not divisible by tp*cp (cp)" "world size 4 is not divisible by
 expect_err "batch not divisible by micro_batch*dp" "batch_size = 8 is not a multiple of micro_batch \* dp = 1 \* 3" 3
 expect_err "zero out of range" "zero = 2 must be 0 or 1" 2 --zero 2
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -2,15 +2,11 @@
 # End-to-end trainer tests: real prepared text lowers the loss, same seed => bit-identical runs, metrics
 # file contents, and every bad input gives one clear line and a non-zero exit (never a crash).
 cd "$(dirname "$0")/.."
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()  { echo "ok   $*"; pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-PY=/usr/bin/python3
+source tests/lib.sh
 
 # data: this repository's own sources as documents (always present)
 build/prepare --out "$T/data" --val-frac 0.2 model attention data train tests tools >/dev/null 2>"$T/prep.err" \
-  || { bad "prepare failed: $(cat "$T/prep.err")"; echo "$pass passed, $fail failed"; exit 1; }
+  || { bad "prepare failed: $(cat "$T/prep.err")"; finish; }
 cat > "$T/tiny.conf" <<CONF
 # tiny model for tests
 vocab_size = 257
@@ -105,5 +101,4 @@ fi
 expect_err "out_dir in use" "metrics.jsonl' exists" -c "$T/tiny.conf" --out_dir "$T/r1"
 expect_err "option without value" "needs a value" -c "$T/tiny.conf" --lr
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -659,21 +659,14 @@ static int create_dataset(hid_t f, Dset* d) {
     return h5_attr_write_str(d->out, "dtype", d->out_bf16 ? "bf16" : "fp32") != 0;
 }
 
-static int fsync_path(const char* path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
 
 // rank 0: NEW.tmp -> NEW, durably
 static int publish(const char* tmp, const char* out) {
-    if (fsync_path(tmp)) return FAIL("reshard: cannot fsync '%s': %s", tmp, strerror(errno));
+    if (h5_fsync_path(tmp)) return FAIL("reshard: cannot fsync '%s': %s", tmp, strerror(errno));
     if (rename(tmp, out)) return FAIL("reshard: cannot rename '%s' to '%s': %s", tmp, out, strerror(errno));
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", out);
-    fsync_path(dirname(dir));
+    h5_fsync_path(dirname(dir));
     return 0;
 }
 
