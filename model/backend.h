@@ -17,6 +17,9 @@ void  be_download(void* host_dst, const void* src, size_t bytes); // backend -> 
 void  be_zero(void* p, size_t bytes);
 void  be_copy(void* dst, const void* src, size_t bytes);        // backend -> backend
 const char* be_name(void);
+// Start the backend before any large allocation (CPU: makes OpenBLAS allocate its work buffers now, so that
+// running out of memory later fails cleanly in be_alloc instead of inside a BLAS call).
+void be_init(void);
 
 // ---- dense ----
 // C[m,n] = alpha * op(A) op(B) + beta * C; op(A) is [m,k] (A is [k,m] when transA), op(B) is [k,n].

@@ -9,6 +9,15 @@
 
 const char* be_name(void) { return "cpu"; }
 
+void be_init(void) {
+    float a[64] = {0}, b[64] = {0}, c[64];
+    // OpenBLAS allocates its per-thread work buffers on the first gemm; under an address-space limit a
+    // failed allocation there spins instead of failing, so take them while memory is still free
+    #pragma omp parallel
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 8, 8, 8, 1.0f, a, 8, b, 8, 0.0f, c, 8);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 8, 8, 8, 1.0f, a, 8, b, 8, 0.0f, c, 8);
+}
+
 void* be_alloc(size_t bytes) {
     void* p = NULL;
     if (bytes == 0) bytes = 64;

@@ -53,6 +53,7 @@ static size_t plan_activations(Model* m, float* base) {
 
 void model_build(Model* m, const Config* cfg, int B, int T, const Group* tp_g, Ring* ring) {
     memset(m, 0, sizeof *m);
+    be_init();
     m->cfg = *cfg;
     m->ring = ring;
     m->tp_g = tp_g;
