@@ -13,7 +13,7 @@ LIB_SRC   := $(wildcard model/*.c attention/*.c comm/*.c checkpoint/*.c eval/rep
 LIB_OBJ   := $(LIB_SRC:%.c=build/obj/%.o)
 TEST_SRC  := $(wildcard tests/test_*.c tests/mpi_*.c tests/tool_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=build/tests/%)
-PROGRAMS  := build/train build/prepare build/eval build/sgemm_peak build/reshard
+PROGRAMS  := build/train build/prepare build/eval build/sgemm_peak build/bench_attention build/reshard
 
 .PHONY: all test demo deps bench clean
 .SECONDARY:
@@ -30,6 +30,8 @@ build/prepare: build/obj/data/prepare.o $(LIB_OBJ)
 build/reshard: build/obj/tools/reshard.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
 build/eval: build/obj/eval/eval.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(LDLIBS)
+build/bench_attention: build/obj/tools/bench_attention.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
 build/sgemm_peak: build/obj/tools/sgemm_peak.o
 	$(CC) $^ -o $@ $(LDLIBS)

@@ -2,10 +2,8 @@
 // One causal sequence, T = 4096, nh 8, nkv 2, hd 32 (override: bench_attention T nh nkv hd reps chunk);
 // timed as one call, and again in calls of `chunk` (256) query rows against all keys, as ring.c makes them.
 // FLOPs counted causally: forward 2 matmuls = 4 * T*T/2 * hd * nh; backward 2.5x forward.
-// Build: gcc -std=c11 -D_GNU_SOURCE -O3 -march=native -fopenmp -I. -I/usr/include/x86_64-linux-gnu/openblas-openmp
-//        tools/bench_attention.c attention/attn_cpu.c -o /tmp/bench_attention
-//        -L/usr/lib/x86_64-linux-gnu/openblas-openmp -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lm
-// Run:   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=2 /tmp/bench_attention
+// Build: make build/bench_attention
+// Run:   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=2 build/bench_attention
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
