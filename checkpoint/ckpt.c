@@ -204,7 +204,7 @@ int ckpt_save(const char* out_dir, int keep_last, const Model* m, const AdamW* o
     int nd = 3 * t->n;
     hid_t* ds = malloc(nd * sizeof(hid_t));
     uint64_t* sums = calloc(nd, sizeof(uint64_t));
-    hid_t dx = h5_dxpl(1);
+    hid_t dx = h5_dxpl(strcmp(m->cfg.ckpt_io, "independent") != 0);
     const char* slow = getenv("RINGLM_TEST_CKPT_SLOW_MS");   // test hook: widen the window for kill -9
     for (int kind = 0; kind < 3; kind++)
         for (int i = 0; i < t->n; i++) {
@@ -269,7 +269,7 @@ int ckpt_resolve(const char* spec, const char* out_dir, char* path, size_t n, ch
 struct Cmp { hid_t grp; const Config* c; char* diff_model; char* diff_train; int missing; char* missing_key;
              const char* const* allow; };
 // keys that say how this run is launched, not what it trains: never reported as changed
-static const char* OPERATIONAL[] = { "resume", "out_dir", "dump_weights", "tp", "cp", "cp_layout", "zero",
+static const char* OPERATIONAL[] = { "resume", "out_dir", "dump_weights", "tp", "cp", "cp_layout", "zero", "ckpt_io",
                                      "log_every", "verify_attention", "ckpt_every", "keep_last", NULL };
 static void compare_key(const char* key, int is_model, void* vctx) {
     struct Cmp* x = vctx;
@@ -337,7 +337,7 @@ int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* s
     int nd = 3 * t->n, rc = 0;
     uint64_t* sums = calloc(nd, sizeof(uint64_t));
     uint64_t* want = calloc(nd, sizeof(uint64_t));
-    hid_t dx = h5_dxpl(1);
+    hid_t dx = h5_dxpl(strcmp(m->cfg.ckpt_io, "independent") != 0);
     for (int kind = 0; kind < (have_opt ? 3 : 1) && !rc; kind++)
         for (int i = 0; i < t->n && !rc; i++) {
             const ParamSpec* p = &t->p[i];

@@ -25,6 +25,7 @@ typedef struct {
     int zero;                       // 1: ZeRO-1, AdamW moments sharded over the dp x cp group
     int verify_attention;           // every N steps check ring attention against one process (0: off)
     int ckpt_every, keep_last;      // checkpoint every N steps (0: only at the end); keep the newest K
+    char ckpt_io[16];               // collective | independent MPI-IO data transfers for checkpoints
     char resume[CFG_STR];           // resume from: a checkpoint file, a directory (its latest), or 'latest'
     char dump_weights[CFG_STR];     // at the end, write the final weights here (test dump format)
 } Config;
