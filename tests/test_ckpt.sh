@@ -94,6 +94,7 @@ grep -q "^note: saved with tp 2 cp 2 dp 2 zero 1, loaded into tp 1 cp 4 dp 2 zer
 cross x_one "tp2 cp2 dp2 zero1 -> 1 process" "$T/u8/ckpt_00000003.h5" 1
 cross x_grid "1 process -> tp2 cp2 dp2 zero1" "$T/u1/ckpt_00000003.h5" 8 "${L8[@]}"
 cross x_tp "tp4 cp1 dp2 zero1 -> tp2 cp1 dp4 zero1" "$T/t4/ckpt_00000003.h5" 8 --tp 2 --zero 1
+cross x_ind "tp2 cp2 dp2 zero1 -> tp2 cp1 dp2 zero1, independent MPI-IO" "$T/u8/ckpt_00000003.h5" 4 --tp 2 --zero 1 --ckpt_io independent
 
 # ---- 3. keep_last ----
 if trn keep 2 --ckpt_every 1 --keep_last 2 --max_steps 5; then
