@@ -61,22 +61,9 @@ def hf_shapes(V, C, L, H, KV, F, tie=False):
 
 
 def read_dump(path):
-    import struct
-    out = {}
-    with open(path, "rb") as f:
-        assert f.read(8) == b"RLMDUMP1", f"{path}: not a ringlm dump"
-        while True:
-            h = f.read(4)
-            if not h:
-                break
-            (n,) = struct.unpack("<i", h)
-            name = f.read(n).decode()
-            dtype, ndim = struct.unpack("<ii", f.read(8))
-            dims = struct.unpack(f"<{ndim}i", f.read(4 * ndim))
-            cnt = int(np.prod(dims)) if ndim else 1
-            dt = {0: np.float32, 1: np.int32, 2: np.uint8}[dtype]
-            out[name] = np.frombuffer(f.read(cnt * np.dtype(dt).itemsize), dt).reshape(dims)
-    return out
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from compare_dumps import read
+    return read(path)
 
 
 def datasets(f):

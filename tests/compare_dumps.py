@@ -40,4 +40,5 @@ def main():
     print(f"{len(na & nb)} tensors compared, worst {kind} diff {worst:.3e}, {bad} over {rel}")
     sys.exit(1 if bad else 0)
 
-main()
+if __name__ == "__main__":
+    main()

@@ -67,18 +67,11 @@ run cp2 2 --cp 2 && same_losses cp1 cp2 && ok "cp=2 zigzag matches cp=1" || bad 
 run cp3 3 --cp 3 --seq_len 96 && run cp1s96 1 --seq_len 96 && same_losses cp1s96 cp3 && ok "cp=3 (odd ring) matches cp=1" || bad "cp=3"
 
 # ---- layout errors: one line on stderr, exit non-zero on every rank, no hang ----
-expect_err() {  # name pattern np args...
-  local name=$1 pat=$2 np=$3; shift 3
-  timeout 60 "${MPI[@]}" -np "$np" build/train -c "$T/cp.conf" --out_dir "$T/bad" "$@" >"$T/o" 2>"$T/e"; local rc=$?
-  local n; n=$(grep -c . "$T/e")
-  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] && grep -q -- "$pat" "$T/e"; then ok "$name: $(cat "$T/e")"
-  else bad "$name: exit $rc, $n stderr lines: $(head -c 400 "$T/e")"; fi
-}
-expect_err "seq_len not divisible by 2*cp" "seq_len = 120 is not divisible by 2 \* cp = 16" 8 --cp 8
-expect_err "seq_len not divisible by cp (contiguous)" "seq_len = 120 is not divisible by cp = 7" 7 --cp 7 --cp_layout contiguous
-expect_err "ranks not a multiple of cp" "world size 3 is not divisible by tp \* cp = 1 \* 4" 3 --cp 4
-expect_err "cp larger than the world" "world size 2 is not divisible by tp \* cp = 1 \* 4" 2 --cp 4
-expect_err "unknown layout" "cp_layout = 'ring' must be zigzag or contiguous" 2 --cp 2 --cp_layout ring
-expect_err "bad key under mpirun" "unknown key 'cpp'" 4 --cpp 4
+expect_train_err "$T/cp.conf" "seq_len not divisible by 2*cp" "seq_len = 120 is not divisible by 2 \* cp = 16" 8 --cp 8
+expect_train_err "$T/cp.conf" "seq_len not divisible by cp (contiguous)" "seq_len = 120 is not divisible by cp = 7" 7 --cp 7 --cp_layout contiguous
+expect_train_err "$T/cp.conf" "ranks not a multiple of cp" "world size 3 is not divisible by tp \* cp = 1 \* 4" 3 --cp 4
+expect_train_err "$T/cp.conf" "cp larger than the world" "world size 2 is not divisible by tp \* cp = 1 \* 4" 2 --cp 4
+expect_train_err "$T/cp.conf" "unknown layout" "cp_layout = 'ring' must be zigzag or contiguous" 2 --cp 2 --cp_layout ring
+expect_train_err "$T/cp.conf" "bad key under mpirun" "unknown key 'cpp'" 4 --cpp 4
 
 finish

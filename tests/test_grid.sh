@@ -61,18 +61,11 @@ run z1b 4 --tp 1 --cp 1 --zero 1 && same_losses ref z1b 1e-5 && \
   || bad "ZeRO-1 dp4: $(cat "$T/cmp" 2>/dev/null)"
 
 # ---- invalid layouts: one line, non-zero exit on every rank, no hang ----
-expect_err() {  # name pattern np args...
-  local name=$1 pat=$2 np=$3; shift 3
-  timeout 60 "${MPI[@]}" -np "$np" build/train -c "$T/g.conf" --out_dir "$T/bad" "$@" >"$T/o" 2>"$T/e"; local rc=$?
-  local n; n=$(grep -c . "$T/e")
-  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] && grep -q -- "$pat" "$T/e"; then ok "$name: $(cat "$T/e")"
-  else bad "$name: exit $rc, $n stderr lines: $(head -c 400 "$T/e")"; fi
-}
-expect_err "heads not divisible by tp" "n_head = 8 is not divisible by tp = 3" 3 --tp 3
-expect_err "KV heads not divisible by tp" "n_kv_head = 4 is not divisible by tp = 8" 8 --tp 8
-expect_err "world not divisible by tp*cp" "world size 6 is not divisible by tp \* cp = 4 \* 1" 6 --tp 4
-expect_err "world not divisible by tp*cp (cp)" "world size 4 is not divisible by tp \* cp = 2 \* 4" 4 --tp 2 --cp 4
-expect_err "batch not divisible by micro_batch*dp" "batch_size = 8 is not a multiple of micro_batch \* dp = 1 \* 3" 3
-expect_err "zero out of range" "zero = 2 must be 0 or 1" 2 --zero 2
+expect_train_err "$T/g.conf" "heads not divisible by tp" "n_head = 8 is not divisible by tp = 3" 3 --tp 3
+expect_train_err "$T/g.conf" "KV heads not divisible by tp" "n_kv_head = 4 is not divisible by tp = 8" 8 --tp 8
+expect_train_err "$T/g.conf" "world not divisible by tp*cp" "world size 6 is not divisible by tp \* cp = 4 \* 1" 6 --tp 4
+expect_train_err "$T/g.conf" "world not divisible by tp*cp (cp)" "world size 4 is not divisible by tp \* cp = 2 \* 4" 4 --tp 2 --cp 4
+expect_train_err "$T/g.conf" "batch not divisible by micro_batch*dp" "batch_size = 8 is not a multiple of micro_batch \* dp = 1 \* 3" 3
+expect_train_err "$T/g.conf" "zero out of range" "zero = 2 must be 0 or 1" 2 --zero 2
 
 finish
