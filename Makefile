@@ -9,7 +9,7 @@ CFLAGS    := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -I. -I$(BLAS_I
 LDLIBS    := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -L$(H5_LIB) -Wl,-rpath,$(H5_LIB) -lhdf5 -fopenmp -lm
 
 # library sources shared by every program (programs' main files are listed separately)
-LIB_SRC   := $(wildcard model/*.c attention/*.c comm/*.c checkpoint/*.c eval/report.c eval/passkey.c data/shards.c train/optim.c train/verify.c train/dump.c)
+LIB_SRC   := $(wildcard model/*.c attention/*.c comm/*.c checkpoint/*.c eval/report.c eval/passkey.c data/shards.c train/optim.c train/verify.c train/dump.c train/files.c)
 LIB_OBJ   := $(LIB_SRC:%.c=build/obj/%.o)
 TEST_SRC  := $(wildcard tests/test_*.c tests/mpi_*.c tests/tool_*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=build/tests/%)

@@ -17,6 +17,7 @@
 #include "eval/report.h"
 #include "model/backend.h"
 #include "model/model.h"
+#include "train/files.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -323,17 +324,6 @@ static int out_file(const Args* a, char* path, size_t n, const char* suffix) {
     return 0;
 }
 
-static int make_out_dir(const char* dir) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char* p = buf + 1; ; p++)
-        if (*p == '/' || !*p) {
-            char c = *p; *p = 0;
-            if (mkdir(buf, 0755) && errno != EEXIST) { snprintf(msg, sizeof msg, "eval: cannot create '%s': %s", buf, strerror(errno)); return 1; }
-            *p = c;
-            if (!c) return 0;
-        }
-}
 
 static void series_label(const Args* a, int s, const char* ckpt, const Rope* r, char* out, size_t n) {
     if (s < a->nlabel) { snprintf(out, n, "%s", a->labels[s]); return; }
@@ -351,7 +341,7 @@ static void eval_ppl(const Args* a, const Grid* g) {
     long long span = sliding ? a->doc_len : T;          // positions reported
     char csv[1200], svg[1200];
     int fail = 0;
-    if (rank0) fail = make_out_dir(a->out) || out_file(a, csv, sizeof csv, ".csv") || out_file(a, svg, sizeof svg, ".svg");
+    if (rank0) fail = make_dirs("eval", a->out, msg, sizeof msg) || out_file(a, csv, sizeof csv, ".csv") || out_file(a, svg, sizeof svg, ".svg");
     grid_check(world, fail, msg);
     Buckets b;
     fail = a->log_buckets ? buckets_log(&b, span) : buckets_fixed(&b, span, a->bucket ? a->bucket : (span >= 16 ? span / 16 : 1));
@@ -441,7 +431,7 @@ static void eval_passkey(const Args* a, const Grid* g) {
     const Group* world = &g->world_g;
     int rank0 = g->rank == 0, fail = 0;
     char csv[1200], svg[1200];
-    if (rank0) fail = make_out_dir(a->out) || out_file(a, csv, sizeof csv, "_passkey.csv") || out_file(a, svg, sizeof svg, "_passkey.svg");
+    if (rank0) fail = make_dirs("eval", a->out, msg, sizeof msg) || out_file(a, csv, sizeof csv, "_passkey.csv") || out_file(a, svg, sizeof svg, "_passkey.svg");
     grid_check(world, fail, msg);
     double* acc = calloc(a->nlens * a->ndepths, sizeof(double));
     double t0 = now_s();

@@ -49,6 +49,7 @@ check("b32", [(i, i + 32) for i in range(0, 256, 32)])
 check("blog", [(0, 1), (1, 2), (2, 4), (4, 8), (8, 16), (16, 32), (32, 64), (64, 128), (128, 256)])
 PYEOF
 grep -q "all positions" "$T/blog.out" && grep -q "\[128, 256)" "$T/blog.out" && ok "table on stdout" || bad "table"
+grep -qE "eval series 1/1: 3/3, [0-9.]+ s elapsed, ETA 0.0 s" "$T/blog.out" && ok "progress with an ETA" || bad "no progress line with ETA"
 
 # 3. sliding windows: every token of the first doc_len scored once; the first window equals the plain eval
 run 1 --ckpt "$CK" --data "$VAL" --seq_len 128 --docs 2 --out "$T/ev" --bucket 1 --name plain128 >/dev/null 2>&1 &&

@@ -93,7 +93,7 @@ expect_err "token id >= vocab_size" "big.bin" "${C[@]}" --train_data "$T/big.bin
 touch "$T/afile"
 expect_err "out_dir is a file" "afile" "${C[@]}" --out_dir "$T/afile/sub"
 # a directory nobody may create in (root included): /sys refuses mkdir; as a user, a mode-500 directory too
-expect_err "unwritable out_dir" "cannot create out_dir '/sys/ringlm_test'" "${C[@]}" --out_dir /sys/ringlm_test/x
+expect_err "unwritable out_dir" "out_dir: cannot create '/sys/ringlm_test'" "${C[@]}" --out_dir /sys/ringlm_test/x
 if [ "$(id -u)" -ne 0 ]; then
   mkdir -p "$T/ro"; chmod 500 "$T/ro"
   expect_err "read-only out_dir" "$T/ro" "${C[@]}" --out_dir "$T/ro/x"

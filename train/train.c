@@ -11,6 +11,7 @@
 #include "train/optim.h"
 #include "train/verify.h"
 #include "train/dump.h"
+#include "train/files.h"
 #include "checkpoint/ckpt.h"
 #include <errno.h>
 #include <math.h>
@@ -43,28 +44,6 @@ static double now_s(void) {
 
 static char msg[4096];   // the one-line error of the current check
 
-// mkdir -p; returns 0 or fills msg
-static int make_dirs(const char* path) {
-    char buf[CFG_STR];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char* p = buf + 1; ; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p; *p = 0;
-            if (mkdir(buf, 0755) && errno != EEXIST) {
-                snprintf(msg, sizeof msg, "train: cannot create out_dir '%s': %s", buf, strerror(errno));
-                return 1;
-            }
-            *p = c;
-            if (!c) break;
-        }
-    }
-    struct stat st;
-    if (stat(path, &st) || !S_ISDIR(st.st_mode)) {
-        snprintf(msg, sizeof msg, "train: out_dir '%s' is not a directory", path);
-        return 1;
-    }
-    return 0;
-}
 
 // parse the command line into c; 0 or 1 with msg set. *help set for --help.
 static int parse_args(int argc, char** argv, Config* c, int* force, int* help) {
@@ -188,7 +167,7 @@ int main(int argc, char** argv) {
     fail = 0;
     if (rank0) {
         struct stat st;
-        fail = make_dirs(c.out_dir);
+        fail = make_dirs("train: out_dir", c.out_dir, msg, sizeof msg);
         if (!fail && !force && !c.resume[0] && stat(metrics_path, &st) == 0) {
             snprintf(msg, sizeof msg, "train: '%s' exists from an earlier run; choose another out_dir or pass --force", metrics_path);
             fail = 1;
