@@ -9,5 +9,5 @@ typedef struct { int checked; double max_abs, max_rel; } VerifyResult;
 // first KV head and (up to 4 of) its query heads, runs ring attention forward and backward on them with a
 // seeded random upstream gradient, gathers everything to the ring's first rank, recomputes out, dq, dk, dv
 // there with the one-process kernel on the whole sequence, and reports the largest differences (identical
-// on every rank). Rank 0 logs one line, and a warning line when the relative difference exceeds 1e-4.
+// on every rank: the worst over all rings). Rank 0 logs one line, and a warning line when the relative difference exceeds 1e-4.
 VerifyResult verify_ring_attention(Model* m, const Grid* g, int step);
