@@ -17,17 +17,18 @@ CK="$T/run/ckpt_00000015.h5"
 E=(--ckpt "$CK" --data "$VAL" --seq_len 256 --docs 3 --out "$T/ev")
 
 # 1. per-position losses at three layouts
-for lay in "1 1 1" "4 1 4" "4 2 2"; do
+for lay in "1 1 1" "4 1 4" "4 2 2" "2 1 1"; do
   read -r np tp cp <<<"$lay"
-  run "$np" "${E[@]}" --bucket 1 --tp "$tp" --cp "$cp" --name "pos_tp${tp}cp${cp}" >"$T/o" 2>"$T/e" || bad "eval tp $tp cp $cp: $(head -c 300 "$T/e")"
+  name="pos_tp${tp}cp${cp}"; [ $((tp * cp)) -lt "$np" ] && name="${name}dp$((np / (tp * cp)))"
+  run "$np" "${E[@]}" --bucket 1 --tp "$tp" --cp "$cp" --name "$name" >"$T/o" 2>"$T/e" || bad "eval $name: $(head -c 300 "$T/e")"
 done
-$PY - "$T/ev" <<'PYEOF' && ok "per-position losses equal at cp 1, cp 4 and tp 2 x cp 2 (1e-6 relative)" || bad "per-position losses differ across layouts"
+$PY - "$T/ev" <<'PYEOF' && ok "per-position losses equal at cp 1, cp 4, tp 2 x cp 2 and dp 2 (1e-6 relative)" || bad "per-position losses differ across layouts"
 import csv, sys
 d = sys.argv[1]
-a, b, c = ({int(r["bucket_lo"]): float(r["mean_nll"]) for r in csv.DictReader(open(f"{d}/pos_{n}.csv"))}
-           for n in ("tp1cp1", "tp1cp4", "tp2cp2"))
-assert len(a) == len(b) == len(c) == 256
-worst = max(max(abs(a[p] - b[p]), abs(a[p] - c[p])) / abs(a[p]) for p in a)
+a, b, c, e = ({int(r["bucket_lo"]): float(r["mean_nll"]) for r in csv.DictReader(open(f"{d}/pos_{n}.csv"))}
+              for n in ("tp1cp1", "tp1cp4", "tp2cp2", "tp1cp1dp2"))
+assert len(a) == len(b) == len(c) == len(e) == 256
+worst = max(max(abs(a[p] - b[p]), abs(a[p] - c[p]), abs(a[p] - e[p])) / abs(a[p]) for p in a)
 print(f"     worst rel diff {worst:.2e}")
 sys.exit(0 if worst <= 1e-6 else 1)
 PYEOF
