@@ -141,9 +141,11 @@ static void attention_forward(Model* m, LayerActs* a) {
 static void attention_backward(Model* m, LayerActs* a) {
     int Hq = m->nh * m->hd, Hk = m->nkv * m->hd;
     float scale = 1.0f / sqrtf((float)m->hd);
-    be_zero(m->dq, m->N * Hq * sizeof(float));
-    be_zero(m->dk, m->N * Hk * sizeof(float));
-    be_zero(m->dv, m->N * Hk * sizeof(float));
+    if (!m->ring) {   // the block kernel accumulates; the ring overwrites
+        be_zero(m->dq, m->N * Hq * sizeof(float));
+        be_zero(m->dk, m->N * Hk * sizeof(float));
+        be_zero(m->dv, m->N * Hk * sizeof(float));
+    }
     for (int b = 0; b < m->B; b++) {
         size_t r = (size_t)b * m->T;
         float* D = m->D + r * m->nh;
