@@ -3,7 +3,7 @@
 # prints the exact command to run.
 set -euo pipefail
 pkgs=(build-essential libopenblas-openmp-dev libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
-      python3 python3-torch python3-h5py python3-numpy time)
+      python3 python3-torch python3-h5py python3-numpy time procps)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
