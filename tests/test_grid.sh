@@ -52,6 +52,12 @@ grep -q "tp    groups: {0,1} {2,3} {4,5} {6,7}" "$T/tp2cp2dp2.out" && grep -q "r
   && grep -q "dp    groups: {0,4} {1,5} {2,6} {3,7}" "$T/tp2cp2dp2.out" && ok "tp2 cp2 dp2: groups {0,1}.., rings {0,2}.., dp {0,4}.." \
   || bad "grid groups: $(grep groups "$T/tp2cp2dp2.out" | tr '\n' ' ')"
 
+# tied embeddings (the vocab-parallel head shares the embedding's shards) with YaRN, at tp 4 x cp 2
+TIED=(--tie_embeddings 1 --rope_scaling yarn --rope_factor 2 --rope_original_max_seq_len 32)
+run tied1 1 "${TIED[@]}" && run tied8 8 --tp 4 --cp 2 "${TIED[@]}" && same_losses tied1 tied8 1e-5 && \
+  $PY tests/compare_dumps.py "$T/tied8.dump" "$T/tied1.dump" --abs 1e-5 >"$T/cmp" \
+  && ok "tied embeddings + YaRN at tp 4 x cp 2 match 1 rank ($(cat "$T/cmp"))" || bad "tied at tp4 cp2: $(cat "$T/cmp" 2>/dev/null)"
+
 # ZeRO-1 (moments sharded over dp x cp) equals plain AdamW within 1e-6
 run z0 8 --tp 2 --cp 2 && run z1 8 --tp 2 --cp 2 --zero 1 && same_losses z0 z1 1e-6 && \
   $PY tests/compare_dumps.py "$T/z1.dump" "$T/z0.dump" --abs 1e-6 >"$T/cmp" && ok "ZeRO-1 equals plain AdamW within 1e-6 ($(cat "$T/cmp"))" \
