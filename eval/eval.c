@@ -325,6 +325,12 @@ static int out_file(const Args* a, char* path, size_t n, const char* suffix) {
 }
 
 
+// the trained config of a checkpoint argument (file or directory), or 1 when it cannot be read
+static int ckpt_read_config_quiet(const char* ckpt, Config* c) {
+    char path[2048], err[512];
+    return ckpt_resolve(ckpt, ckpt, path, sizeof path, err, sizeof err) || ckpt_read_config(path, c, err, sizeof err);
+}
+
 static void series_label(const Args* a, int s, const char* ckpt, const Rope* r, char* out, size_t n) {
     if (s < a->nlabel) { snprintf(out, n, "%s", a->labels[s]); return; }
     const char* base = strrchr(ckpt, '/');
@@ -408,6 +414,11 @@ static void eval_ppl(const Args* a, const Grid* g) {
         }
         if (rank0) printf("series %d: %s — %d documents at context %d (%s)\n", s + 1, se->label, nd, T,
                           sliding ? "sliding windows" : "first tokens of each document");
+        Config saved;
+        if (rank0 && !ckpt_read_config_quiet(ckpt, &saved) && T > saved.seq_len && !strcmp(c.rope_scaling, "none"))
+            printf("note: context %d exceeds the trained %d with plain RoPE; perplexity usually rises past %d "
+                   "(compare --rope yarn:%d:%d)\n", T, saved.seq_len, saved.seq_len,
+                   (T + saved.seq_len - 1) / saved.seq_len, saved.seq_len);
         free(win); free(score); free(docs);
         loader_close(&ld);
         net_close(&n);

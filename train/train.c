@@ -220,6 +220,9 @@ int main(int argc, char** argv) {
         printf("params %zu (%.2f M) | train %lld tokens, %lld sequences of %d | %d tokens per rank | "
                "accumulation %d x %d sequences x dp %d\n", m.pt.total, m.pt.total / 1e6, (long long)train.n_tokens,
                (long long)train.n_seq, T, Tl, accum, B, g.dp);
+        if (g.cp > 1 && Tl < 512)
+            printf("note: %d tokens per rank: below ~512 the ring's per-step compute is too short to hide its "
+                   "communication; a smaller cp is likely faster\n", Tl);
         fflush(stdout);
     }
 
