@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <omp.h>
+#include <signal.h>
 
 static void usage(FILE* f) {
     fprintf(f,
@@ -43,6 +44,11 @@ static double now_s(void) {
 }
 
 static char msg[4096];   // the one-line error of the current check
+
+// SIGUSR1 / SIGTERM (preemption, Slurm's --signal, mpirun forwarding): finish the current step, save a
+// checkpoint, exit cleanly; `--resume latest` continues from there
+static volatile sig_atomic_t stop_signal = 0;
+static void on_stop_signal(int sig) { stop_signal = sig; }
 
 
 // parse the command line into c; 0 or 1 with msg set. *help set for --help.
@@ -234,7 +240,9 @@ int main(int argc, char** argv) {
     double flops_tok = model_flops_per_token(&c, T);
     long long cursor = ts.cursor;   // global data cursor: index of the next training sequence
     double t_total = 0, last_loss = NAN, busy_max_sum = 0, busy_mean_sum = 0, hidden_sum = 0;
-    int step0 = (int)ts.step, saved_at = c.resume[0] ? step0 : -1;
+    int step0 = (int)ts.step, saved_at = c.resume[0] ? step0 : -1, done_steps = step0;
+    signal(SIGUSR1, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
     for (int step = step0; step < c.max_steps; step++) {
         double t0 = now_s();
         RingStats before = R ? R->st : (RingStats){0};
@@ -280,7 +288,9 @@ int main(int argc, char** argv) {
             vloss = validate(&m, &val, &c, &g, &bt);
         VerifyResult vr = {0};
         if (R && c.verify_attention && (step + 1) % c.verify_attention == 0) vr = verify_ring_attention(&m, &g, step + 1);
-        if (c.ckpt_every && (step + 1) % c.ckpt_every == 0) {
+        done_steps = step + 1;
+        int stop = (int)comm_max_double(&world, (double)stop_signal);   // every rank stops at the same step
+        if ((c.ckpt_every && (step + 1) % c.ckpt_every == 0) || (stop && step + 1 < c.max_steps)) {
             ts.step = step + 1; ts.cursor = cursor; ts.tokens_seen = cursor * (long long)T;
             double t1 = now_s();
             fail = ckpt_save(c.out_dir, c.keep_last, &m, &opt, &g, &ts, msg, sizeof msg);
@@ -288,8 +298,10 @@ int main(int argc, char** argv) {
             saved_at = step + 1;
             if (rank0) { printf("saved checkpoint %s/ckpt_%08d.h5 (%.2f s)\n", c.out_dir, step + 1, now_s() - t1); fflush(stdout); }
         }
-        if (!rank0) continue;
-        if ((step + 1) % c.log_every == 0 || last || !isnan(vloss)) {
+        if (rank0 && stop) printf("stopping after step %d on signal %d: checkpoint saved; continue with --resume latest\n",
+                                  step + 1, stop);
+        if (!rank0) { if (stop) break; continue; }
+        if ((step + 1) % c.log_every == 0 || last || !isnan(vloss) || stop) {
             printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.2f GFLOP/s | %.1f ms",
                    step + 1, c.max_steps, loss, lr, gnorm, tps, gflops, dt * 1e3);
             if (R) printf(" | ring imbalance %.2f hidden %.0f%%", rs.busy_max / rs.busy_mean, 100 * rs.hidden);
@@ -307,22 +319,23 @@ int main(int argc, char** argv) {
         if (vr.checked) fprintf(metrics, ", \"verify_max_abs\": %.3e, \"verify_max_rel\": %.3e", vr.max_abs, vr.max_rel);
         fprintf(metrics, "}\n");
         fflush(metrics);
+        if (stop) break;
     }
-    if (saved_at != c.max_steps && c.max_steps >= step0) {   // the final checkpoint (max_steps 0: the fresh model)
-        int end = c.max_steps > step0 ? c.max_steps : step0;
+    if (saved_at != done_steps) {   // the final checkpoint (max_steps 0: the fresh model)
+        int end = done_steps;
         ts.step = end; ts.cursor = cursor; ts.tokens_seen = cursor * (long long)T;
         double t1 = now_s();
         fail = ckpt_save(c.out_dir, c.keep_last, &m, &opt, &g, &ts, msg, sizeof msg);
         grid_check(&world, fail, msg);
         if (rank0) printf("saved checkpoint %s/ckpt_%08d.h5 (%.2f s)\n", c.out_dir, end, now_s() - t1);
     }
-    if (rank0 && c.max_steps > step0) {
-        printf("done: %d steps, final loss %.6f, mean %.0f tok/s, outputs in %s/\n", c.max_steps, last_loss,
-               (double)(c.max_steps - step0) * c.batch_size * T / t_total, c.out_dir);
+    if (rank0 && done_steps > step0) {
+        printf("done: %d steps, final loss %.6f, mean %.0f tok/s, outputs in %s/\n", done_steps, last_loss,
+               (double)(done_steps - step0) * c.batch_size * T / t_total, c.out_dir);
         if (R)
             printf("ring (cp %d, %s): attention busy max/mean %.3f (load imbalance), communication hidden %.1f%% "
                    "(one hop %.3f ms un-overlapped)\n", g.cp, c.cp_layout, busy_max_sum / busy_mean_sum,
-                   100 * hidden_sum / (c.max_steps - step0), R->st.xfer_s * 1e3);
+                   100 * hidden_sum / (done_steps - step0), R->st.xfer_s * 1e3);
     }
     // memory of each rank: planned arenas and the measured peak resident set
     struct rusage ru;

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Preemption: SIGUSR1 or SIGTERM (to the trainer, or to mpirun, which forwards it) makes every rank finish
+# the current step, save a checkpoint and exit 0; `--resume latest` then continues bit-identically.
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+build/prepare --out "$T/data" --val-frac 0 model attention >/dev/null || { bad prepare; finish; }
+A=(-c configs/tiny.conf --train_data "$T/data" --val_data "" --max_steps 40 --log_every 1)
+
+# stop once the run has logged 5 steps; prints the stop line's step
+stop_run() {  # signal out_dir launcher... (the launcher's own arguments may add or override keys)
+  local sig=$1 od=$2; shift 2
+  "$@" --out_dir "$od" >"$od.out" 2>&1 &
+  local job=$! n
+  for ((i = 0; i < 3000; i++)); do
+    n=$(grep -c . "$od/metrics.jsonl" 2>/dev/null); [ "${n:-0}" -ge 5 ] && break; sleep 0.01
+  done
+  kill -"$sig" "$job"
+  wait "$job"; echo $? >"$od.rc"
+}
+build/train "${A[@]}" --out_dir "$T/full" >/dev/null 2>&1 || bad "uninterrupted run"
+
+stop_run USR1 "$T/one" build/train "${A[@]}"
+s=$(sed -nE 's/^stopping after step ([0-9]+) on signal 10.*/\1/p' "$T/one.out")
+if [ -n "$s" ] && [ "$s" -lt 40 ] && [ "$(cat "$T/one.rc")" = 0 ] && [ "$(cat "$T/one/latest")" = "$(printf 'ckpt_%08d.h5' "$s")" ]; then
+  ok "SIGUSR1: stopped after step $s, exit 0, latest = $(cat "$T/one/latest")"
+else bad "SIGUSR1: rc $(cat "$T/one.rc"), stop step '$s', latest $(cat "$T/one/latest" 2>/dev/null)"; fi
+build/train "${A[@]}" --out_dir "$T/one" --resume latest >"$T/one2.out" 2>&1 || bad "resume after SIGUSR1"
+$PY - "$T/one/metrics.jsonl" "$T/full/metrics.jsonl" <<'PYEOF' && ok "resumed run: every step's loss identical to the uninterrupted run" || bad "resumed losses differ"
+import json, sys
+a = {}
+for l in open(sys.argv[1]): r = json.loads(l); a[r["step"]] = r["loss"]    # later lines supersede
+b = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[2])}
+assert sorted(a) == list(range(1, 41)) and a == b, [(k, a.get(k), b[k]) for k in b if a.get(k) != b[k]][:3]
+PYEOF
+
+# (a longer run, so that the signal lands well before the end; mpirun itself exits non-zero when signalled)
+stop_run TERM "$T/mpi" "${MPI[@]}" -np 2 build/train "${A[@]}" --cp 2 --max_steps 1000
+s=$(sed -nE 's/^stopping after step ([0-9]+) on signal 15.*/\1/p' "$T/mpi.out")
+if [ -n "$s" ] && [ "$s" -lt 1000 ] && [ "$(cat "$T/mpi/latest")" = "$(printf 'ckpt_%08d.h5' "$s")" ]; then
+  ok "SIGTERM to mpirun (cp 2): both ranks stopped after step $s and saved $(cat "$T/mpi/latest")"
+else bad "SIGTERM to mpirun: stop step '$s', latest $(cat "$T/mpi/latest" 2>/dev/null): $(tail -3 "$T/mpi.out")"; fi
+"${MPI[@]}" -np 2 build/train "${A[@]}" --cp 2 --out_dir "$T/mpi" --resume latest --max_steps $((s + 3)) >"$T/mpi2.out" 2>&1 \
+  && grep -q "^done: $((s + 3)) steps" "$T/mpi2.out" && ok "resumed from the SIGTERM checkpoint for 3 more steps" || bad "resume after SIGTERM"
+finish
