@@ -1,15 +1,8 @@
 // ring.c — the ring schedule over the attention block kernels (see ring.h).
 #include "attention/ring.h"
-#include "model/backend.h"
-#include <stdio.h>
+#include "common/util.h"
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#define QCHUNK 256    // query rows per kernel call between progress polls
-
-static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
-static double cpu_s(void) { struct timespec t; clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 
 int ring_layout_parse(const char* s) {
     if (!strcmp(s, "zigzag")) return CP_ZIGZAG;
@@ -33,23 +26,22 @@ static double calibrate(Ring* R) {
     size_t n = (size_t)2 * R->Tl * R->Hk;
     double t[5];
     for (int i = 0; i < 5; i++) {
-        comm_barrier(R->g);
+        be_sync();
+        ctl_barrier(R->g);
         double t0 = now_s();
-        CommReqs rq = {0};
-        comm_irecv(R->g, R->kv[1], n, (R->r - 1 + R->P) % R->P, 7, &rq);
-        comm_isend(R->g, R->kv[0], n, (R->r + 1) % R->P, 7, &rq);
-        comm_wait(&rq);
+        comm_hop(R->g, R->kv[0], R->kv[1], n, R->rq);
+        comm_wait(R->rq);
         t[i] = now_s() - t0;
     }
-    for (int i = 0; i < 5; i++)
-        for (int j = i + 1; j < 5; j++) if (t[j] < t[i]) { double x = t[i]; t[i] = t[j]; t[j] = x; }
-    return comm_max_double(R->g, t[2]);
+    return ctl_max(R->g, median(t, 5));
 }
 
 void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk) {
     memset(R, 0, sizeof *R);
-    R->g = g; R->P = g->size; R->r = g->rank; R->layout = layout;
+    R->g = g; R->P = group_size(g); R->r = group_rank(g); R->layout = layout;
     R->T = T; R->Tl = T / R->P; R->Hk = Hk;
+    R->qrows = be_tuning()->ring_query_rows;
+    R->rq = comm_req_create();
     R->nseg = layout == CP_ZIGZAG ? 2 : 1;
     R->seg = R->Tl / R->nseg;
     size_t n = (size_t)2 * R->Tl * Hk;
@@ -57,17 +49,30 @@ void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk) {
     R->B = B;
     R->pos_host = calloc((size_t)R->P * B * R->Tl, sizeof(int));
     R->pos_dev = be_alloc((size_t)R->P * B * R->Tl * sizeof(int));
-    R->st.xfer_s = calibrate(R);
+    R->xfer_s = calibrate(R);
+    R->compute = be_timer_create(0);
+    R->wait = be_timer_create(R->xfer_s);
 }
 
 void ring_free(Ring* R) {
     for (int i = 0; i < 2; i++) { be_free(R->kv[i]); be_free(R->dkv[i]); }
     free(R->pos_host); be_free(R->pos_dev);
+    be_timer_free(R->compute); be_timer_free(R->wait);
+    comm_req_free(R->rq);
+    memset(R, 0, sizeof *R);
+}
+
+size_t ring_buffer_bytes(const Ring* R) { return (size_t)4 * 2 * R->Tl * R->Hk * sizeof(float); }
+
+RingStats ring_stats(const Ring* R) {
+    BeTimes c = be_timer_read(R->compute), w = be_timer_read(R->wait);
+    return (RingStats){ .compute_s = c.wall_s, .work_s = c.work_s, .wait_s = w.wall_s, .xfer_s = R->xfer_s,
+                        .exposed_s = w.clamped_s, .transfers = w.regions, .blocks = R->blocks };
 }
 
 void ring_set_positions(Ring* R, const int* local_pos) {
     size_t n = (size_t)R->B * R->Tl;
-    comm_allgather_int(R->g, local_pos, R->pos_host, n);
+    ctl_allgather(R->g, local_pos, R->pos_host, n * sizeof(int));
     be_upload(R->pos_dev, R->pos_host, (size_t)R->P * n * sizeof(int));
 }
 
@@ -95,7 +100,7 @@ typedef struct {   // one block's worth of kernel arguments
     float *out, *olse, *dq;
     const float *k, *v;               // the K/V block (from rank src)
     float *dk, *dv;                   // its gradient accumulators (backward)
-    CommReqs* rq;                     // in flight while computing
+    int polling;                      // a hop is in flight while computing: drive it between calls
 } Work;
 
 // All (query segment, key segment) pairs of the block; query rows in chunks with progress polls between.
@@ -106,15 +111,15 @@ static void compute_block(Work* w, int backward) {
     const int* kpos = R->pos_dev + pos_at(R, w->src, w->b);
     const int* qpos_h = R->pos_host + pos_at(R, R->r, w->b);
     const int* kpos_h = R->pos_host + pos_at(R, w->src, w->b);
-    double t0 = now_s(), c0 = cpu_s();
+    be_timer_begin(R->compute);
     for (int a = 0; a < R->nseg; a++)
         for (int b = 0; b < R->nseg; b++) {
             int q0 = a * R->seg, k0 = b * R->seg;
             int cls = classify(qpos_h + q0, kpos_h + k0, R->seg);
             if (cls == SKIP) continue;
             int mask = cls == CAUSAL ? ATTN_MASK_CAUSAL : ATTN_MASK_NONE;
-            for (int i0 = q0; i0 < q0 + R->seg; i0 += QCHUNK) {
-                int n = q0 + R->seg - i0 < QCHUNK ? q0 + R->seg - i0 : QCHUNK;
+            for (int i0 = q0; i0 < q0 + R->seg; i0 += R->qrows) {
+                int n = q0 + R->seg - i0 < R->qrows ? q0 + R->seg - i0 : R->qrows;
                 if (!backward)
                     attn_block_forward(w->out + (size_t)i0 * Hq, w->olse + (size_t)i0 * w->nh,
                                        w->q + (size_t)i0 * Hq, qpos + i0, n,
@@ -126,25 +131,21 @@ static void compute_block(Work* w, int backward) {
                                         w->lse + (size_t)i0 * w->nh, w->D + (size_t)i0 * w->nh, qpos + i0, n,
                                         w->k + (size_t)k0 * Hk, w->v + (size_t)k0 * Hk, kpos + k0, R->seg,
                                         w->nh, w->nkv, w->hd, w->scale, mask);
-                R->st.blocks++;
-                if (w->rq) comm_test(w->rq);
+                R->blocks++;
+                if (w->polling) comm_test(R->rq);
             }
         }
-    R->st.compute_s += now_s() - t0;
-    R->st.compute_cpu_s += cpu_s() - c0;
+    be_timer_end(R->compute);
 }
 
-// wait for this step's hop (posted: whether one was posted — it may already have completed while
-// compute_block polled, and still counts as a transfer)
-static void wait_ring(Ring* R, CommReqs* rq, int posted) {
-    if (!posted) return;
-    double t0 = now_s();
-    comm_wait(rq);
-    double dt = now_s() - t0;
-    R->st.wait_s += dt;
-    // at most one un-overlapped hop of the wait is communication; the rest is waiting for a slower peer
-    R->st.exposed_s += dt < R->st.xfer_s ? dt : R->st.xfer_s;
-    R->st.transfers++;
+// wait for this step's hops (started: whether any was started — it may already have completed while
+// compute_block polled, and still counts as a transfer). At most one un-overlapped hop of a wait is
+// communication (the wait timer clamps at xfer_s); the rest is waiting for a slower peer.
+static void wait_ring(Ring* R, int started) {
+    if (!started) return;
+    be_timer_begin(R->wait);
+    comm_wait(R->rq);
+    be_timer_end(R->wait);
 }
 
 void ring_attention_forward(Ring* R, int b, float* out, float* lse, const float* q, const float* k, const float* v,
@@ -154,18 +155,14 @@ void ring_attention_forward(Ring* R, int b, float* out, float* lse, const float*
     attn_forward_begin(out, lse, Tl, nh, hd);
     be_copy(R->kv[0], k, nkv_el * sizeof(float));
     be_copy(R->kv[0] + nkv_el, v, nkv_el * sizeof(float));
-    int next = (R->r + 1) % P, prev = (R->r - 1 + P) % P;
     for (int t = 0; t < P; t++) {
         float* cur = R->kv[t % 2];
-        CommReqs rq = {0};
-        if (t + 1 < P) {   // post the next hop before computing on the current block
-            comm_irecv(R->g, R->kv[(t + 1) % 2], 2 * nkv_el, prev, 4 * t, &rq);
-            comm_isend(R->g, cur, 2 * nkv_el, next, 4 * t, &rq);
-        }
+        int hop = t + 1 < P;
+        if (hop) comm_hop(R->g, cur, R->kv[(t + 1) % 2], 2 * nkv_el, R->rq);   // next block travels meanwhile
         Work w = { .R = R, .b = b, .nh = nh, .nkv = nkv, .hd = hd, .scale = scale, .src = (R->r - t + P) % P,
-                   .q = q, .out = out, .olse = lse, .k = cur, .v = cur + nkv_el, .rq = &rq };
+                   .q = q, .out = out, .olse = lse, .k = cur, .v = cur + nkv_el, .polling = hop };
         compute_block(&w, 0);
-        wait_ring(R, &rq, t + 1 < P);
+        wait_ring(R, hop);
     }
 }
 
@@ -178,25 +175,17 @@ void ring_attention_backward(Ring* R, int b, float* dq, float* dk, float* dv, co
     be_copy(R->kv[0], k, nkv_el * sizeof(float));
     be_copy(R->kv[0] + nkv_el, v, nkv_el * sizeof(float));
     be_zero(R->dkv[0], 2 * nkv_el * sizeof(float));
-    int next = (R->r + 1) % P, prev = (R->r - 1 + P) % P;
     for (int t = 0; t < P; t++) {
         float *cur = R->kv[t % 2], *dcur = R->dkv[t % 2];
         Work w = { .R = R, .b = b, .nh = nh, .nkv = nkv, .hd = hd, .scale = scale, .src = (R->r - t + P) % P,
                    .q = q, .dout = dout, .lse = lse, .D = D, .dq = dq, .k = cur, .v = cur + nkv_el,
-                   .dk = dcur, .dv = dcur + nkv_el, .rq = NULL };
-        CommReqs rq = {0};
-        if (t + 1 < P) {   // the K/V block can travel on while its gradient is being computed
-            comm_irecv(R->g, R->kv[(t + 1) % 2], 2 * nkv_el, prev, 4 * t + 1, &rq);
-            comm_isend(R->g, cur, 2 * nkv_el, next, 4 * t + 1, &rq);
-            w.rq = &rq;
-        }
+                   .dk = dcur, .dv = dcur + nkv_el, .polling = t + 1 < P };
+        // the K/V block can travel on while its gradient is being computed
+        if (t + 1 < P) comm_hop(R->g, cur, R->kv[(t + 1) % 2], 2 * nkv_el, R->rq);
         compute_block(&w, 1);
         // the accumulator moves on after this rank's contribution: P hops bring it home
-        if (P > 1) {
-            comm_irecv(R->g, R->dkv[(t + 1) % 2], 2 * nkv_el, prev, 4 * t + 2, &rq);
-            comm_isend(R->g, dcur, 2 * nkv_el, next, 4 * t + 2, &rq);
-        }
-        wait_ring(R, &rq, P > 1);
+        if (P > 1) comm_hop(R->g, dcur, R->dkv[(t + 1) % 2], 2 * nkv_el, R->rq);
+        wait_ring(R, P > 1);
     }
     float* home = R->dkv[P > 1 ? P % 2 : 0];   // after P hops: this rank's own dK | dV
     be_copy(dk, home, nkv_el * sizeof(float));

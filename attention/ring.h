@@ -2,8 +2,8 @@
 //
 // Each rank holds Tl = T / P tokens of every sequence (their rows of q, k, v and their positions). K/V
 // blocks (only the n_kv_head heads, k and v packed into one buffer) travel r -> r+1 for P-1 hops; the
-// receive and send of the next block are posted before the current block is computed (double buffering)
-// and MPI is driven (comm_test) between query chunks while computing. Each partial result is merged into
+// hop of the next block is started before the current block is computed (double buffering) and the
+// transport is driven (comm_test) between query chunks while computing. Each partial result is merged into
 // fp32 (out, lse). Backward keeps dQ local and sends fp32 dK/dV accumulators around the ring with the K/V,
 // so after P hops every rank holds the exact dK, dV of its own tokens.
 //
@@ -18,9 +18,12 @@
 
 enum { CP_ZIGZAG = 0, CP_CONTIGUOUS = 1 };
 
-typedef struct {
-    double compute_s, wait_s;   // wall time in attention kernels; time blocked waiting for the ring
-    double compute_cpu_s;       // CPU time in attention kernels (all threads): the work, robust to oversubscription
+#include "backend/backend.h"
+
+typedef struct {   // totals since ring_init, on the backend's clock
+    double compute_s;           // wall time in attention kernels
+    double work_s;              // work in attention kernels (CPU: CPU time of all threads, robust to oversubscription)
+    double wait_s;              // time blocked waiting for the ring
     double xfer_s;              // calibrated time of one un-overlapped block transfer
     double exposed_s;           // communication not hidden: per wait, min(wait, xfer_s)
     long long transfers;        // block transfers waited for (forward + backward)
@@ -33,10 +36,14 @@ typedef struct {
     int T, Tl, nseg, seg;       // sequence length, local tokens, segments per rank and their length
     int B;                      // sequences per micro-batch
     int Hk;                     // nkv * hd of the largest call planned
+    int qrows;                  // query rows per kernel call between progress polls (the backend's tuning)
     float *kv[2], *dkv[2];      // [2 * Tl * Hk]: k rows then v rows, double-buffered
     int* pos_host;              // [P, B, Tl] positions of every ring rank's tokens of each sequence
     int* pos_dev;               // backend copy
-    RingStats st;
+    double xfer_s;              // calibrated time of one un-overlapped hop
+    long long blocks;           // kernel calls
+    BeTimer *compute, *wait;    // attention kernels; waits for hops (clamped at xfer_s)
+    CommReq* rq;                // the hops in flight
 } Ring;
 
 // Positions of rank r's tokens for a sequence of T tokens (host, [T / P]).
@@ -50,6 +57,10 @@ void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk);
 void ring_free(Ring* R);
 // Exchange the positions of this rank's tokens, host [B, Tl], with the whole ring (once per micro-batch).
 void ring_set_positions(Ring* R, const int* local_pos);
+// Totals so far (reads the backend's timers: call at step boundaries, not inside the step).
+RingStats ring_stats(const Ring* R);
+// Bytes of the ring's buffers.
+size_t ring_buffer_bytes(const Ring* R);
 
 // Sequence b of the micro-batch: q [Tl, nh*hd], k, v [Tl, nkv*hd] -> out [Tl, nh*hd], lse [Tl, nh] (overwritten).
 void ring_attention_forward(Ring* R, int b, float* out, float* lse, const float* q, const float* k, const float* v,

@@ -1,7 +1,8 @@
 // ckpt.c — saving and loading checkpoints (see ckpt.h and checkpoint/FORMAT.md).
 #include "checkpoint/ckpt.h"
 #include "checkpoint/h5util.h"
-#include "model/backend.h"
+#include "backend/backend.h"
+#include "common/files.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -21,13 +22,12 @@ void ckpt_init(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
 // ---- who holds what --------------------------------------------------------------------------------
 // need_range: the part [a, b) (row-major elements of this rank's shard of tensor p) this rank holds in
-// memory: the whole shard for parameters; for AdamW moments the ZeRO-1 owned arena range, else all.
+// memory: the whole shard for parameters; for AdamW moments the owned part (all of it without ZeRO-1).
 static void need_range(int kind, const ParamSpec* p, const AdamW* o, long long* a, long long* b) {
     *a = 0; *b = (long long)p->numel;
-    if (kind == KIND_MODEL || !o->zg) return;
-    size_t lo = p->offset > o->lo ? p->offset : o->lo;
-    size_t hi = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
-    if (lo >= hi) { *b = 0; return; }
+    if (kind == KIND_MODEL) return;
+    size_t lo, hi;
+    if (!adamw_owned(o, p, &lo, &hi)) { *b = 0; return; }
     *a = (long long)(lo - p->offset); *b = (long long)(hi - p->offset);
 }
 // counts: whether this rank's needed part is the one written to the file and counted in the checksum —
@@ -79,9 +79,60 @@ static hid_t mem_space(const ParamSpec* p, long long a, long long b, long long n
     return ms;
 }
 
-static int any(const Grid* g, int flag) {
-    MPI_Allreduce(MPI_IN_PLACE, &flag, 1, MPI_INT, MPI_MAX, g->world_g.comm);
-    return flag;
+// ---- one pass over the datasets, shared by save and load ------------------------------------------------
+typedef struct {
+    const ParamTable* t;
+    const AdamW* o;
+    const Grid* g;
+    float* host[3];     // staging: parameters [total]; moments m, v [hi - lo]
+    uint64_t* sums;     // [3 * n] checksum terms of the elements this rank counts
+    hid_t dxpl;
+} Pass;
+
+static void pass_open(Pass* ps, const Model* m, const AdamW* o, const Grid* g) {
+    memset(ps, 0, sizeof *ps);
+    ps->t = &m->pt; ps->o = o; ps->g = g;
+    size_t own = o->hi - o->lo;
+    ps->host[KIND_MODEL] = calloc(m->pt.total, sizeof(float));
+    ps->host[KIND_M] = calloc(own ? own : 1, sizeof(float));
+    ps->host[KIND_V] = calloc(own ? own : 1, sizeof(float));
+    ps->sums = calloc(3 * (size_t)m->pt.n, sizeof(uint64_t));
+    ps->dxpl = h5_dxpl(strcmp(m->cfg.ckpt_io, "independent") != 0);
+}
+static void pass_close(Pass* ps) {
+    for (int k = 0; k < 3; k++) free(ps->host[k]);
+    free(ps->sums);
+    H5Pclose(ps->dxpl);
+}
+
+// Move dataset (kind, tensor i) between the open dataset d and this rank's staging: a write moves only
+// the elements this rank counts, a read everything this rank needs (bf16 datasets are widened). Adds the
+// counted elements' checksum terms. 0, or -1 on an HDF5 error.
+static int move_dataset(Pass* ps, hid_t d, int kind, int i, int write, int bf16) {
+    const ParamSpec* p = &ps->t->p[i];
+    int counted = counts(kind, p, ps->o, ps->g);
+    long long a, b;
+    need_range(kind, p, ps->o, &a, &b);
+    if (write && !counted) b = a;                      // written by another rank
+    hid_t fs = logical_space(p);
+    long long n = select_part(fs, p, a, b);
+    float* buf = ps->host[kind] + buf_index(kind, p, ps->o, a);
+    hid_t ms = mem_space(p, a, b, n);
+    int bad;
+    uint32_t* bits = (uint32_t*)buf;
+    if (write) bad = H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, ps->dxpl, buf) < 0;
+    else if (!bf16) bad = H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, ps->dxpl, buf) < 0;
+    else {   // the checksum covers the stored 16-bit patterns
+        uint16_t* raw = malloc((n > 0 ? n : 1) * sizeof(uint16_t));
+        bits = malloc((n > 0 ? n : 1) * sizeof(uint32_t));
+        bad = H5Dread(d, H5T_NATIVE_UINT16, ms, fs, ps->dxpl, raw) < 0;
+        for (long long j = 0; j < n; j++) { buf[j] = h5_bf16_to_f32(raw[j]); bits[j] = raw[j]; }
+        free(raw);
+    }
+    if (!bad && n > 0 && counted) ps->sums[kind * ps->t->n + i] = xsum_range(p, a, b, bits);
+    if (bits != (uint32_t*)buf) free(bits);
+    H5Sclose(ms); H5Sclose(fs);
+    return bad ? -1 : 0;
 }
 
 // ---- saving ------------------------------------------------------------------------------------------
@@ -94,21 +145,73 @@ static void write_key(const char* key, int is_model, void* vctx) {
     config_get(ctx->c, key, buf, sizeof buf);
     h5_attr_write_str(ctx->g, key, buf);
 }
-static void write_config(hid_t f, const Config* c) {
+static int write_config(hid_t f, const Config* c) {
     KeyCtx ctx = { H5Gcreate2(f, "/config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), c };
+    if (ctx.g < 0) return 1;
     config_each_key(write_key, &ctx);
     H5Gclose(ctx.g);
+    return 0;
 }
 
+// the root attributes and the groups; 0, or 1 when any write failed
+static int write_header(hid_t f, const Config* c, const AdamW* o, const Grid* g, const TrainState* st) {
+    char* cfgtext = NULL; size_t cfglen = 0;
+    FILE* mem = open_memstream(&cfgtext, &cfglen);
+    config_write(c, mem); fclose(mem);
+    int bad = 0;
+    bad |= h5_attr_write_str(f, "format", CKPT_FORMAT);
+    bad |= h5_attr_write_i64(f, "format_version", CKPT_VERSION);
+    bad |= h5_attr_write_i64(f, "step", st->step);
+    bad |= h5_attr_write_i64(f, "tokens_seen", st->tokens_seen);
+    bad |= h5_attr_write_i64(f, "data_cursor", st->cursor);
+    bad |= h5_attr_write_i64(f, "adam_t", o->t);
+    bad |= h5_attr_write_i64(f, "seed", c->seed);
+    bad |= h5_attr_write_str(f, "rng", "counter-based: initial weights and data order are pure functions of seed");
+    bad |= h5_attr_write_i64(f, "saved_tp", g->tp);
+    bad |= h5_attr_write_i64(f, "saved_cp", g->cp);
+    bad |= h5_attr_write_i64(f, "saved_dp", g->dp);
+    bad |= h5_attr_write_i64(f, "saved_zero", o->zg != NULL);
+    bad |= h5_attr_write_str(f, "config", cfgtext);
+    free(cfgtext);
+    bad |= write_config(f, c);
+    const char* groups[] = { "/model", "/optimizer", "/optimizer/m", "/optimizer/v" };
+    for (int i = 0; i < 4; i++) {
+        hid_t gr = H5Gcreate2(f, groups[i], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (gr < 0) bad = 1; else H5Gclose(gr);
+    }
+    return bad != 0;
+}
 
-static int cmp_str(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+// every dataset with its checksum attribute; 0, or 1 when any write failed on this rank
+static int write_datasets(hid_t f, Pass* ps) {
+    const ParamTable* t = ps->t;
+    int nd = 3 * t->n, bad = 0;
+    hid_t* ds = malloc(nd * sizeof(hid_t));
+    const char* slow = getenv("RINGLM_TEST_CKPT_SLOW_MS");   // test hook: widen the window for kill -9
+    for (int kind = 0; kind < 3; kind++)
+        for (int i = 0; i < t->n; i++) {
+            char path[256];
+            snprintf(path, sizeof path, "%s/%s", GROUP[kind], t->p[i].name);
+            hid_t fs = logical_space(&t->p[i]);
+            hid_t d = H5Dcreate2(f, path, H5T_IEEE_F32LE, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            H5Sclose(fs);
+            if (d < 0 || move_dataset(ps, d, kind, i, 1, 0)) bad = 1;
+            ds[kind * t->n + i] = d;
+            if (slow) { struct timespec ts = { 0, atoi(slow) * 1000000L }; nanosleep(&ts, NULL); }
+        }
+    ctl_sum_u64(ps->g->world_g, ps->sums, nd);
+    for (int i = 0; i < nd; i++)
+        if (ds[i] >= 0) { bad |= h5_attr_write_u64(ds[i], "checksum", ps->sums[i]); H5Dclose(ds[i]); }
+    free(ds);
+    return bad;
+}
 
 // rank 0: publish tmp as final, point `latest` at it, drop old checkpoints
 static int publish(const char* out_dir, const char* tmp, const char* final, const char* name, int keep_last,
                    char* err, size_t errlen) {
-    if (h5_fsync_path(tmp)) { ERR("checkpoint: cannot fsync '%s': %s", tmp, strerror(errno)); return 1; }
+    if (fsync_path(tmp)) { ERR("checkpoint: cannot fsync '%s': %s", tmp, strerror(errno)); return 1; }
     if (rename(tmp, final)) { ERR("checkpoint: cannot rename '%s' to '%s': %s", tmp, final, strerror(errno)); return 1; }
-    h5_fsync_path(out_dir);
+    fsync_path(out_dir);
     char lt[CFG_STR + 32], lf[CFG_STR + 32];
     snprintf(lt, sizeof lt, "%s/latest.tmp", out_dir);
     snprintf(lf, sizeof lf, "%s/latest", out_dir);
@@ -120,20 +223,20 @@ static int publish(const char* out_dir, const char* tmp, const char* final, cons
     }
     fclose(f);
     if (rename(lt, lf)) { ERR("checkpoint: cannot rename '%s': %s", lt, strerror(errno)); return 1; }
-    h5_fsync_path(out_dir);
+    fsync_path(out_dir);
     DIR* d = opendir(out_dir);                 // old checkpoints go only after the new one is complete
     if (!d) return 0;
     char* names[4096]; int n = 0;
     struct dirent* e;
     while ((e = readdir(d)) && n < 4096) {
-        size_t l = strlen(e->d_name);
-        if (!strncmp(e->d_name, "ckpt_", 5) && l > 7 && !strcmp(e->d_name + l - 7, ".h5.tmp")) {   // a killed save's leftover
+        if (strncmp(e->d_name, "ckpt_", 5)) continue;
+        if (ends_with(e->d_name, ".h5.tmp")) {   // a killed save's leftover
             char p[CFG_STR + 300];
             snprintf(p, sizeof p, "%s/%s", out_dir, e->d_name);
             unlink(p);
             continue;
         }
-        if (!strncmp(e->d_name, "ckpt_", 5) && l > 3 && !strcmp(e->d_name + l - 3, ".h5")) names[n++] = strdup(e->d_name);
+        if (ends_with(e->d_name, ".h5")) names[n++] = strdup(e->d_name);
     }
     closedir(d);
     qsort(names, n, sizeof(char*), cmp_str);
@@ -155,89 +258,32 @@ int ckpt_save(const char* out_dir, int keep_last, const Model* m, const AdamW* o
     snprintf(final, sizeof final, "%s/%s", out_dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp", final);
     if (g->rank == 0) unlink(tmp);             // a stale one from a killed save
-    MPI_Barrier(g->world_g.comm);
-    const ParamTable* t = &m->pt;
+    ctl_barrier(g->world_g);
+    Pass ps;
+    pass_open(&ps, m, o, g);
     size_t own = o->hi - o->lo;
-    float* host[3];
-    host[0] = malloc(t->total * sizeof(float));
-    host[1] = malloc((own ? own : 1) * sizeof(float));
-    host[2] = malloc((own ? own : 1) * sizeof(float));
-    be_download(host[0], m->params, t->total * sizeof(float));
-    be_download(host[1], o->m, own * sizeof(float));
-    be_download(host[2], o->v, own * sizeof(float));
+    be_download(ps.host[KIND_MODEL], m->params, m->pt.total * sizeof(float));
+    be_download(ps.host[KIND_M], o->m, own * sizeof(float));
+    be_download(ps.host[KIND_V], o->v, own * sizeof(float));
 
-    hid_t fapl = h5_fapl(g->world_g.comm);
+    hid_t fapl = h5_fapl(g->world_g);
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
-    if (any(g, f < 0)) {
+    if (ctl_any(g->world_g, f < 0)) {
         ERR("checkpoint: cannot create '%s' (is out_dir writable and on a file system every rank sees?)", tmp);
         if (f >= 0) H5Fclose(f);
-        for (int k = 0; k < 3; k++) free(host[k]);
+        pass_close(&ps);
         return 1;
     }
-    const Config* c = &m->cfg;
-    char* cfgtext = NULL; size_t cfglen = 0;
-    FILE* mem = open_memstream(&cfgtext, &cfglen);
-    config_write(c, mem); fclose(mem);
-    int bad = 0;
-    bad |= h5_attr_write_str(f, "format", CKPT_FORMAT);
-    bad |= h5_attr_write_i64(f, "format_version", CKPT_VERSION);
-    bad |= h5_attr_write_i64(f, "step", st->step);
-    bad |= h5_attr_write_i64(f, "tokens_seen", st->tokens_seen);
-    bad |= h5_attr_write_i64(f, "data_cursor", st->cursor);
-    bad |= h5_attr_write_i64(f, "adam_t", o->t);
-    bad |= h5_attr_write_i64(f, "seed", c->seed);
-    bad |= h5_attr_write_str(f, "rng", "counter-based: initial weights and data order are pure functions of seed");
-    bad |= h5_attr_write_i64(f, "saved_tp", g->tp);
-    bad |= h5_attr_write_i64(f, "saved_cp", g->cp);
-    bad |= h5_attr_write_i64(f, "saved_dp", g->dp);
-    bad |= h5_attr_write_i64(f, "saved_zero", o->zg != NULL);
-    bad |= h5_attr_write_str(f, "config", cfgtext);
-    free(cfgtext);
-    write_config(f, c);
-    hid_t g1 = H5Gcreate2(f, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    hid_t g2 = H5Gcreate2(f, "/optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    hid_t g3 = H5Gcreate2(f, "/optimizer/m", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    hid_t g4 = H5Gcreate2(f, "/optimizer/v", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    H5Gclose(g1); H5Gclose(g2); H5Gclose(g3); H5Gclose(g4);
-
-    int nd = 3 * t->n;
-    hid_t* ds = malloc(nd * sizeof(hid_t));
-    uint64_t* sums = calloc(nd, sizeof(uint64_t));
-    hid_t dx = h5_dxpl(strcmp(m->cfg.ckpt_io, "independent") != 0);
-    const char* slow = getenv("RINGLM_TEST_CKPT_SLOW_MS");   // test hook: widen the window for kill -9
-    for (int kind = 0; kind < 3; kind++)
-        for (int i = 0; i < t->n; i++) {
-            const ParamSpec* p = &t->p[i];
-            char path[256];
-            snprintf(path, sizeof path, "%s/%s", GROUP[kind], p->name);
-            hid_t fs = logical_space(p);
-            hid_t d = H5Dcreate2(f, path, H5T_IEEE_F32LE, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-            long long a, b;
-            need_range(kind, p, o, &a, &b);
-            if (!counts(kind, p, o, g)) b = a;                  // written by another rank
-            long long n = select_part(fs, p, a, b);
-            const float* src = host[kind] + buf_index(kind, p, o, a);
-            hid_t ms = mem_space(p, a, b, n);
-            if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dx, src) < 0) bad = 1;
-            if (n > 0) sums[kind * t->n + i] = xsum_range(p, a, b, (const uint32_t*)src);
-            H5Sclose(ms); H5Sclose(fs);
-            ds[kind * t->n + i] = d;
-            if (slow) { struct timespec ts = { 0, atoi(slow) * 1000000L }; nanosleep(&ts, NULL); }
-        }
-    H5Pclose(dx);
-    MPI_Allreduce(MPI_IN_PLACE, sums, nd, MPI_UINT64_T, MPI_SUM, g->world_g.comm);
-    for (int i = 0; i < nd; i++) {
-        if (ds[i] >= 0) { bad |= h5_attr_write_u64(ds[i], "checksum", sums[i]); H5Dclose(ds[i]); }
-    }
+    int bad = write_header(f, &m->cfg, o, g, st);
+    bad |= write_datasets(f, &ps);
     if (H5Fclose(f) < 0) bad = 1;
-    free(ds); free(sums);
-    for (int k = 0; k < 3; k++) free(host[k]);
-    if (any(g, bad)) { ERR("checkpoint: writing '%s' failed (disk full?); the previous checkpoint is untouched", tmp); return 1; }
+    pass_close(&ps);
+    if (ctl_any(g->world_g, bad)) { ERR("checkpoint: writing '%s' failed (disk full?); the previous checkpoint is untouched", tmp); return 1; }
     int rc = 0;
     if (g->rank == 0) rc = publish(out_dir, tmp, final, name, keep_last, err, errlen);
-    MPI_Bcast(&rc, 1, MPI_INT, 0, g->world_g.comm);
-    if (rc) MPI_Bcast(err, (int)errlen, MPI_CHAR, 0, g->world_g.comm);
+    ctl_bcast(g->world_g, &rc, sizeof rc, 0);
+    if (rc) ctl_bcast(g->world_g, err, errlen, 0);
     return rc;
 }
 
@@ -266,6 +312,29 @@ int ckpt_resolve(const char* spec, const char* out_dir, char* path, size_t n, ch
     return 0;
 }
 
+typedef struct { long long step, cursor, tokens, adam_t; } Header;
+
+// format, version and the training state; 0 or 1 + err
+static int read_header(hid_t f, const char* path, Header* h, char* err, size_t errlen) {
+    char fmt[64] = "";
+    long long ver = -1;
+    if (h5_attr_read_str(f, "format", fmt, sizeof fmt) || strcmp(fmt, CKPT_FORMAT)) {
+        ERR("checkpoint: '%s' is not a ringlm checkpoint (attribute 'format' is '%s')", path, fmt);
+        return 1;
+    }
+    if (h5_attr_read_i64(f, "format_version", &ver) || ver != CKPT_VERSION) {
+        ERR("checkpoint: '%s' has format_version %lld; this build reads version %d", path, ver, CKPT_VERSION);
+        return 1;
+    }
+    const char* miss = NULL;
+    if (h5_attr_read_i64(f, "step", &h->step)) miss = "step";
+    else if (h5_attr_read_i64(f, "data_cursor", &h->cursor)) miss = "data_cursor";
+    else if (h5_attr_read_i64(f, "tokens_seen", &h->tokens)) miss = "tokens_seen";
+    else if (h5_attr_read_i64(f, "adam_t", &h->adam_t)) miss = "adam_t";
+    if (miss) { ERR("checkpoint: '%s' lacks the attribute '%s'", path, miss); return 1; }
+    return 0;
+}
+
 struct Cmp { hid_t grp; const Config* c; char* diff_model; char* diff_train; int missing; char* missing_key;
              const char* const* allow; };
 // keys that say how this run is launched, not what it trains: never reported as changed
@@ -287,140 +356,126 @@ static void compare_key(const char* key, int is_model, void* vctx) {
     if (l < 1500) snprintf(out + l, 2048 - l, "%s%s (checkpoint %s, run %s)", l ? ", " : "", key, have, want);
 }
 
+// the saved config against the run's: model keys must agree (except `allow`); training keys that changed
+// are listed in diff_train. 0 or 1 + err
+static int check_config(hid_t f, const char* path, const Config* c, const char* const* allow, char* diff_train,
+                        char* err, size_t errlen) {
+    if (!h5_exists(f, "/config")) { ERR("checkpoint: '%s' lacks the group /config", path); return 1; }
+    char dm[2048] = "", mk[128] = "";
+    hid_t cg = H5Gopen2(f, "/config", H5P_DEFAULT);
+    struct Cmp x = { cg, c, dm, diff_train, 0, mk, allow };
+    config_each_key(compare_key, &x);
+    H5Gclose(cg);
+    if (x.missing) { ERR("checkpoint: '%s' lacks the model config key /config:%s", path, mk); return 1; }
+    if (dm[0]) { ERR("checkpoint: '%s' was saved for another model: %s", path, dm); return 1; }
+    return 0;
+}
+
+// open dataset (kind, tensor p) and check its shape; the dataset, or -1 with err
+static hid_t open_dataset(hid_t f, const char* path, int kind, const ParamSpec* p, char* err, size_t errlen) {
+    char dpath[256];
+    snprintf(dpath, sizeof dpath, "%s/%s", GROUP[kind], p->name);
+    if (!h5_exists(f, dpath)) { ERR("checkpoint: '%s' lacks the dataset %s", path, dpath); return -1; }
+    hid_t d = H5Dopen2(f, dpath, H5P_DEFAULT);
+    hid_t fs = H5Dget_space(d);
+    hsize_t dims[2] = { 0, 1 };
+    int nd_file = H5Sget_simple_extent_ndims(fs);
+    H5Sget_simple_extent_dims(fs, dims, NULL);
+    H5Sclose(fs);
+    if (nd_file != p->ndim || dims[0] != (hsize_t)p->shape[0] || (p->ndim == 2 && dims[1] != (hsize_t)p->shape[1])) {
+        ERR("checkpoint: '%s': %s has shape [%llu%s%llu], the model needs [%ld%s%ld]", path, dpath,
+            (unsigned long long)dims[0], nd_file == 2 ? ", " : "", nd_file == 2 ? (unsigned long long)dims[1] : 0ULL,
+            p->shape[0], p->ndim == 2 ? ", " : "", p->ndim == 2 ? p->shape[1] : 0L);
+        H5Dclose(d);
+        return -1;
+    }
+    return d;
+}
+
+// read every dataset of the first `kinds` kinds into the staging and verify the checksums; 0 or 1 + err
+static int read_datasets(hid_t f, const char* path, Pass* ps, int kinds, char* err, size_t errlen) {
+    const ParamTable* t = ps->t;
+    int nd = 3 * t->n, rc = 0;
+    uint64_t* want = calloc(nd, sizeof(uint64_t));
+    for (int kind = 0; kind < kinds && !rc; kind++)
+        for (int i = 0; i < t->n && !rc; i++) {
+            hid_t d = open_dataset(f, path, kind, &t->p[i], err, errlen);
+            if (d < 0) { rc = 1; break; }
+            if (h5_attr_read_u64(d, "checksum", &want[kind * t->n + i])) {
+                ERR("checkpoint: '%s': %s/%s has no checksum attribute", path, GROUP[kind], t->p[i].name);
+                H5Dclose(d); rc = 1; break;
+            }
+            hid_t ft = H5Dget_type(d);
+            int bf16 = H5Tget_size(ft) == 2;
+            H5Tclose(ft);
+            int bad = move_dataset(ps, d, kind, i, 0, bf16);
+            H5Dclose(d);
+            if (ctl_any(ps->g->world_g, bad)) { ERR("checkpoint: '%s': reading %s/%s failed (truncated file?)", path, GROUP[kind], t->p[i].name); rc = 1; }
+        }
+    rc = ctl_any(ps->g->world_g, rc);
+    if (!rc) {
+        ctl_sum_u64(ps->g->world_g, ps->sums, nd);
+        for (int kind = 0; kind < kinds && !rc; kind++)
+            for (int i = 0; i < t->n; i++)
+                if (ps->sums[kind * t->n + i] != want[kind * t->n + i]) {
+                    ERR("checkpoint: '%s': checksum mismatch in %s/%s (the file is corrupt)", path, GROUP[kind], t->p[i].name);
+                    rc = 1; break;
+                }
+    }
+    free(want);
+    return rc;
+}
+
+// the one-line summary of a successful load: layouts, changed training keys, missing optimizer state
+static void load_notes(hid_t f, const Grid* g, const AdamW* o, int had_opt, const char* diff_train, char* notes, size_t n) {
+    long long stp = 0, scp = 0, sdp = 0, sz = 0;
+    h5_attr_read_i64(f, "saved_tp", &stp); h5_attr_read_i64(f, "saved_cp", &scp);
+    h5_attr_read_i64(f, "saved_dp", &sdp); h5_attr_read_i64(f, "saved_zero", &sz);
+    int k = snprintf(notes, n, "saved with tp %lld cp %lld dp %lld zero %lld, loaded into tp %d cp %d dp %d zero %d",
+                     stp, scp, sdp, sz, g->tp, g->cp, g->dp, o->zg != NULL);
+    if (diff_train[0] && k < (int)n) k += snprintf(notes + k, n - k, "; training keys changed on resume: %s", diff_train);
+    if (!had_opt && k < (int)n) snprintf(notes + k, n - k, "; no optimizer state in the checkpoint: AdamW moments start at zero");
+}
+
 int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* st, const char* const* allow,
               char* err, size_t errlen, char* notes, size_t noteslen) {
     AdamW none = {0};   // parameters only: no moments are read
     int params_only = o == NULL;
     if (params_only) o = &none;
     if (notes) notes[0] = 0;
-    hid_t fapl = h5_fapl(g->world_g.comm);
+    hid_t fapl = h5_fapl(g->world_g);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
-    if (any(g, f < 0)) {
+    if (ctl_any(g->world_g, f < 0)) {
         ERR("checkpoint: '%s' cannot be opened as HDF5 (truncated, corrupt or not a checkpoint)", path);
         if (f >= 0) H5Fclose(f);
         return 1;
     }
-    char fmt[64] = "";
-    long long ver = -1;
-    if (h5_attr_read_str(f, "format", fmt, sizeof fmt) || strcmp(fmt, CKPT_FORMAT)) {
-        ERR("checkpoint: '%s' is not a ringlm checkpoint (attribute 'format' is '%s')", path, fmt);
-        H5Fclose(f); return 1;
-    }
-    if (h5_attr_read_i64(f, "format_version", &ver) || ver != CKPT_VERSION) {
-        ERR("checkpoint: '%s' has format_version %lld; this build reads version %d", path, ver, CKPT_VERSION);
-        H5Fclose(f); return 1;
-    }
-    long long step, cursor, tokens, adam_t;
-    const char* miss = NULL;
-    if (h5_attr_read_i64(f, "step", &step)) miss = "step";
-    else if (h5_attr_read_i64(f, "data_cursor", &cursor)) miss = "data_cursor";
-    else if (h5_attr_read_i64(f, "tokens_seen", &tokens)) miss = "tokens_seen";
-    else if (h5_attr_read_i64(f, "adam_t", &adam_t)) miss = "adam_t";
-    if (miss) { ERR("checkpoint: '%s' lacks the attribute '%s'", path, miss); H5Fclose(f); return 1; }
-    if (!h5_exists(f, "/config")) { ERR("checkpoint: '%s' lacks the group /config", path); H5Fclose(f); return 1; }
-    char dm[2048] = "", dt[2048] = "", mk[128] = "";
-    hid_t cg = H5Gopen2(f, "/config", H5P_DEFAULT);
-    struct Cmp x = { cg, &m->cfg, dm, dt, 0, mk, allow };
-    config_each_key(compare_key, &x);
-    H5Gclose(cg);
-    if (x.missing) { ERR("checkpoint: '%s' lacks the model config key /config:%s", path, mk); H5Fclose(f); return 1; }
-    if (dm[0]) { ERR("checkpoint: '%s' was saved for another model: %s", path, dm); H5Fclose(f); return 1; }
-
-    const ParamTable* t = &m->pt;
-    size_t own = o->hi - o->lo;
-    float* buf[3];
-    buf[0] = calloc(t->total, sizeof(float));
-    buf[1] = calloc(own ? own : 1, sizeof(float));
-    buf[2] = calloc(own ? own : 1, sizeof(float));
+    Header h;
+    char dt[2048] = "";
+    int rc = read_header(f, path, &h, err, errlen) || check_config(f, path, &m->cfg, allow, dt, err, errlen);
     int have_opt = !params_only && h5_exists(f, "/optimizer/m") && h5_exists(f, "/optimizer/v");
-    int nd = 3 * t->n, rc = 0;
-    uint64_t* sums = calloc(nd, sizeof(uint64_t));
-    uint64_t* want = calloc(nd, sizeof(uint64_t));
-    hid_t dx = h5_dxpl(strcmp(m->cfg.ckpt_io, "independent") != 0);
-    for (int kind = 0; kind < (have_opt ? 3 : 1) && !rc; kind++)
-        for (int i = 0; i < t->n && !rc; i++) {
-            const ParamSpec* p = &t->p[i];
-            char dpath[256];
-            snprintf(dpath, sizeof dpath, "%s/%s", GROUP[kind], p->name);
-            if (!h5_exists(f, dpath)) { ERR("checkpoint: '%s' lacks the dataset %s", path, dpath); rc = 1; break; }
-            hid_t d = H5Dopen2(f, dpath, H5P_DEFAULT);
-            hid_t fs = H5Dget_space(d);
-            hsize_t dims[2] = { 0, 1 };
-            int nd_file = H5Sget_simple_extent_ndims(fs);
-            H5Sget_simple_extent_dims(fs, dims, NULL);
-            if (nd_file != p->ndim || dims[0] != (hsize_t)p->shape[0] || (p->ndim == 2 && dims[1] != (hsize_t)p->shape[1])) {
-                ERR("checkpoint: '%s': %s has shape [%llu%s%llu], the model needs [%ld%s%ld]", path, dpath,
-                    (unsigned long long)dims[0], nd_file == 2 ? ", " : "", nd_file == 2 ? (unsigned long long)dims[1] : 0ULL,
-                    p->shape[0], p->ndim == 2 ? ", " : "", p->ndim == 2 ? p->shape[1] : 0L);
-                H5Sclose(fs); H5Dclose(d); rc = 1; break;
-            }
-            hid_t ft = H5Dget_type(d);
-            int bf16 = H5Tget_size(ft) == 2;
-            H5Tclose(ft);
-            if (h5_attr_read_u64(d, "checksum", &want[kind * t->n + i])) {
-                ERR("checkpoint: '%s': %s has no checksum attribute", path, dpath);
-                H5Sclose(fs); H5Dclose(d); rc = 1; break;
-            }
-            // what this rank needs: its whole shard of the parameters; its owned range of the moments
-            long long a, b;
-            need_range(kind, p, o, &a, &b);
-            long long n = select_part(fs, p, a, b);
-            float* dst = buf[kind] + buf_index(kind, p, o, a);
-            hid_t ms = mem_space(p, a, b, n);
-            int bad;
-            uint32_t* bits = malloc((n > 0 ? n : 1) * sizeof(uint32_t));
-            if (bf16) {
-                uint16_t* raw = malloc((n > 0 ? n : 1) * sizeof(uint16_t));
-                bad = H5Dread(d, H5T_NATIVE_UINT16, ms, fs, dx, raw) < 0;
-                for (long long j = 0; j < n; j++) { dst[j] = h5_bf16_to_f32(raw[j]); bits[j] = raw[j]; }
-                free(raw);
-            } else {
-                bad = H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dx, dst) < 0;
-                memcpy(bits, dst, (n > 0 ? n : 0) * sizeof(float));
-            }
-            if (!bad && n > 0 && counts(kind, p, o, g)) sums[kind * t->n + i] = xsum_range(p, a, b, bits);
-            free(bits);
-            H5Sclose(ms); H5Sclose(fs); H5Dclose(d);
-            if (any(g, bad)) { ERR("checkpoint: '%s': reading %s failed (truncated file?)", path, dpath); rc = 1; }
-        }
-    H5Pclose(dx);
-    rc = any(g, rc);
-    if (!rc) {
-        MPI_Allreduce(MPI_IN_PLACE, sums, nd, MPI_UINT64_T, MPI_SUM, g->world_g.comm);
-        for (int kind = 0; kind < (have_opt ? 3 : 1) && !rc; kind++)
-            for (int i = 0; i < t->n; i++)
-                if (sums[kind * t->n + i] != want[kind * t->n + i]) {
-                    ERR("checkpoint: '%s': checksum mismatch in %s/%s (the file is corrupt)", path, GROUP[kind], t->p[i].name);
-                    rc = 1; break;
-                }
-    }
+    Pass ps;
+    pass_open(&ps, m, o, g);
+    if (!rc) rc = read_datasets(f, path, &ps, have_opt ? 3 : 1, err, errlen);
     if (!rc) {   // everything read and verified: only now does the run's state change
-        be_upload(m->params, buf[0], t->total * sizeof(float));
-        if (have_opt) { be_upload(o->m, buf[1], own * sizeof(float)); be_upload(o->v, buf[2], own * sizeof(float)); }
+        size_t own = o->hi - o->lo;
+        be_upload(m->params, ps.host[KIND_MODEL], m->pt.total * sizeof(float));
+        if (have_opt) { be_upload(o->m, ps.host[KIND_M], own * sizeof(float)); be_upload(o->v, ps.host[KIND_V], own * sizeof(float)); }
         else if (!params_only) { be_zero(o->m, own * sizeof(float)); be_zero(o->v, own * sizeof(float)); }
-        o->t = have_opt ? adam_t : 0;
-        st->step = step; st->cursor = cursor; st->tokens_seen = tokens;
-        if (notes) {
-            long long stp = 0, scp = 0, sdp = 0, sz = 0;
-            h5_attr_read_i64(f, "saved_tp", &stp); h5_attr_read_i64(f, "saved_cp", &scp);
-            h5_attr_read_i64(f, "saved_dp", &sdp); h5_attr_read_i64(f, "saved_zero", &sz);
-            int n = snprintf(notes, noteslen, "saved with tp %lld cp %lld dp %lld zero %lld, loaded into tp %d cp %d dp %d zero %d",
-                             stp, scp, sdp, sz, g->tp, g->cp, g->dp, o->zg != NULL);
-            if (dt[0] && n < (int)noteslen) n += snprintf(notes + n, noteslen - n, "; training keys changed on resume: %s", dt);
-            if (!have_opt && !params_only && n < (int)noteslen) snprintf(notes + n, noteslen - n, "; no optimizer state in the checkpoint: AdamW moments start at zero");
-        }
+        o->t = have_opt ? h.adam_t : 0;
+        st->step = h.step; st->cursor = h.cursor; st->tokens_seen = h.tokens;
+        if (notes) load_notes(f, g, o, have_opt || params_only, dt, notes, noteslen);
     }
+    pass_close(&ps);
     H5Fclose(f);
-    free(sums); free(want);
-    for (int k = 0; k < 3; k++) free(buf[k]);
     return rc;
 }
 
 int ckpt_read_config(const char* path, Config* c, char* err, size_t errlen) {
     struct stat sb;
     if (stat(path, &sb)) { ERR("checkpoint: '%s' does not exist", path); return 1; }
-    hid_t fapl = h5_fapl(MPI_COMM_NULL);
+    hid_t fapl = h5_fapl(NULL);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
     if (f < 0) { ERR("checkpoint: '%s' cannot be opened as HDF5 (truncated, corrupt or not a checkpoint)", path); return 1; }

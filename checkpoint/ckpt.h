@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include "comm/grid.h"
 #include "model/model.h"
-#include "train/optim.h"
+#include "optim/adamw.h"
 
 #define CKPT_FORMAT "ringlm-checkpoint"
 #define CKPT_VERSION 1

@@ -1,14 +1,15 @@
 // h5util.c — HDF5 helpers (see h5util.h).
 #include "checkpoint/h5util.h"
+#include "comm/comm_mpi.h"
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
 
-hid_t h5_fapl(MPI_Comm comm) {
+hid_t h5_fapl(const Group* g) {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (comm != MPI_COMM_NULL) {
-        H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+    if (g) {
+        H5Pset_fapl_mpio(fapl, group_mpi(g), MPI_INFO_NULL);
         H5Pset_all_coll_metadata_ops(fapl, 1);
         H5Pset_coll_metadata_write(fapl, 1);
     }
@@ -87,12 +88,6 @@ int h5_exists(hid_t loc, const char* path) {
     }
 }
 
-uint64_t h5_mix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ULL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-}
 
 long long h5_select_shard_range(hid_t space, long R, long Cc, long row0, long col0, long lr, long lc,
                                 long long a, long long b) {
@@ -152,10 +147,3 @@ float h5_bf16_to_f32(uint16_t x) {
     return f;
 }
 
-int h5_fsync_path(const char* path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}

@@ -3,11 +3,12 @@
 #include <hdf5.h>
 #include <stdint.h>
 #include <stddef.h>
-#include <mpi.h>
+#include "common/util.h"
+#include "comm/comm.h"
 
-// File access with MPI-IO on `comm` (MPI_COMM_NULL: serial), file locking off unless the user set
+// File access with MPI-IO over the ranks of g (NULL: serial), file locking off unless the user set
 // HDF5_USE_FILE_LOCKING.
-hid_t h5_fapl(MPI_Comm comm);
+hid_t h5_fapl(const Group* g);
 // Dataset transfer property: collective MPI-IO when `collective`.
 hid_t h5_dxpl(int collective);
 
@@ -22,9 +23,8 @@ int h5_exists(hid_t loc, const char* path);   // link exists (every intermediate
 // The dataset checksum (xsum64): sum over elements of mix64(index * golden + bits) mod 2^64, where index is
 // the element's row-major index in the logical tensor and bits its stored bit pattern (fp32: 32 bits,
 // bf16: 16 bits). A sum, so ranks add partial sums over the parts they hold.
-uint64_t h5_mix64(uint64_t x);
 static inline uint64_t h5_xsum_term(uint64_t index, uint32_t bits) {
-    return h5_mix64(index * 0x9E3779B97F4A7C15ULL + bits);
+    return mix64(index * 0x9E3779B97F4A7C15ULL + bits);
 }
 
 // Select in `space` (a 2-D [R, Cc] logical dataspace) the elements of a row-major range of a shard:
@@ -34,8 +34,6 @@ static inline uint64_t h5_xsum_term(uint64_t index, uint32_t bits) {
 long long h5_select_shard_range(hid_t space, long R, long Cc, long row0, long col0, long lr, long lc,
                                 long long a, long long b);
 
-// fsync a file or directory by path (0, or -1 with errno)
-int h5_fsync_path(const char* path);
 
 // fp32 <-> bf16 (round to nearest even)
 uint16_t h5_f32_to_bf16(float x);

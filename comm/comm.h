@@ -1,37 +1,49 @@
-// comm.h — the communication layer: collectives and point-to-point between ranks of a group.
+// comm.h — the communication layer: what ranks of a group exchange, split by what it carries.
 //
-// Buffers are backend memory. comm_mpi.c implements this with MPI on host memory (the CPU backend);
-// a NCCL implementation for device memory will supply the same functions. Groups come from the grid
-// (comm/grid.h), which owns every communicator.
+// Control collectives move small host values (scalars, flags, config bytes, positions): always MPI.
+// Data collectives and the ring hop move backend buffers (gradients, activations, K/V blocks): MPI on
+// host memory in comm_mpi.c; a device transport (NCCL) supplies the same calls for device memory.
+// Groups and requests are opaque; the grid (comm/grid.h) makes every group. Sizes are 64-bit: a message
+// longer than the transport's count limit is split.
 #pragma once
 #include <stddef.h>
-#include <mpi.h>
+#include <stdint.h>
 
-typedef struct {   // a group of ranks; group_world() is every rank
-    MPI_Comm comm;
-    int rank, size;
-} Group;
+typedef struct Group Group;       // a group of ranks
+typedef struct CommReq CommReq;   // transfers in flight (a few at a time; more is a programming error)
 
-typedef struct { MPI_Request req[8]; int n; } CommReqs;   // outstanding non-blocking operations
+int group_rank(const Group* g);
+int group_size(const Group* g);
 
-Group group_world(void);
+// ---- control collectives: host memory ----
+void ctl_sum_f64(const Group* g, double* x, size_t n);     // in place, element-wise over the group
+void ctl_max_f64(const Group* g, double* x, size_t n);
+void ctl_sum_u64(const Group* g, uint64_t* x, size_t n);   // mod 2^64 (checksums)
+double ctl_sum(const Group* g, double x);                  // one value
+double ctl_max(const Group* g, double x);
+int ctl_any(const Group* g, int flag);                     // 1 when flag is set on any rank
+void ctl_bcast(const Group* g, void* buf, size_t bytes, int root);
+void ctl_barrier(const Group* g);
+// gather `bytes` from every rank into root's recv[size * bytes], in rank order
+void ctl_gather(const Group* g, const void* send, void* recv, size_t bytes, int root);
+// every rank's `bytes`, in rank order, into recv[size * bytes] on every rank
+void ctl_allgather(const Group* g, const void* send, void* recv, size_t bytes);
 
-void comm_allreduce_sum(const Group* g, float* buf, size_t n);    // in place, fp32
-void comm_allreduce_max(const Group* g, float* buf, size_t n);    // in place, fp32
-double comm_sum_double(const Group* g, double x);                 // host scalar
-double comm_max_double(const Group* g, double x);                 // host scalar
-long long comm_sum_ll(const Group* g, long long x);
-void comm_broadcast(const Group* g, void* buf, size_t bytes, int root);
-void comm_barrier(const Group* g);
-// in place: rank i's part is buf[displs[i] .. displs[i]+counts[i]) (fp32); afterwards every rank has all parts
-void comm_allgatherv(const Group* g, float* buf, const int* counts, const int* displs);
-// every rank's `n` ints, concatenated in rank order into recv[size * n] on every rank (host memory)
-void comm_allgather_int(const Group* g, const int* send, int* recv, size_t n);
-// gather `bytes` from every rank into root's buf[size * bytes] in rank order
-void comm_gather(const Group* g, const void* send, void* recv, size_t bytes, int root);
+// ---- data collectives: backend memory, fp32 ----
+void comm_allreduce_sum(const Group* g, float* buf, size_t n);   // in place
+void comm_allreduce_max(const Group* g, float* buf, size_t n);
+void comm_broadcast(const Group* g, float* buf, size_t n, int root);
+// buf [size * n], rank i's part at i * n. allgather: each rank's own part in, every part out.
+// reduce_scatter_sum: every part in; afterwards the own part holds the sum over the group of that part
+// (the other parts are left undefined).
+void comm_allgather(const Group* g, float* buf, size_t n);
+void comm_reduce_scatter_sum(const Group* g, float* buf, size_t n);
 
-// Non-blocking point-to-point (fp32 elements); requests collect in r (up to 8).
-void comm_isend(const Group* g, const float* buf, size_t n, int dst, int tag, CommReqs* r);
-void comm_irecv(const Group* g, float* buf, size_t n, int src, int tag, CommReqs* r);
-int  comm_test(CommReqs* r);     // 1 when all of r completed (drives progress); never blocks
-void comm_wait(CommReqs* r);     // block until all of r completed; r is empty afterwards
+// ---- the ring hop: send n floats to the next rank of g and receive n floats from the previous one ----
+// Both directions start together (a device transport must group them); complete with comm_test (never
+// blocks, drives progress) or comm_wait. Hops started on one request between waits complete in order.
+CommReq* comm_req_create(void);
+void comm_req_free(CommReq* r);
+void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r);
+int  comm_test(CommReq* r);   // 1 when everything on r completed
+void comm_wait(CommReq* r);   // blocks until everything on r completed; r is empty afterwards

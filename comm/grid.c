@@ -1,5 +1,6 @@
 // grid.c — building the 3-D process grid and its communicators.
 #include "comm/grid.h"
+#include "comm/comm_mpi.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,10 +10,16 @@ void grid_mpi_init(int* argc, char*** argv) {
     MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
 }
 
-static void make_group(Group* gr, MPI_Comm parent, int color, int key) {
-    MPI_Comm_split(parent, color, key, &gr->comm);
-    MPI_Comm_rank(gr->comm, &gr->rank);
-    MPI_Comm_size(gr->comm, &gr->size);
+const Group* group_world(void) {
+    static Group* w = NULL;
+    if (!w) w = group_from_mpi(MPI_COMM_WORLD);
+    return w;
+}
+
+static Group* make_group(int color, int key) {
+    MPI_Comm c;
+    MPI_Comm_split(MPI_COMM_WORLD, color, key, &c);
+    return group_from_mpi(c);
 }
 
 int grid_build(Grid* g, int tp, int cp, char* err, size_t errlen) {
@@ -29,11 +36,15 @@ int grid_build(Grid* g, int tp, int cp, char* err, size_t errlen) {
     g->tp_rank = g->rank % tp;
     g->cp_rank = (g->rank / tp) % cp;
     g->dp_rank = g->rank / (tp * cp);
-    make_group(&g->world_g, MPI_COMM_WORLD, 0, g->rank);
-    make_group(&g->tp_g, MPI_COMM_WORLD, g->cp_rank + cp * g->dp_rank, g->tp_rank);
-    make_group(&g->cp_g, MPI_COMM_WORLD, g->tp_rank + tp * g->dp_rank, g->cp_rank);
-    make_group(&g->dp_g, MPI_COMM_WORLD, g->tp_rank + tp * g->cp_rank, g->dp_rank);
-    make_group(&g->dpcp_g, MPI_COMM_WORLD, g->tp_rank, g->cp_rank + cp * g->dp_rank);
+    g->world_g = make_group(0, g->rank);
+    g->tp_g = make_group(g->cp_rank + cp * g->dp_rank, g->tp_rank);
+    g->cp_g = make_group(g->tp_rank + tp * g->dp_rank, g->cp_rank);
+    g->dp_g = make_group(g->tp_rank + tp * g->cp_rank, g->dp_rank);
+    g->dpcp_g = make_group(g->tp_rank, g->cp_rank + cp * g->dp_rank);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g->rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &g->local_rank);
+    MPI_Comm_free(&node);
     return 0;
 }
 
@@ -75,6 +86,14 @@ void grid_check(const Group* g, int failed, const char* msg) {
     if (first == g->size) return;
     if (g->rank == first) { fprintf(stderr, "%s\n", msg); fflush(stderr); }
     grid_exit(1);
+}
+
+int grid_agree(const Group* g, int failed, char* msg, size_t n) {
+    int first = failed ? g->rank : g->size;
+    if (g->size > 1) MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, g->comm);
+    if (first == g->size) return 0;
+    ctl_bcast(g, msg, n, first);
+    return 1;
 }
 
 void grid_exit(int status) {

@@ -1,4 +1,4 @@
-// grid.h — the process grid: world = dp x cp x tp, and every communicator derived from it.
+// grid.h — the process grid: world = dp x cp x tp, and every group derived from it.
 //
 // Rank order (Megatron): rank = tp_rank + tp * (cp_rank + cp * dp_rank) — tensor-parallel ranks are
 // consecutive (they share a node), then the ring (context-parallel) index, then the data-parallel index.
@@ -11,11 +11,14 @@ typedef struct {
     int world, rank;
     int tp, cp, dp;
     int tp_rank, cp_rank, dp_rank;
-    Group world_g, tp_g, cp_g, dp_g, dpcp_g;
+    int local_rank;            // index among the ranks on this node (a GPU backend's device)
+    Group *world_g, *tp_g, *cp_g, *dp_g, *dpcp_g;
 } Grid;
 
 // MPI_Init (threads funneled) — call first thing in main.
 void grid_mpi_init(int* argc, char*** argv);
+// Every rank of the job (valid after grid_mpi_init).
+const Group* group_world(void);
 // Build the grid for the given tp and cp (dp = world / (tp * cp)). Returns 0, or 1 with err filled
 // (one line) when the world size does not factor; the error is the same on every rank.
 int grid_build(Grid* g, int tp, int cp, char* err, size_t errlen);
@@ -24,5 +27,8 @@ void grid_print(const Grid* g);
 // Collective error check: if `failed` on any rank, the lowest failing rank prints msg on stderr (one line),
 // and every rank finalises MPI and exits with status 1. Otherwise returns.
 void grid_check(const Group* g, int failed, const char* msg);
+// Collective: 1 on every rank when `failed` on any, with msg[n] replaced everywhere by the lowest failing
+// rank's message (library code returns errors this way; the program then calls grid_check or exits).
+int grid_agree(const Group* g, int failed, char* msg, size_t n);
 // Finalise MPI and exit with `status` on this rank.
 void grid_exit(int status);

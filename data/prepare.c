@@ -18,6 +18,7 @@
 // walked directory, "<basename of PATH>" for a file PATH or a whole-directory document. So the split does
 // not depend on where the corpus lives. With 0 < F < 1 and >= 2 documents each split gets at least one
 // (the train document with the lowest u moves to val, or the val one with the highest u to train).
+#include "common/util.h"
 #include "data/shards.h"
 
 #include <dirent.h>
@@ -235,7 +236,6 @@ static int is_text_file(Corpus* c, const char* path) {
     return 1;
 }
 
-static int cmp_str(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
 
 // depth-first walk of dir; every text file is appended to c->files. key = dir's key (for per-file docs).
 static void walk(Corpus* c, const char* dir, const char* key, int doc_per_file) {
@@ -299,17 +299,8 @@ static void collect(Corpus* c, const Options* o) {
 // ----------------------------------------------------------------------------------------------------
 // train/val assignment
 
-static uint64_t mix64(uint64_t x) {                          // splitmix64 finalizer
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 static double doc_u(uint64_t seed, const char* key) {         // FNV-1a of the key, mixed with the seed -> [0, 1)
-    uint64_t h = 0xCBF29CE484222325ull;
-    for (const unsigned char* p = (const unsigned char*)key; *p; p++) h = (h ^ *p) * 0x100000001B3ull;
-    return (double)(mix64(h ^ mix64(seed)) >> 11) * 0x1.0p-53;
+    return (double)(mix64(fnv1a64(key) ^ mix64(seed)) >> 11) * 0x1.0p-53;
 }
 
 static void assign(Corpus* c, double frac, uint64_t seed) {

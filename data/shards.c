@@ -7,6 +7,7 @@
 //
 // The loader keeps every shard open (one fd each) and reads windows with pread, so it holds no buffer
 // and any sequence can be fetched at any time, from any thread that owns its output buffer.
+#include "common/util.h"
 #include "data/shards.h"
 
 #include <errno.h>
@@ -97,13 +98,6 @@ int shard_write(const char* path, const uint32_t* tokens, int64_t n, int token_b
 // itself; cycle-walking (re-encrypt while the value is >= n) restricts it to a bijection of [0, n).
 // Since 4^k < 4n, the expected walk is under 4 steps.
 
-static uint64_t mix64(uint64_t x) {                          // splitmix64 finalizer
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 #define FEISTEL_ROUNDS 6
 
 static uint64_t feistel(uint64_t x, int k, uint64_t key) {
@@ -150,12 +144,6 @@ static void paths_free(PathList* pl) {
     memset(pl, 0, sizeof(*pl));
 }
 
-static int cmp_str(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
-
-static int ends_with(const char* s, const char* suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
 
 static int list_dir(Loader* ld, const char* dir, PathList* pl) {
     DIR* d = opendir(dir);

@@ -10,21 +10,21 @@
 // --stride S (sliding windows, the YaRN paper's protocol) documents are scored up to --doc_len tokens with
 // windows of L tokens every S tokens, only the tokens new to a window scored; positions are then positions
 // in the document. Buckets: --bucket W (fixed width) or --log_buckets (powers of two).
+#include "backend/backend.h"
 #include "checkpoint/ckpt.h"
 #include "comm/grid.h"
+#include "common/files.h"
+#include "common/util.h"
 #include "data/shards.h"
 #include "eval/passkey.h"
 #include "eval/report.h"
-#include "model/backend.h"
 #include "model/model.h"
-#include "train/files.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MAX_SERIES 32
@@ -36,19 +36,22 @@ typedef struct {   // one RoPE setting; scaling "" = as saved in the checkpoint
     char text[64];
 } Rope;
 
+// the model keys evaluation may change: given as --KEY VALUE, applied through the config key table
+static const char* ALLOW[] = { "rope_scaling", "rope_factor", "rope_original_max_seq_len", "rope_theta", "max_seq_len",
+                               "seq_len", NULL };
+enum { NOVERRIDE = 4 };   // the first four of ALLOW can be given on the command line
+
 typedef struct {
     const char* ckpts[MAX_SERIES]; int nckpt;
     const char* labels[MAX_SERIES]; int nlabel;
     Rope ropes[MAX_SERIES]; int nrope;
-    Rope global;                   // --rope_scaling / --rope_factor / ... applied to every series
+    const char* overrides[NOVERRIDE];   // --rope_scaling / --rope_factor / ... (NULL: as saved), every series
     const char* data; int seq_len, docs, bucket, log_buckets, stride, doc_len, eod, force;
     int tp, cp; char layout[16];
     const char* out; const char* name;
     int passkey, trials; long long seed;
     int lens[64], nlens; double depths[64]; int ndepths;
 } Args;
-
-static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 
 static void usage(FILE* f) {
     fprintf(f,
@@ -160,17 +163,18 @@ static int parse_args(int argc, char** argv, Args* a) {
             a->ndepths = n;
         }
         else if (!strcmp(k, "--rope")) { if (a->nrope == MAX_SERIES || parse_rope(v, &a->ropes[a->nrope])) bad = 1; else a->nrope++; }
-        else if (!strcmp(k, "--rope_scaling")) {
-            bad = strcmp(v, "none") && strcmp(v, "linear") && strcmp(v, "yarn");
-            snprintf(a->global.scaling, sizeof a->global.scaling, "%s", v);
-        }
-        else if (!strcmp(k, "--rope_factor")) { char* e; a->global.factor = strtod(v, &e); bad = *e || a->global.factor <= 0; }
-        else if (!strcmp(k, "--rope_original_max_seq_len")) { char* e; a->global.orig = strtod(v, &e); bad = *e || a->global.orig <= 0; }
-        else if (!strcmp(k, "--rope_theta")) { char* e; a->global.theta = strtod(v, &e); bad = *e || a->global.theta <= 1; }
         else {
-            snprintf(msg, sizeof msg, "eval: unknown option or override '%s' (only the RoPE keys rope_scaling, rope_factor, "
-                     "rope_original_max_seq_len, rope_theta may change at evaluation; see --help)", k);
-            return 1;
+            int o = 0;
+            while (o < NOVERRIDE && (strncmp(k, "--", 2) || strcmp(k + 2, ALLOW[o]))) o++;
+            if (o == NOVERRIDE) {
+                snprintf(msg, sizeof msg, "eval: unknown option or override '%s' (only the RoPE keys rope_scaling, rope_factor, "
+                         "rope_original_max_seq_len, rope_theta may change at evaluation; see --help)", k);
+                return 1;
+            }
+            Config probe;   // the key table checks the value
+            config_defaults(&probe);
+            if (config_set(&probe, ALLOW[o], v, "command line")) { snprintf(msg, sizeof msg, "eval: %s", config_error()); return 1; }
+            a->overrides[o] = v;
         }
         if (bad) { snprintf(msg, sizeof msg, "eval: invalid value '%s' for %s (see --help)", v, k); return 1; }
         i++;
@@ -199,21 +203,19 @@ static void apply_rope(Config* c, const Rope* r) {
     if (r->theta > 0) c->rope_theta = (float)r->theta;
 }
 
-static const char* ALLOW[] = { "rope_scaling", "rope_factor", "rope_original_max_seq_len", "rope_theta", "max_seq_len",
-                               "seq_len", NULL };
-
-typedef struct { Model m; Ring ring; int have_ring; int* lpos; int Tl; } Net;
+typedef struct { Model m; int Tl; } Net;
 
 // build the model for contexts of T tokens and load the checkpoint's parameters (collective)
 static void net_open(Net* n, const char* ckpt, const Args* a, const Rope* r, const Grid* g, int T, Config* c_out) {
-    const Group* world = &g->world_g;
+    const Group* world = g->world_g;
     char path[2048];
     int fail = ckpt_resolve(ckpt, ckpt, path, sizeof path, msg, sizeof msg);
     grid_check(world, fail, msg);
     Config c;
     fail = ckpt_read_config(path, &c, msg, sizeof msg);
     grid_check(world, fail, msg);
-    apply_rope(&c, &a->global);
+    for (int o = 0; o < NOVERRIDE; o++)   // values were checked by the parser
+        if (a->overrides[o]) config_set(&c, ALLOW[o], a->overrides[o], "command line");
     apply_rope(&c, r);
     c.seq_len = T;
     if (c.max_seq_len < T) c.max_seq_len = T;
@@ -224,45 +226,31 @@ static void net_open(Net* n, const char* ckpt, const Args* a, const Rope* r, con
     grid_check(world, fail, msg);
     memset(n, 0, sizeof *n);
     n->Tl = T / g->cp;
-    int layout = ring_layout_parse(c.cp_layout);
-    if (g->cp > 1) { ring_init(&n->ring, &g->cp_g, layout, T, 1, c.n_kv_head / c.tp * (c.d_model / c.n_head)); n->have_ring = 1; }
-    model_build(&n->m, &c, 1, n->Tl, g->tp > 1 ? &g->tp_g : NULL, n->have_ring ? &n->ring : NULL);
+    ModelGroups mg = { g->tp > 1 ? g->tp_g : NULL, g->cp_g, NULL };
+    model_build(&n->m, &c, 1, T, &mg);
     TrainState ts;
     fail = ckpt_load(path, &n->m, NULL, g, &ts, ALLOW, msg, sizeof msg, NULL, 0);
     grid_check(world, fail, msg);
-    n->lpos = malloc(n->Tl * sizeof(int));
-    ring_positions(layout, g->cp, g->cp_rank, T, n->lpos);
     *c_out = c;
 }
 
-static void net_close(Net* n) {
-    model_free(&n->m);
-    if (n->have_ring) ring_free(&n->ring);
-    free(n->lpos);
-}
+static void net_close(Net* n) { model_free(&n->m); }
 
-// run one context window: doc[0..T] tokens (T+1), score[t] = whether target t counts; adds this rank's
+// run one context window: win[0..T] tokens (T+1), score[t] = whether target t counts; adds this rank's
 // scored losses (and greedy hits) into sum/cnt/hit at index base + t
-static void run_window(Net* n, const int32_t* win, const unsigned char* score, int T, double* sum, double* cnt,
+static void run_window(Net* n, const int32_t* win, const unsigned char* score, double* sum, double* cnt,
                        double* hit, long long base) {
-    int Tl = n->Tl;
-    int *tok = calloc(Tl, sizeof(int)), *tgt = calloc(Tl, sizeof(int)), *pos = calloc(Tl, sizeof(int));
-    for (int i = 0; i < Tl; i++) {
-        int p = n->lpos[i];
-        tok[i] = win[p]; tgt[i] = score[p] ? win[p + 1] : -1; pos[i] = p;
-    }
-    model_set_batch(&n->m, tok, tgt, pos);
+    model_set_windows(&n->m, win, 0, score);
     model_forward(&n->m, 0.0f, NULL);
     const float* l = model_token_losses(&n->m);
     const float* h = model_token_hits(&n->m);
-    for (int i = 0; i < Tl; i++) {
+    const int *pos = model_positions(&n->m), *tgt = model_targets(&n->m);
+    for (int i = 0; i < n->Tl; i++) {
         if (tgt[i] < 0) continue;
         sum[base + pos[i]] += l[i];
         cnt[base + pos[i]] += 1;
         if (hit) hit[base + pos[i]] += h[i];
     }
-    free(tok); free(tgt); free(pos);
-    (void)T;
 }
 
 // ---- documents ---------------------------------------------------------------------------------------
@@ -340,11 +328,92 @@ static void series_label(const Args* a, int s, const char* ckpt, const Rope* r, 
 }
 
 // ---- perplexity by position ---------------------------------------------------------------------------
+// the documents of a series' data long enough to score (collective: a failure ends the job with one line)
+static int series_docs(const Args* a, const Grid* g, Loader* ld, int eod, long long need, Doc** docs) {
+    long long longest;
+    int nd = find_docs(ld, eod, need, a->docs, docs, &longest);
+    if (nd < 0) snprintf(msg, sizeof msg, "eval: %s", ld->err);
+    else if (nd == 0)
+        snprintf(msg, sizeof msg, "eval: data '%s' has no %s of %lld tokens (the longest has %lld); use a shorter "
+                 "--seq_len%s", a->data, eod >= 0 ? "document" : "window", need, longest, a->stride ? " or --doc_len" : "");
+    grid_check(g->world_g, nd <= 0, msg);
+    return nd;
+}
+
+// score one document: its first T targets, or sliding windows over its first doc_len tokens (model
+// positions are window positions; losses are booked at document positions). 0, or 1 on a read error.
+static int score_doc(const Args* a, Net* n, Loader* ld, long long start, int32_t* win, unsigned char* score,
+                     double* sum, double* cnt) {
+    int T = a->seq_len, fail = 0;
+    if (!a->stride) {
+        fail |= loader_read(ld, start, T + 1, win);
+        memset(score, 1, T);
+        run_window(n, win, score, sum, cnt, NULL, 0);
+        return fail;
+    }
+    for (long long w = 0; w + T <= a->doc_len; w += a->stride) {
+        fail |= loader_read(ld, start + w, T + 1, win);
+        for (int t = 0; t < T; t++) score[t] = w == 0 || t >= T - a->stride;
+        run_window(n, win, score, sum, cnt, NULL, w);
+    }
+    return fail;
+}
+
+// one series: per-position NLL sums and counts over the documents (summed over every rank), in buckets
+static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, Series* se, double* sum, double* cnt, double t0) {
+    int T = a->seq_len, ns = a->nckpt * a->nrope;
+    long long span = a->stride ? a->doc_len : T;          // positions reported
+    const char* ckpt = a->ckpts[s / a->nrope];
+    const Rope* r = &a->ropes[s % a->nrope];
+    Config c;
+    Net n;
+    net_open(&n, ckpt, a, r, g, T, &c);
+    Loader ld;
+    int fail = loader_open(&ld, a->data, 1, c.vocab_size, 0, 0);
+    if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
+    grid_check(g->world_g, fail, msg);
+    int eod = a->eod == -2 ? (c.vocab_size == 257 ? 256 : -1) : a->eod;
+    Doc* docs = NULL;
+    int nd = series_docs(a, g, &ld, eod, span + 1, &docs);
+    memset(sum, 0, span * sizeof(double)); memset(cnt, 0, span * sizeof(double));
+    int32_t* win = malloc((T + 1) * sizeof(int32_t));
+    unsigned char* score = malloc(T);
+    char what[256];
+    snprintf(what, sizeof what, "eval series %d/%d", s + 1, ns);
+    for (int j = 0; j < nd; j++) {
+        if (j % g->dp == g->dp_rank)   // documents are dealt round-robin to the data-parallel replicas
+            fail |= score_doc(a, &n, &ld, docs[j].start, win, score, sum, cnt);
+        progress(g->rank, what, j + 1, nd, t0);
+    }
+    if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
+    grid_check(g->world_g, fail, msg);
+    ctl_sum_f64(g->dpcp_g, sum, span);
+    ctl_sum_f64(g->dpcp_g, cnt, span);
+    series_label(a, s, ckpt, r, se->label, sizeof se->label);
+    se->nll_sum = calloc(b->n, sizeof(double));
+    se->count = calloc(b->n, sizeof(long long));
+    for (long long p = 0; p < span; p++) {
+        int k = bucket_of(b, p);
+        if (k >= 0) { se->nll_sum[k] += sum[p]; se->count[k] += (long long)cnt[p]; }
+    }
+    Config saved;
+    if (g->rank == 0) {
+        printf("series %d: %s — %d documents at context %d (%s)\n", s + 1, se->label, nd, T,
+               a->stride ? "sliding windows" : "first tokens of each document");
+        if (!ckpt_read_config_quiet(ckpt, &saved) && T > saved.seq_len && !strcmp(c.rope_scaling, "none"))
+            printf("note: context %d exceeds the trained %d with plain RoPE; perplexity usually rises past %d "
+                   "(compare --rope yarn:%d:%d)\n", T, saved.seq_len, saved.seq_len,
+                   (T + saved.seq_len - 1) / saved.seq_len, saved.seq_len);
+    }
+    free(win); free(score); free(docs);
+    loader_close(&ld);
+    net_close(&n);
+}
+
 static void eval_ppl(const Args* a, const Grid* g) {
-    const Group* world = &g->world_g;
+    const Group* world = g->world_g;
     int rank0 = g->rank == 0, T = a->seq_len;
-    int sliding = a->stride > 0;
-    long long span = sliding ? a->doc_len : T;          // positions reported
+    long long span = a->stride ? a->doc_len : T;          // positions reported
     char csv[1200], svg[1200];
     int fail = 0;
     if (rank0) fail = make_dirs("eval", a->out, msg, sizeof msg) || out_file(a, csv, sizeof csv, ".csv") || out_file(a, svg, sizeof svg, ".svg");
@@ -358,76 +427,12 @@ static void eval_ppl(const Args* a, const Grid* g) {
     double* sum = calloc(span, sizeof(double));
     double* cnt = calloc(span, sizeof(double));
     double t0 = now_s();
-    for (int s = 0; s < ns; s++) {
-        const char* ckpt = a->ckpts[s / a->nrope];
-        const Rope* r = &a->ropes[s % a->nrope];
-        Config c;
-        Net n;
-        net_open(&n, ckpt, a, r, g, T, &c);
-        Loader ld;
-        fail = loader_open(&ld, a->data, 1, c.vocab_size, 0, 0);
-        if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
-        grid_check(world, fail, msg);
-        int eod = a->eod == -2 ? (c.vocab_size == 257 ? 256 : -1) : a->eod;
-        long long need = sliding ? span + 1 : (long long)T + 1, longest;
-        Doc* docs = NULL;
-        int nd = find_docs(&ld, eod, need, a->docs, &docs, &longest);
-        if (nd < 0) snprintf(msg, sizeof msg, "eval: %s", ld.err);
-        else if (nd == 0)
-            snprintf(msg, sizeof msg, "eval: data '%s' has no %s of %lld tokens (the longest has %lld); use a shorter "
-                     "--seq_len%s", a->data, eod >= 0 ? "document" : "window", need, longest, sliding ? " or --doc_len" : "");
-        grid_check(world, nd <= 0, msg);
-        memset(sum, 0, span * sizeof(double)); memset(cnt, 0, span * sizeof(double));
-        int32_t* win = malloc((T + 1) * sizeof(int32_t));
-        unsigned char* score = malloc(T);
-        fail = 0;
-        char what[256];
-        snprintf(what, sizeof what, "eval series %d/%d", s + 1, ns);
-        for (int j = 0; j < nd; j++) {
-            if (j % g->dp == g->dp_rank) {   // documents are dealt round-robin to the data-parallel replicas
-                if (!sliding) {
-                    fail |= loader_read(&ld, docs[j].start, T + 1, win);
-                    memset(score, 1, T);
-                    run_window(&n, win, score, T, sum, cnt, NULL, 0);
-                } else {
-                    for (long long w = 0; w + T <= span; w += a->stride) {
-                        fail |= loader_read(&ld, docs[j].start + w, T + 1, win);
-                        for (int t = 0; t < T; t++) score[t] = w == 0 || t >= T - a->stride;
-                        // positions in the model are window positions; scores are booked at document positions
-                        run_window(&n, win, score, T, sum, cnt, NULL, w);
-                    }
-                }
-            }
-            progress(g->rank, what, j + 1, nd, t0);
-        }
-        if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
-        grid_check(world, fail, msg);
-        MPI_Allreduce(MPI_IN_PLACE, sum, (int)span, MPI_DOUBLE, MPI_SUM, g->dpcp_g.comm);
-        MPI_Allreduce(MPI_IN_PLACE, cnt, (int)span, MPI_DOUBLE, MPI_SUM, g->dpcp_g.comm);
-        Series* se = &series[s];
-        series_label(a, s, ckpt, r, se->label, sizeof se->label);
-        se->nll_sum = calloc(b.n, sizeof(double));
-        se->count = calloc(b.n, sizeof(long long));
-        for (long long p = 0; p < span; p++) {
-            int k = bucket_of(&b, p);
-            if (k >= 0) { se->nll_sum[k] += sum[p]; se->count[k] += (long long)cnt[p]; }
-        }
-        if (rank0) printf("series %d: %s — %d documents at context %d (%s)\n", s + 1, se->label, nd, T,
-                          sliding ? "sliding windows" : "first tokens of each document");
-        Config saved;
-        if (rank0 && !ckpt_read_config_quiet(ckpt, &saved) && T > saved.seq_len && !strcmp(c.rope_scaling, "none"))
-            printf("note: context %d exceeds the trained %d with plain RoPE; perplexity usually rises past %d "
-                   "(compare --rope yarn:%d:%d)\n", T, saved.seq_len, saved.seq_len,
-                   (T + saved.seq_len - 1) / saved.seq_len, saved.seq_len);
-        free(win); free(score); free(docs);
-        loader_close(&ld);
-        net_close(&n);
-    }
+    for (int s = 0; s < ns; s++) eval_series(a, g, s, &b, &series[s], sum, cnt, t0);
     if (rank0) {
         report_table(stdout, &b, series, ns);
         fail = report_csv(csv, &b, series, ns, msg, sizeof msg);
         char title[256];
-        snprintf(title, sizeof title, "perplexity by position (context %d%s)", T, sliding ? ", sliding windows" : "");
+        snprintf(title, sizeof title, "perplexity by position (context %d%s)", T, a->stride ? ", sliding windows" : "");
         if (!fail) fail = report_svg_ppl(svg, &b, series, ns, title, a->log_buckets, msg, sizeof msg);
         if (!fail) printf("wrote %s and %s\n", csv, svg);
     }
@@ -439,7 +444,7 @@ static void eval_ppl(const Args* a, const Grid* g) {
 
 // ---- passkey retrieval --------------------------------------------------------------------------------
 static void eval_passkey(const Args* a, const Grid* g) {
-    const Group* world = &g->world_g;
+    const Group* world = g->world_g;
     int rank0 = g->rank == 0, fail = 0;
     char csv[1200], svg[1200];
     if (rank0) fail = make_dirs("eval", a->out, msg, sizeof msg) || out_file(a, csv, sizeof csv, "_passkey.csv") || out_file(a, svg, sizeof svg, "_passkey.svg");
@@ -470,8 +475,8 @@ static void eval_passkey(const Args* a, const Grid* g) {
                 memset(score, 0, T);
                 for (int i = T - PASSKEY_DIGITS; i < T; i++) score[i] = 1;   // the answer digits
                 memset(sum, 0, T * sizeof(double)); memset(cnt, 0, T * sizeof(double)); memset(hit, 0, T * sizeof(double));
-                run_window(&n, doc, score, T, sum, cnt, hit, 0);
-                MPI_Allreduce(MPI_IN_PLACE, hit, T, MPI_DOUBLE, MPI_SUM, g->cp_g.comm);
+                run_window(&n, doc, score, sum, cnt, hit, 0);
+                ctl_sum_f64(g->cp_g, hit, T);
                 int all = 1;
                 for (int i = T - PASSKEY_DIGITS; i < T; i++) all &= hit[i] > 0.5;
                 correct += all;
@@ -495,28 +500,30 @@ static void eval_passkey(const Args* a, const Grid* g) {
 
 int main(int argc, char** argv) {
     grid_mpi_init(&argc, &argv);
-    Group world = group_world();
+    const Group* world = group_world();
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { if (!world.rank) usage(stdout); grid_exit(0); }
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { if (!group_rank(world)) usage(stdout); grid_exit(0); }
     Args a;
     int fail = parse_args(argc, argv, &a);
-    grid_check(&world, fail, msg);
+    grid_check(world, fail, msg);
     Grid g;
     fail = grid_build(&g, a.tp, a.cp, msg, sizeof msg);
-    grid_check(&world, fail, msg);
+    grid_check(world, fail, msg);
+    fail = be_init(g.local_rank, msg, sizeof msg);
+    grid_check(world, fail, msg);
     ckpt_init();
     if (!a.passkey) {
         int parts = strcmp(a.layout, "zigzag") == 0 ? 2 * a.cp : a.cp;
         if (a.seq_len % parts) {
             snprintf(msg, sizeof msg, "eval: --seq_len %d is not divisible by %d (cp %d, %s layout)", a.seq_len, parts, a.cp, a.layout);
-            grid_check(&world, 1, msg);
+            grid_check(world, 1, msg);
         }
         eval_ppl(&a, &g);
     } else {
         for (int i = 0; i < a.nlens; i++)
             if (a.lens[i] % (strcmp(a.layout, "zigzag") == 0 ? 2 * a.cp : a.cp)) {
                 snprintf(msg, sizeof msg, "eval: passkey length %d is not divisible by 2 * cp", a.lens[i]);
-                grid_check(&world, 1, msg);
+                grid_check(world, 1, msg);
             }
         eval_passkey(&a, &g);
     }

@@ -1,4 +1,5 @@
 // passkey.c — passkey-retrieval documents (see passkey.h).
+#include "common/util.h"
 #include "eval/passkey.h"
 
 #include <math.h>
@@ -7,12 +8,6 @@
 
 static const char FILLER[] = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
 
-static uint64_t splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ULL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-}
 
 static int put_str(int* t, const char* s) {   // bytes of s as tokens; returns the count
     int n = 0;
@@ -30,7 +25,7 @@ static void put_filler_tail(int* t, int n) {
 int passkey_make(uint64_t seed, int len, double depth, int* tokens, char key[PASSKEY_DIGITS + 1], int* needle_pos) {
     if (len < PASSKEY_MIN_LEN || !(depth >= 0.0 && depth <= 1.0)) return 1;
     char k[PASSKEY_DIGITS + 1], needle[128], question[96];
-    snprintf(k, sizeof k, "%05d", (int)(10000 + splitmix64(seed) % 90000));
+    snprintf(k, sizeof k, "%05d", (int)(10000 + mix64(seed) % 90000));
     int nl = snprintf(needle, sizeof needle, "The pass key is %s. Remember it. %s is the pass key. ", k, k);
     int ql = snprintf(question, sizeof question, "What is the pass key? The pass key is %s", k);
     if (nl != PASSKEY_NEEDLE_LEN || ql != PASSKEY_QUESTION_LEN) return 1;   // layout constants out of sync

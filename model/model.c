@@ -1,6 +1,6 @@
 // model.c — forward and backward orchestration over backend kernels (no tensor memory is touched here).
 #include "model/model.h"
-#include "model/backend.h"
+#include "backend/backend.h"
 #include "model/rope.h"
 #include <math.h>
 #include <stdio.h>
@@ -24,44 +24,58 @@ static void bind_weights(Model* m, Weights* w, float* arena) {
     w->head = m->cfg.tie_embeddings ? w->wte : arena + t->p[i++].offset;
 }
 
-// carve `n` floats off the arena cursor (64-byte aligned pieces)
-static float* carve(float** cur, size_t n) { float* p = *cur; *cur += (n + 15) / 16 * 16; return p; }
+// The activation plan: `n` floats at a time carved off a cursor (64-byte aligned pieces). With base = NULL
+// only the size is planned (the pointers stay NULL).
+typedef struct { float* base; size_t used; } Carver;
+static float* carve(Carver* c, size_t n) {
+    float* p = c->base ? c->base + c->used : NULL;
+    c->used += (n + 15) / 16 * 16;
+    return p;
+}
 
 static size_t plan_activations(Model* m, float* base) {
-    float* cur = base;
+    Carver cv = { base, 0 }, *c = &cv;
     size_t N = m->N, C = m->C, Hq = (size_t)m->nh * m->hd, Hk = (size_t)m->nkv * m->hd, F = m->F;
     for (int l = 0; l < m->L; l++) {
         LayerActs* a = &m->acts[l];
-        a->res = carve(&cur, N * C);  a->ln1 = carve(&cur, N * C); a->rstd1 = carve(&cur, N);
-        a->q = carve(&cur, N * Hq);   a->k = carve(&cur, N * Hk);  a->v = carve(&cur, N * Hk);
-        a->att = carve(&cur, N * Hq); a->lse = carve(&cur, N * m->nh);
-        a->mid = carve(&cur, N * C);  a->ln2 = carve(&cur, N * C); a->rstd2 = carve(&cur, N);
-        a->g = carve(&cur, N * F);    a->u = carve(&cur, N * F);   a->h = carve(&cur, N * F);
+        a->res = carve(c, N * C);  a->ln1 = carve(c, N * C); a->rstd1 = carve(c, N);
+        a->q = carve(c, N * Hq);   a->k = carve(c, N * Hk);  a->v = carve(c, N * Hk);
+        a->att = carve(c, N * Hq); a->lse = carve(c, N * m->nh);
+        a->mid = carve(c, N * C);  a->ln2 = carve(c, N * C); a->rstd2 = carve(c, N);
+        a->g = carve(c, N * F);    a->u = carve(c, N * F);   a->h = carve(c, N * F);
     }
-    m->res_final = carve(&cur, N * C); m->lnf = carve(&cur, N * C); m->rstdf = carve(&cur, N);
-    m->dres = carve(&cur, N * C); m->dtmp = carve(&cur, N * C);
-    m->dq = carve(&cur, N * Hq); m->dk = carve(&cur, N * Hk); m->dv = carve(&cur, N * Hk);
-    m->datt = carve(&cur, N * Hq); m->D = carve(&cur, N * m->nh);
-    m->dg = carve(&cur, N * F); m->du = carve(&cur, N * F); m->dh = carve(&cur, N * F);
-    m->logits = carve(&cur, (size_t)m->lm_chunk * m->Vl);
-    m->xlse = carve(&cur, m->lm_chunk); m->xtl = carve(&cur, m->lm_chunk); m->xm = carve(&cur, m->lm_chunk);
-    m->losses = carve(&cur, N); m->hits = carve(&cur, N);
-    m->rope = carve(&cur, (size_t)m->rope_npos * m->hd);
-    m->tok = (int*)carve(&cur, N); m->tgt = (int*)carve(&cur, N); m->pos = (int*)carve(&cur, N);
-    return (size_t)(cur - base);
+    m->res_final = carve(c, N * C); m->lnf = carve(c, N * C); m->rstdf = carve(c, N);
+    m->dres = carve(c, N * C); m->proj = carve(c, N * C);
+    m->dq = carve(c, N * Hq); m->dk = carve(c, N * Hk); m->dv = carve(c, N * Hk);
+    m->datt = carve(c, N * Hq); m->D = carve(c, N * m->nh);
+    m->dg = carve(c, N * F); m->du = carve(c, N * F); m->dh = carve(c, N * F);
+    m->logits = carve(c, (size_t)m->lm_chunk * m->Vl);
+    m->xlse = carve(c, m->lm_chunk); m->xtl = carve(c, m->lm_chunk); m->xm = carve(c, m->lm_chunk);
+    m->losses = carve(c, N); m->hits = carve(c, N);
+    m->rope = carve(c, (size_t)m->rope_npos * m->hd);
+    m->tok = (int*)carve(c, N); m->tgt = (int*)carve(c, N); m->pos = (int*)carve(c, N);
+    return cv.used;
 }
 
-void model_build(Model* m, const Config* cfg, int B, int T, const Group* tp_g, Ring* ring) {
+static void* host_alloc(size_t n, size_t size) {
+    void* p = calloc(n ? n : 1, size);
+    if (!p) { fprintf(stderr, "model: out of host memory (%zu x %zu bytes)\n", n, size); exit(1); }
+    return p;
+}
+
+void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGroups* g) {
     memset(m, 0, sizeof *m);
-    be_init();
+    const Group *tp_g = g ? g->tp : NULL, *cp_g = g ? g->cp : NULL;
     m->cfg = *cfg;
-    m->ring = ring;
     m->tp_g = tp_g;
-    int tp = tp_g ? tp_g->size : 1, tp_rank = tp_g ? tp_g->rank : 0;
+    int tp = tp_g ? group_size(tp_g) : 1, tp_rank = tp_g ? group_rank(tp_g) : 0;
+    int cp = cp_g ? group_size(cp_g) : 1, cp_rank = cp_g ? group_rank(cp_g) : 0;
+    int layout = ring_layout_parse(cfg->cp_layout);
     m->tp = tp; m->tp_rank = tp_rank;
     m->C = cfg->d_model; m->L = cfg->n_layer; m->hd = cfg->d_model / cfg->n_head;
     m->V = cfg->vocab_size;
-    m->B = B; m->T = T; m->N = (long)B * T;
+    m->seq_len = seq_len;
+    m->B = B; m->T = seq_len / cp; m->N = (long)B * m->T;
     params_build(&m->pt, cfg, tp, tp_rank);
     // this rank's widths come from its shards in the parameter table (the only place sharding is decided)
     const ParamSpec* q = params_find(&m->pt, "model.layers.0.self_attn.q_proj.weight");
@@ -73,13 +87,18 @@ void model_build(Model* m, const Config* cfg, int B, int T, const Group* tp_g, R
     m->v0 = (int)emb->row0;
     m->nv = m->V - m->v0 < m->Vl ? m->V - m->v0 : m->Vl;
     if (m->nv < 0) m->nv = 0;
-    m->lm_chunk = m->N < 1024 ? (int)m->N : 1024;
+    int head_rows = be_tuning()->head_rows;
+    m->lm_chunk = m->N < head_rows ? (int)m->N : head_rows;
     m->rope_npos = cfg->max_seq_len;
+    m->lpos = host_alloc(m->T, sizeof(int));
+    ring_positions(layout, cp, cp_rank, seq_len, m->lpos);
+    if (cp > 1) { ring_init(&m->ring, cp_g, layout, seq_len, B, m->nkv * m->hd); m->have_ring = 1; }
 
-    m->params = be_alloc(m->pt.total * sizeof(float));
-    m->grads = be_alloc(m->pt.total * sizeof(float));
-    float* host = malloc(m->pt.total * sizeof(float));
-    if (!host) { fprintf(stderr, "model: out of host memory for initial weights\n"); exit(1); }
+    size_t pad = g && g->shard ? (size_t)group_size(g->shard) : 1;
+    m->arena = (m->pt.total + pad - 1) / pad * pad;
+    m->params = be_alloc(m->arena * sizeof(float));
+    m->grads = be_alloc(m->arena * sizeof(float));
+    float* host = host_alloc(m->pt.total, sizeof(float));
     params_init(&m->pt, (uint64_t)cfg->seed, host);
     be_upload(m->params, host, m->pt.total * sizeof(float));
     free(host);
@@ -92,30 +111,64 @@ void model_build(Model* m, const Config* cfg, int B, int T, const Group* tp_g, R
     m->act_arena = be_alloc(m->act_bytes);
     plan_activations(m, m->act_arena);
 
-    float* rope = malloc((size_t)m->rope_npos * m->hd * sizeof(float));
+    float* rope = host_alloc((size_t)m->rope_npos * m->hd, sizeof(float));
     rope_table(cfg, m->hd, m->rope_npos, rope);
     be_upload(m->rope, rope, (size_t)m->rope_npos * m->hd * sizeof(float));
     free(rope);
-    m->host_losses = calloc(m->N, sizeof(float));
-    m->host_hits = calloc(m->N, sizeof(float));
+    m->host_losses = host_alloc(m->N, sizeof(float));
+    m->host_hits = host_alloc(m->N, sizeof(float));
+    m->htok = host_alloc(m->N, sizeof(int)); m->htgt = host_alloc(m->N, sizeof(int)); m->hpos = host_alloc(m->N, sizeof(int));
     attn_init(m->hd);
 }
 
 void model_free(Model* m) {
     be_free(m->params); be_free(m->grads); be_free(m->act_arena);
     free(m->w.layer); free(m->dw.layer); free(m->acts); free(m->host_losses); free(m->host_hits);
+    free(m->htok); free(m->htgt); free(m->hpos); free(m->lpos);
+    if (m->have_ring) ring_free(&m->ring);
     params_free(&m->pt);
     memset(m, 0, sizeof *m);
 }
 
 void model_set_batch(Model* m, const int* tokens, const int* targets, const int* positions) {
-    be_upload(m->tok, tokens, m->N * sizeof(int));
-    be_upload(m->tgt, targets, m->N * sizeof(int));
-    be_upload(m->pos, positions, m->N * sizeof(int));
-    if (m->ring) ring_set_positions(m->ring, positions);
+    size_t bytes = m->N * sizeof(int);
+    if (tokens != m->htok) memcpy(m->htok, tokens, bytes);
+    if (targets != m->htgt) memcpy(m->htgt, targets, bytes);
+    if (positions != m->hpos) memcpy(m->hpos, positions, bytes);
+    be_upload(m->tok, tokens, bytes);
+    be_upload(m->tgt, targets, bytes);
+    be_upload(m->pos, positions, bytes);
+    if (m->have_ring) ring_set_positions(&m->ring, positions);
 }
 
-void model_zero_grad(Model* m) { be_zero(m->grads, m->pt.total * sizeof(float)); }
+void model_set_windows(Model* m, const int32_t* win, size_t stride, const unsigned char* score) {
+    for (int b = 0; b < m->B; b++) {
+        const int32_t* w = win + (size_t)b * stride;
+        for (int t = 0; t < m->T; t++) {
+            int p = m->lpos[t];
+            size_t i = (size_t)b * m->T + t;
+            m->htok[i] = w[p]; m->htgt[i] = !score || score[p] ? w[p + 1] : -1; m->hpos[i] = p;
+        }
+    }
+    model_set_batch(m, m->htok, m->htgt, m->hpos);
+}
+
+const int* model_positions(const Model* m) { return m->hpos; }
+const int* model_targets(const Model* m) { return m->htgt; }
+
+int model_ring_stats(const Model* m, RingStats* st) {
+    memset(st, 0, sizeof *st);
+    if (m->have_ring) *st = ring_stats(&m->ring);
+    return m->have_ring;
+}
+
+ModelMemory model_memory(const Model* m) {
+    ModelMemory mm = { m->arena * sizeof(float), m->arena * sizeof(float), m->act_bytes,
+                       m->have_ring ? ring_buffer_bytes(&m->ring) : 0 };
+    return mm;
+}
+
+void model_zero_grad(Model* m) { be_zero(m->grads, m->arena * sizeof(float)); }
 const float* model_token_losses(const Model* m) { return m->host_losses; }
 const float* model_token_hits(const Model* m) { return m->host_hits; }
 
@@ -130,7 +183,7 @@ static void attention_forward(Model* m, LayerActs* a) {
         size_t r = (size_t)b * m->T;
         float *out = a->att + r * Hq, *lse = a->lse + r * m->nh;
         const float *q = a->q + r * Hq, *k = a->k + r * Hk, *v = a->v + r * Hk;
-        if (m->ring) { ring_attention_forward(m->ring, b, out, lse, q, k, v, m->nh, m->nkv, m->hd, scale); continue; }
+        if (m->have_ring) { ring_attention_forward(&m->ring, b, out, lse, q, k, v, m->nh, m->nkv, m->hd, scale); continue; }
         attn_forward_begin(out, lse, m->T, m->nh, m->hd);
         attn_block_forward(out, lse, q, m->pos + r, m->T, k, v, m->pos + r, m->T,
                            m->nh, m->nkv, m->hd, scale, ATTN_MASK_CAUSAL);
@@ -141,7 +194,7 @@ static void attention_forward(Model* m, LayerActs* a) {
 static void attention_backward(Model* m, LayerActs* a) {
     int Hq = m->nh * m->hd, Hk = m->nkv * m->hd;
     float scale = 1.0f / sqrtf((float)m->hd);
-    if (!m->ring) {   // the block kernel accumulates; the ring overwrites
+    if (!m->have_ring) {   // the block kernel accumulates; the ring overwrites
         be_zero(m->dq, m->N * Hq * sizeof(float));
         be_zero(m->dk, m->N * Hk * sizeof(float));
         be_zero(m->dv, m->N * Hk * sizeof(float));
@@ -150,8 +203,8 @@ static void attention_backward(Model* m, LayerActs* a) {
         size_t r = (size_t)b * m->T;
         float* D = m->D + r * m->nh;
         attn_backward_begin(D, m->datt + r * Hq, a->att + r * Hq, m->T, m->nh, m->hd);
-        if (m->ring) {
-            ring_attention_backward(m->ring, b, m->dq + r * Hq, m->dk + r * Hk, m->dv + r * Hk, m->datt + r * Hq,
+        if (m->have_ring) {
+            ring_attention_backward(&m->ring, b, m->dq + r * Hq, m->dk + r * Hk, m->dv + r * Hk, m->datt + r * Hq,
                                     a->q + r * Hq, a->k + r * Hk, a->v + r * Hk, a->lse + r * m->nh, D,
                                     m->nh, m->nkv, m->hd, scale);
             continue;
@@ -194,23 +247,23 @@ static void layer_forward(Model* m, int l, float* out) {
     be_rope_forward(a->q, m->pos, m->rope, N, m->nh, m->hd);
     be_rope_forward(a->k, m->pos, m->rope, N, m->nkv, m->hd);
     attention_forward(m, a);
-    linear_forward(m->dtmp, a->att, w->wo, N, Hq, C);            // o = att Wo^T (row-parallel under TP)
-    tp_sum(m, m->dtmp, (size_t)N * C);
+    linear_forward(m->proj, a->att, w->wo, N, Hq, C);            // o = att Wo^T (row-parallel under TP)
+    tp_sum(m, m->proj, (size_t)N * C);
     be_copy(a->mid, a->res, N * C * sizeof(float));
-    be_add(a->mid, m->dtmp, N * C);
+    be_add(a->mid, m->proj, N * C);
     be_rmsnorm_forward(a->ln2, a->rstd2, a->mid, w->ln2, N, C, m->cfg.norm_eps);
     linear_forward(a->g, a->ln2, w->wg, N, C, F);
     linear_forward(a->u, a->ln2, w->wu, N, C, F);
     be_swiglu_forward(a->h, a->g, a->u, (size_t)N * F);
-    linear_forward(m->dtmp, a->h, w->wd, N, F, C);               // down (row-parallel under TP)
-    tp_sum(m, m->dtmp, (size_t)N * C);
+    linear_forward(m->proj, a->h, w->wd, N, F, C);               // down (row-parallel under TP)
+    tp_sum(m, m->proj, (size_t)N * C);
     be_copy(out, a->mid, N * C * sizeof(float));
-    be_add(out, m->dtmp, N * C);
+    be_add(out, m->proj, N * C);
 }
 
 // LM head + cross-entropy over row chunks (the [N, V] logits never exist at once; under TP each rank
 // holds a vocabulary slice and the row LSE and target logit are combined over the TP group). With
-// grad_scale != 0 the head's backward runs right away: dW_head += dlogits^T lnf, dtmp = d(lnf).
+// grad_scale != 0 the head's backward runs right away: dW_head += dlogits^T lnf, proj = d(lnf).
 static double head_forward(Model* m, float grad_scale, float* logits_out) {
     int C = m->C, V = m->Vl;
     for (long r0 = 0; r0 < m->N; r0 += m->lm_chunk) {
@@ -243,10 +296,10 @@ static double head_forward(Model* m, float grad_scale, float* logits_out) {
         }
         if (grad_scale != 0.0f) {
             be_xent_backward(m->logits, m->xlse, tgt, n, V, m->nv, m->v0, grad_scale);
-            linear_backward(m->dtmp + r0 * C, m->dw.head, m->logits, x, m->w.head, n, C, V, 0.0f);
+            linear_backward(m->proj + r0 * C, m->dw.head, m->logits, x, m->w.head, n, C, V, 0.0f);
         }
     }
-    if (grad_scale != 0.0f) tp_sum(m, m->dtmp, (size_t)m->N * C);
+    if (grad_scale != 0.0f) tp_sum(m, m->proj, (size_t)m->N * C);
     be_download(m->host_losses, m->losses, m->N * sizeof(float));
     if (m->want_hits) be_download(m->host_hits, m->hits, m->N * sizeof(float));
     double sum = 0;
@@ -277,28 +330,28 @@ static void layer_backward(Model* m, int l) {
     // MLP: out = mid + h Wd^T
     linear_backward(m->dh, dw->wd, m->dres, a->h, w->wd, N, F, C, 0.0f);
     be_swiglu_backward(m->dg, m->du, m->dh, a->g, a->u, (size_t)N * F);
-    linear_backward(m->dtmp, dw->wg, m->dg, a->ln2, w->wg, N, C, F, 0.0f);
-    linear_backward(m->dtmp, dw->wu, m->du, a->ln2, w->wu, N, C, F, 1.0f);
-    tp_sum(m, m->dtmp, (size_t)N * C);
-    be_rmsnorm_backward(m->dres, dw->ln2, m->dtmp, a->mid, w->ln2, a->rstd2, N, C);
+    linear_backward(m->proj, dw->wg, m->dg, a->ln2, w->wg, N, C, F, 0.0f);
+    linear_backward(m->proj, dw->wu, m->du, a->ln2, w->wu, N, C, F, 1.0f);
+    tp_sum(m, m->proj, (size_t)N * C);
+    be_rmsnorm_backward(m->dres, dw->ln2, m->proj, a->mid, w->ln2, a->rstd2, N, C);
     // attention: mid = res + att Wo^T
     linear_backward(m->datt, dw->wo, m->dres, a->att, w->wo, N, Hq, C, 0.0f);
     attention_backward(m, a);
     be_rope_backward(m->dq, m->pos, m->rope, N, m->nh, m->hd);
     be_rope_backward(m->dk, m->pos, m->rope, N, m->nkv, m->hd);
-    linear_backward(m->dtmp, dw->wq, m->dq, a->ln1, w->wq, N, C, Hq, 0.0f);
-    linear_backward(m->dtmp, dw->wk, m->dk, a->ln1, w->wk, N, C, Hk, 1.0f);
-    linear_backward(m->dtmp, dw->wv, m->dv, a->ln1, w->wv, N, C, Hk, 1.0f);
-    tp_sum(m, m->dtmp, (size_t)N * C);
-    be_rmsnorm_backward(m->dres, dw->ln1, m->dtmp, a->res, w->ln1, a->rstd1, N, C);
+    linear_backward(m->proj, dw->wq, m->dq, a->ln1, w->wq, N, C, Hq, 0.0f);
+    linear_backward(m->proj, dw->wk, m->dk, a->ln1, w->wk, N, C, Hk, 1.0f);
+    linear_backward(m->proj, dw->wv, m->dv, a->ln1, w->wv, N, C, Hk, 1.0f);
+    tp_sum(m, m->proj, (size_t)N * C);
+    be_rmsnorm_backward(m->dres, dw->ln1, m->proj, a->res, w->ln1, a->rstd1, N, C);
 }
 
 void model_backward(Model* m) {
     long N = m->N;
     int C = m->C;
-    // dtmp holds d(lnf) from the fused head backward
+    // proj holds d(lnf) from the fused head backward
     be_zero(m->dres, N * C * sizeof(float));
-    be_rmsnorm_backward(m->dres, m->dw.lnf, m->dtmp, m->res_final, m->w.lnf, m->rstdf, N, C);
+    be_rmsnorm_backward(m->dres, m->dw.lnf, m->proj, m->res_final, m->w.lnf, m->rstdf, N, C);
     for (int l = m->L - 1; l >= 0; l--) layer_backward(m, l);
     be_embedding_backward(m->dw.wte, m->dres, m->tok, N, C, m->v0, m->Vl);
 }

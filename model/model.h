@@ -2,7 +2,8 @@
 //
 // tokens -> embed -> n_layer x [RMSNorm -> attention(GQA, RoPE) -> +res; RMSNorm -> SwiGLU MLP -> +res]
 //        -> RMSNorm -> LM head -> cross-entropy.
-// All tensors live in backend memory; this file only orchestrates backend kernels.
+// All tensors live in backend memory; model.c only orchestrates backend kernels. The model owns its
+// ring (context parallelism) and reads its sharding (tensor parallelism) from the parameter table.
 #pragma once
 #include <stdint.h>
 #include "model/config.h"
@@ -40,43 +41,62 @@ typedef struct {
     // dimensions (local to this rank's TP shard: nh, nkv, F, Vl are per-rank)
     int C, L, nh, nkv, hd, F, V, Vl, v0;
     int B, T;                  // sequences per micro-batch, tokens per sequence on this rank
-    Ring* ring;                // context parallelism: the ring this rank's sequences are split over (or NULL)
+    int seq_len;               // tokens per whole sequence (T * cp)
+    Ring ring;                 // context parallelism: the ring this rank's sequences are split over
+    int have_ring;             // cp > 1
+    int* lpos;                 // [T] positions of this rank's tokens within a sequence (the ring layout)
     const Group* tp_g;         // tensor parallelism: the ranks that split every layer (NULL: none)
     int tp, tp_rank;
     int nv;                    // real (unpadded) vocabulary columns of this rank's slice
     long N;                    // B*T
-    int lm_chunk;              // rows per LM-head chunk (bounds logits memory)
+    int lm_chunk;              // rows per LM-head chunk (bounds logits memory; the backend's tuning)
     ParamTable pt;
-    float *params, *grads;     // arenas of pt.total floats
+    size_t arena;              // elements of the parameter and gradient arenas: pt.total, padded for ZeRO-1
+    float *params, *grads;     // arenas of `arena` floats (the first pt.total are the table's tensors)
     Weights w, dw;
     // activations: one allocation carved into named tensors
     float* act_arena;
     size_t act_bytes;          // planned activation + scratch memory of this rank
     LayerActs* acts;           // [n_layer]
     float *res_final, *lnf, *rstdf;      // [N, C], [N, C], [N]
-    // scratch for backward (shared by all layers)
-    float *dres, *dtmp, *dq, *dk, *dv, *datt, *D, *dg, *du, *dh;
+    // scratch shared by all layers. proj: a row-parallel projection's output before the residual add
+    // (forward), the gradient arriving at a norm's output (backward)
+    float *proj, *dres, *dq, *dk, *dv, *datt, *D, *dg, *du, *dh;
     float *logits, *xlse, *xtl, *xm, *losses; // [chunk, Vl], [chunk] x 3, [N]
     float* rope;               // [rope_npos, hd] cos|sin table
     int rope_npos;
     int *tok, *tgt, *pos;      // [N] backend copies of the batch
+    int *htok, *htgt, *hpos;   // [N] host: the batch as last set
     float* host_losses;        // [N] host
     int want_hits;             // evaluation: also record whether each target is the greedy prediction
     float *hits, *host_hits;   // [N] backend / host: 1 = the target is the argmax of the logits
 } Model;
 
-// Build tables, arenas, the RoPE table and activations for micro-batches of B sequences of T tokens on
-// this rank (with a ring, T = seq_len / cp: this rank's share). Parameters are initialised from cfg->seed
-// (layout independent). tp_g = NULL without tensor parallelism; ring = NULL without context parallelism.
+typedef struct {
+    const Group* tp;      // tensor parallelism: the ranks that split every layer (NULL: none)
+    const Group* cp;      // context parallelism: the ring each sequence is split over (NULL: none)
+    const Group* shard;   // ZeRO-1: arenas are padded to a multiple of this group's size (NULL: no padding)
+} ModelGroups;
+
+// Build tables, arenas, the RoPE table and activations for micro-batches of B sequences of seq_len
+// tokens. Parameters are initialised from cfg->seed (layout independent). With a ring (g->cp of more
+// than one rank) each sequence is split over it in cfg->cp_layout and this rank holds T = seq_len / cp
+// tokens (collective over the ring: it calibrates its transfer time). g = NULL: one process.
 // Under TP (Megatron): q/k/v and gate/up are column-parallel (this rank's heads / F slice), o_proj and
 // down_proj row-parallel followed by an all-reduce over tp_g; embedding and LM head are vocab-parallel
 // with a vocab-parallel cross-entropy (the [tokens x vocab] logits never exist on one rank).
-void model_build(Model* m, const Config* cfg, int B, int T, const Group* tp_g, Ring* ring);
+void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGroups* g);
 void model_free(Model* m);
 
 // Set the batch: tokens, targets (-1 = ignored) and positions, each [B*T] host int32 (this rank's tokens).
 // With a ring this is collective over the ring (positions are exchanged).
 void model_set_batch(Model* m, const int* tokens, const int* targets, const int* positions);
+// Set the batch from B windows of seq_len + 1 tokens (window b at win + b * stride): this rank's tokens
+// at its positions p, targets p + 1 (or -1 where score is given and score[p] == 0), positions p.
+void model_set_windows(Model* m, const int32_t* win, size_t stride, const unsigned char* score);
+// The batch as last set (host [B*T]): this rank's positions and targets.
+const int* model_positions(const Model* m);
+const int* model_targets(const Model* m);
 
 // Forward. Returns the SUM of the token losses of this micro-batch (host double).
 // grad_scale != 0: also runs the fused LM-head backward with dloss_i = grad_scale (so model_backward can
@@ -93,3 +113,8 @@ const float* model_token_losses(const Model* m);
 const float* model_token_hits(const Model* m);
 // Matmul FLOPs per token for throughput (6 * matmul params + 6 * n_layer * T * C, see README)
 double model_flops_per_token(const Config* c, int seq_len);
+
+// Ring statistics so far (zero without a ring); 1 when the model has a ring.
+int model_ring_stats(const Model* m, RingStats* st);
+typedef struct { size_t params, grads, acts, ring; } ModelMemory;   // bytes of this rank's arenas
+ModelMemory model_memory(const Model* m);

@@ -1,4 +1,5 @@
 // params.c — building the parameter table and the layout-independent initialisation.
+#include "common/util.h"
 #include "model/params.h"
 #include <math.h>
 #include <stdio.h>
@@ -59,19 +60,7 @@ const ParamSpec* params_find(const ParamTable* t, const char* name) {
     return NULL;
 }
 
-// splitmix64 finaliser: a bijective 64-bit mixer
-static uint64_t mix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ULL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-}
-
-static uint64_t name_key(uint64_t seed, const char* name) {
-    uint64_t h = 0xCBF29CE484222325ULL;   // FNV-1a over the name
-    for (const unsigned char* s = (const unsigned char*)name; *s; s++) h = (h ^ *s) * 0x100000001B3ULL;
-    return mix64(seed ^ mix64(h));
-}
+static uint64_t name_key(uint64_t seed, const char* name) { return mix64(seed ^ mix64(fnv1a64(name))); }
 
 // uniform in (0, 1) from the top 53 bits
 static double uniform(uint64_t key, uint64_t counter) {

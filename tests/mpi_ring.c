@@ -20,22 +20,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "attention/attention.h"
+#include "backend/attention.h"
 #include "attention/ring.h"
 #include "comm/comm.h"
 #include "comm/grid.h"
-#include "model/backend.h"
+#include "backend/backend.h"
+#include "common/util.h"
 #include "tests/testutil.h"
 
 #define TOL 1e-5
-#define QCHUNK 256   // query rows per kernel call in ring.c's compute_block (one stats.blocks each)
 
-static Group W;
+static const Group* W;
 static int P, RK;   // world size, this rank
 
 // a check whose condition is already reduced over the ranks (identical everywhere); only rank 0 prints
 #define RCHECK(cond, ...) do { int c_ = (cond); if (RK == 0) CHECK(c_, __VA_ARGS__); } while (0)
-static int all_ok(int ok) { return comm_max_double(&W, ok ? 0.0 : 1.0) == 0.0; }   // collective AND
+static int all_ok(int ok) { return ctl_max(W, ok ? 0.0 : 1.0) == 0.0; }   // collective AND
 
 // ---------------------------------------------------------------------------------------------------------
 // deterministic data (identical on every rank)
@@ -90,9 +90,9 @@ static void kernel_reference(Seq* s) {
 }
 static void kernel_reference_bcast(Seq* s, int owner) {
     size_t nq = (size_t)s->T * s->nh * s->hd, nk = (size_t)s->T * s->nkv * s->hd, nl = (size_t)s->T * s->nh;
-    comm_broadcast(&W, s->out, nq * 4, owner); comm_broadcast(&W, s->lse, nl * 4, owner);
-    comm_broadcast(&W, s->dq, nq * 4, owner); comm_broadcast(&W, s->dk, nk * 4, owner);
-    comm_broadcast(&W, s->dv, nk * 4, owner);
+    ctl_bcast(W, s->out, nq * 4, owner); ctl_bcast(W, s->lse, nl * 4, owner);
+    ctl_bcast(W, s->dq, nq * 4, owner); ctl_bcast(W, s->dk, nk * 4, owner);
+    ctl_bcast(W, s->dv, nk * 4, owner);
 }
 
 // naive reference: rank RK does the query rows i = RK mod P; the partial results are summed over the ranks
@@ -143,7 +143,7 @@ static void naive_reference(Seq* s) {
                 for (int d = 0; d < hd; d++) { dqi[d] += ds * kj[d]; dkj[d] += ds * qi[d]; dvj[d] += p * doi[d]; }
             }
         }
-    if (P > 1) MPI_Allreduce(MPI_IN_PLACE, all, (int)(2 * nq + nl + 2 * nk), MPI_DOUBLE, MPI_SUM, W.comm);
+    ctl_sum_f64(W, all, 2 * nq + nl + 2 * nk);
     free(kd); free(vd); free(sc); free(o); free(qi); free(doi);
 }
 
@@ -163,12 +163,12 @@ static void make_seqs(Seq* seq, const Case* c, int T, uint64_t seed) {
         s.out = malloc(nq * 4); s.lse = malloc(nl * 4); s.dq = malloc(nq * 4); s.dk = malloc(nk * 4); s.dv = malloc(nk * 4);
         seq[b] = s;
     }
-    double t0 = MPI_Wtime();
+    double t0 = now_s();
     for (int b = 0; b < 2; b++) if (RK == b % P) kernel_reference(&seq[b]);
     for (int b = 0; b < 2; b++) kernel_reference_bcast(&seq[b], b % P);
-    double t1 = MPI_Wtime();
+    double t1 = now_s();
     for (int b = 0; b < 2; b++) naive_reference(&seq[b]);
-    t_kref += t1 - t0; t_nref += MPI_Wtime() - t1;
+    t_kref += t1 - t0; t_nref += now_s() - t1;
 }
 static void free_seq(Seq* s) {
     free(s->q); free(s->k); free(s->v); free(s->dout);
@@ -198,7 +198,7 @@ static void acc_rows(Err* e, int t, const float* a, const int* idx, int n, int w
         }
 }
 static double err_of(const Err* e, int t, int r) {   // collective
-    double md = comm_max_double(&W, e->md[t][r]), mr = comm_max_double(&W, e->mr[t][r]);
+    double md = ctl_max(W, e->md[t][r]), mr = ctl_max(W, e->mr[t][r]);
     return t == E_LSE ? md : md / (mr + 1e-30);
 }
 static void check_err(const Err* e, const char* what) {
@@ -222,7 +222,7 @@ static void check_positions(int T) {
             int want = layout == CP_ZIGZAG ? (i < c ? RK * c + i : (2 * P - 1 - RK) * c + (i - c)) : RK * Tl + i;
             if (pos[i] != want) ok = 0;
         }
-        comm_allgather_int(&W, pos, all, Tl);
+        ctl_allgather(W, pos, all, Tl * sizeof(int));
         char* seen = calloc(T, 1);
         int perm = 1;
         for (int i = 0; i < T; i++) {
@@ -243,7 +243,8 @@ static void check_positions(int T) {
 static long long expected_blocks(int layout, int c) {   // kernel calls of one forward (or backward) on this rank
     int seg = layout == CP_ZIGZAG ? c : 2 * c;
     long long pairs = layout == CP_ZIGZAG ? 3 + 2LL * (P - 1) : 1 + RK;
-    return pairs * ((seg + QCHUNK - 1) / QCHUNK);
+    int qrows = be_tuning()->ring_query_rows;
+    return pairs * ((seg + qrows - 1) / qrows);
 }
 
 static void run_ring(const Case* cs, int T, const Seq* seq, int layout, int B, double* fwd_s, double* bwd_s) {
@@ -254,7 +255,7 @@ static void run_ring(const Case* cs, int T, const Seq* seq, int layout, int B, d
     snprintf(what, sizeof what, "%s T=%d %-10s B=%d", cs->name, T, lname, B);
 
     Ring R;
-    ring_init(&R, &W, layout, T, B, Ck);
+    ring_init(&R, W, layout, T, B, Ck);
     // this rank's rows of each sequence: the layout's for sequence 0; sequence 1 takes the OTHER layout's rows
     // and positions row + T (positions are explicit: the ring must follow them, not assume its layout)
     int* rowsb = malloc((size_t)B * Tl * sizeof(int));
@@ -287,21 +288,21 @@ static void run_ring(const Case* cs, int T, const Seq* seq, int layout, int B, d
         }
         be_upload(q, hq, nq * 4); be_upload(k, hk, nk * 4); be_upload(v, hv, nk * 4); be_upload(dout, hdo, nq * 4);
 
-        comm_barrier(&W);
-        double t0 = MPI_Wtime();
-        long long b0 = R.st.blocks;
+        ctl_barrier(W);
+        double t0 = now_s();
+        long long b0 = R.blocks;
         ring_attention_forward(&R, b, out, lse, q, k, v, nh, nkv, hd, s->scale);
         nfwd++;
-        if (b == 0) fwd_blocks = R.st.blocks - b0;
-        comm_barrier(&W);
-        double t1 = MPI_Wtime();
+        if (b == 0) fwd_blocks = R.blocks - b0;
+        ctl_barrier(W);
+        double t1 = now_s();
         attn_backward_begin(D, dout, out, Tl, nh, hd);
-        b0 = R.st.blocks;
+        b0 = R.blocks;
         ring_attention_backward(&R, b, dq, dk, dv, dout, q, k, v, lse, D, nh, nkv, hd, seq[b].scale);
         nbwd++;
-        if (b == 0) bwd_blocks = R.st.blocks - b0;
-        comm_barrier(&W);
-        *fwd_s += t1 - t0; *bwd_s += MPI_Wtime() - t1;
+        if (b == 0) bwd_blocks = R.blocks - b0;
+        ctl_barrier(W);
+        *fwd_s += t1 - t0; *bwd_s += now_s() - t1;
 
         be_download(ho, out, nq * 4); be_download(hl, lse, nl * 4);
         be_download(hdq, dq, nq * 4); be_download(hdk, dk, nk * 4); be_download(hdv, dv, nk * 4);
@@ -335,16 +336,17 @@ static void run_ring(const Case* cs, int T, const Seq* seq, int layout, int B, d
     // computing: train.c takes transfers x xfer_s as the total communication when it reports the hidden fraction
     long long want_xfers = nfwd * (P - 1) + nbwd * (P > 1 ? P : 0);
     long long* xf = malloc(P * sizeof(long long));
-    comm_gather(&W, &R.st.transfers, xf, sizeof(long long), 0);
-    int st_ok = all_ok(R.st.blocks > 0 && R.st.compute_s > 0 && R.st.wait_s >= 0 && R.st.exposed_s >= 0 &&
-                       R.st.exposed_s <= R.st.wait_s + 1e-12 && (P == 1 || R.st.xfer_s > 0));
-    int xf_ok = all_ok(R.st.transfers == want_xfers);
+    RingStats st = ring_stats(&R);
+    ctl_gather(W, &st.transfers, xf, sizeof(long long), 0);
+    int st_ok = all_ok(st.blocks == R.blocks && R.blocks > 0 && st.compute_s > 0 && st.work_s > 0 && st.wait_s >= 0 &&
+                       st.exposed_s >= 0 && st.exposed_s <= st.wait_s + 1e-12 && (P == 1 || st.xfer_s > 0));
+    int xf_ok = all_ok(st.transfers == want_xfers);
     if (RK == 0) {
         char list[512] = "";
         for (int i = 0, n = 0; i < P && n < (int)sizeof list - 24; i++)
             n += snprintf(list + n, sizeof list - n, i ? ",%lld" : "%lld", xf[i]);
-        CHECK(st_ok, "%s: stats blocks %lld > 0, compute_s %.2g > 0, 0 <= exposed_s <= wait_s, xfer_s %.2g", what,
-              R.st.blocks, R.st.compute_s, R.st.xfer_s);
+        CHECK(st_ok, "%s: stats blocks %lld > 0, compute_s %.2g > 0, work_s %.2g > 0, 0 <= exposed_s <= wait_s, xfer_s %.2g",
+              what, st.blocks, st.compute_s, st.work_s, st.xfer_s);
         CHECK(xf_ok, "%s: stats transfers = %lld fwd x (P-1) + %lld bwd x P = %lld on every rank (per rank: %s)", what,
               nfwd, nbwd, want_xfers, list);
     }
@@ -354,7 +356,7 @@ static void run_ring(const Case* cs, int T, const Seq* seq, int layout, int B, d
     if (B == 1) {
         long long want = expected_blocks(layout, cs->c);
         long long mine[2] = { fwd_blocks, bwd_blocks }, *got = malloc(2 * P * sizeof(long long));
-        comm_gather(&W, mine, got, sizeof mine, 0);
+        ctl_gather(W, mine, got, sizeof mine, 0);
         int ok = all_ok(fwd_blocks == want && bwd_blocks == want);
         if (RK == 0) {
             char list[512] = "";
@@ -362,7 +364,7 @@ static void run_ring(const Case* cs, int T, const Seq* seq, int layout, int B, d
                 n += snprintf(list + n, sizeof list - n, "%s%lld/%lld", i ? " " : "", got[2 * i], got[2 * i + 1]);
             CHECK(ok, "%s: kernel calls per fwd/bwd call = %s x ceil(%d/%d) on rank r (per rank: %s)", what,
                   layout == CP_ZIGZAG ? "(3 + 2(P-1)) pairs" : "(1 + r) pairs", layout == CP_ZIGZAG ? cs->c : 2 * cs->c,
-                  QCHUNK, list);
+                  be_tuning()->ring_query_rows, list);
         }
         free(got);
     }
@@ -379,7 +381,9 @@ static void run_ring(const Case* cs, int T, const Seq* seq, int layout, int B, d
 int main(int argc, char** argv) {
     grid_mpi_init(&argc, &argv);
     W = group_world();
-    P = W.size; RK = W.rank;
+    P = group_size(W); RK = group_rank(W);
+    char err[256];
+    if (be_init(0, err, sizeof err)) { fprintf(stderr, "%s\n", err); grid_exit(1); }
     if (RK == 0) { printf("mpi_ring: P = %d ranks\n", P); fflush(stdout); }
     attn_init(32);
 
@@ -394,10 +398,10 @@ int main(int argc, char** argv) {
         const Case* cs = &cases[ci];
         int T = 2 * P * cs->c;
         check_positions(T);
-        double t0 = MPI_Wtime();
+        double t0 = now_s();
         Seq seq[2];
         make_seqs(seq, cs, T, 1000 + 17 * ci);
-        t_ref += MPI_Wtime() - t0;
+        t_ref += now_s() - t0;
         // the kernel reference against the naive one (identical on every rank)
         for (int b = 0; b < 2; b++) {
             Err e;
@@ -423,7 +427,7 @@ int main(int argc, char** argv) {
                        t_ref, t_kref, t_nref, t_fwd, t_bwd);
 
     int failed = RK == 0 ? tu_failed : 0;
-    comm_broadcast(&W, &failed, sizeof failed, 0);
+    ctl_bcast(W, &failed, sizeof failed, 0);
     if (RK == 0) { tu_finish(); fflush(stdout); }
     grid_exit(failed ? 1 : 0);
 }

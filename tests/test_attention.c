@@ -7,7 +7,7 @@
 #include <string.h>
 #include <math.h>
 #include <omp.h>
-#include "attention/attention.h"
+#include "backend/backend.h"
 #include "tests/testutil.h"
 
 #define TOL 1e-5
@@ -397,6 +397,8 @@ static void test_determinism(void) {
 }
 
 int main(void) {
+    char err[256];
+    if (be_init(0, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     attn_init(64);
     // whole-sequence, one block: ragged sizes x GQA x head dims, causal and full
     struct { int Tq, Tk, nh, nkv, hd; } cases[] = {

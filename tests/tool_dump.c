@@ -1,11 +1,11 @@
 // tool_dump.c — runs one forward/backward/AdamW step of a config on a fixed random batch and dumps
 // everything the independent PyTorch reference (tests/ref_model.py) checks. Format: see ref_model.py.
 //   build/tests/tool_dump -c CONFIG --out FILE [--key value ...]
-#include "model/backend.h"
+#include "backend/backend.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/rope.h"
-#include "train/optim.h"
+#include "optim/adamw.h"
 #include "train/dump.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,8 +32,10 @@ int main(int argc, char** argv) {
     if (!out) { perror(path); return 1; }
 
     int B = c.micro_batch, T = c.seq_len, N = B * T;
+    char err[256];
+    if (be_init(0, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     Model m;
-    model_build(&m, &c, B, T, NULL, NULL);
+    model_build(&m, &c, B, T, NULL);
     // a fixed batch: random tokens; sequence b starts at position 3b (positions are an explicit input);
     // one ignored target per sequence after the first
     int *tok = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int)), *pos = malloc(N * sizeof(int));
@@ -77,9 +79,10 @@ int main(int argc, char** argv) {
     rec("rope/inv_freq", 0, 1, &dh, invf); rec("rope/attention_factor", 0, 1, &one, &af);
 
     AdamW opt;
-    adamw_init(&opt, &m, NULL);
+    adamw_init(&opt, &m, NULL, 0);
     float lr = lr_at(&c, 0);
-    adamw_step(&opt, &m, lr, grad_global_norm(&m));
+    AdamWHyper h = adamw_hyper(&c, lr);
+    adamw_step(&opt, &m, &h, adamw_grad_norm(&opt, &m));
     rec("step/lr", 0, 1, &one, &lr);
     dump_arena(&m, "after", m.params);
     fclose(out);

@@ -10,28 +10,14 @@
 #include <time.h>
 #include <omp.h>
 #include <cblas.h>
-#include "attention/attention.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "backend/backend.h"
+#include "common/util.h"
 
 static float* rand_floats(long n, float amp) {
     float* x = (float*)malloc((size_t)n * sizeof(float));
     unsigned s = 12345u;
     for (long i = 0; i < n; i++) { s = s * 1664525u + 1013904223u; x[i] = amp * ((float)(s >> 8) / 8388608.0f - 1.0f); }
     return x;
-}
-
-static int cmp_double(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
-static double median(double* x, int n) {
-    qsort(x, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
 // GFLOP/s of one n^3 sgemm (all threads)
@@ -128,6 +114,8 @@ int main(int argc, char** argv) {
     b.dv = rand_floats(nk, 0.0f);
     b.pos = (int*)malloc((size_t)b.T * sizeof(int));
     for (int i = 0; i < b.T; i++) b.pos[i] = i;
+    char err[256];
+    if (be_init(0, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     attn_init(b.hd);
     int n = 2048;
     float* ga = rand_floats((long)n * n, 1.0f);

@@ -6,7 +6,7 @@
 //                                      write NEW for another layout: chunked along its shard boundaries
 //
 // Runs on one process or under mpirun; every rank takes part (parallel HDF5 over MPI-IO on
-// MPI_COMM_WORLD). The work is a list of units — row blocks [r0, r1) of datasets, each at most
+// the world). The work is a list of units — row blocks [r0, r1) of datasets, each at most
 // BLOCK_BYTES of fp32 — handed out to ranks greedily; every rank reads (and writes) its own units with
 // independent I/O, sums the checksum terms of what it read (and wrote), and one all-reduce gives every
 // dataset's checksum (xsum64 is a sum). Metadata (opening, creating, attributes) is done by every rank in
@@ -21,6 +21,8 @@
 #include "checkpoint/ckpt.h"
 #include "checkpoint/h5util.h"
 #include "comm/grid.h"
+#include "common/files.h"
+#include "common/util.h"
 #include "model/config.h"
 #include "model/params.h"
 #include <errno.h>
@@ -119,7 +121,7 @@ typedef struct {
     int nd;
 } Ckpt;
 
-static Group W;             // the world
+static const Group* W;      // the world
 static char msg[8192];      // the current one-line error
 
 // ---- errors ------------------------------------------------------------------------------------------
@@ -127,12 +129,7 @@ static char msg[8192];      // the current one-line error
 #define FAIL(...) (snprintf(msg, sizeof msg, __VA_ARGS__), 1)
 
 // Collective: 1 on every rank when `failed` on any, with msg set everywhere to the lowest failing rank's.
-static int sync_fail(int failed) {
-    int first = failed ? W.rank : W.size;
-    MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, W.comm);
-    if (first < W.size) MPI_Bcast(msg, sizeof msg, MPI_CHAR, first, W.comm);
-    return first < W.size;
-}
+static int sync_fail(int failed) { return grid_agree(W, failed, msg, sizeof msg); }
 
 // ---- options -----------------------------------------------------------------------------------------
 
@@ -194,7 +191,7 @@ static int parse_args(int argc, char** argv, Opts* o) {
 
 // MPI-IO on the world; metadata reads independent, since ranks read different datasets' data on their own
 static hid_t file_access(void) {
-    hid_t fapl = h5_fapl(W.comm);
+    hid_t fapl = h5_fapl(W);
     H5Pset_all_coll_metadata_ops(fapl, 0);
     return fapl;
 }
@@ -324,18 +321,18 @@ static void open_ckpt(Ckpt* k, const char* path) {
     int bad = 0;
     if (stat(path, &st)) bad = FAIL("reshard: '%s' does not exist", path);
     else if (!S_ISREG(st.st_mode)) bad = FAIL("reshard: '%s' is not a regular file", path);
-    grid_check(&W, bad, msg);
+    grid_check(W, bad, msg);
     hid_t fapl = file_access();
     k->f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
     bad = k->f < 0 && FAIL("reshard: '%s' cannot be opened as HDF5 (not an HDF5 file, truncated or corrupt)", path);
-    grid_check(&W, bad, msg);
+    grid_check(W, bad, msg);
     bad = read_header(k);
-    grid_check(&W, bad, msg);
+    grid_check(W, bad, msg);
     bad = open_expected(k);
-    grid_check(&W, bad, msg);
+    grid_check(W, bad, msg);
     bad = open_extras(k);
-    grid_check(&W, bad, msg);
+    grid_check(W, bad, msg);
 }
 
 static void close_ckpt(Ckpt* k) {
@@ -456,18 +453,18 @@ static int do_unit(const Dset* d, const Unit* u, int convert, uint64_t* sin, uin
 // Returns 1 (msg) when an I/O error happened on any rank.
 static int run_units(Ckpt* k, int convert, uint64_t* sin, uint64_t* sout) {
     int nu;
-    Unit* u = plan_units(k->d, k->nd, convert, W.size, &nu);
+    Unit* u = plan_units(k->d, k->nd, convert, group_size(W), &nu);
     int bad = 0;
     for (int i = 0; i < nu && !bad; i++) {
-        if (u[i].rank != W.rank) continue;
+        if (u[i].rank != group_rank(W)) continue;
         const Dset* d = &k->d[u[i].d];
         if (do_unit(d, &u[i], convert, &sin[u[i].d], &sout[u[i].d]))
             bad = FAIL("reshard: '%s': %s %s rows [%ld, %ld) failed (truncated file or disk full?)", k->path,
                        convert ? "copying" : "reading", d->path, u[i].r0, u[i].r1);
     }
     free(u);
-    MPI_Allreduce(MPI_IN_PLACE, sin, k->nd, MPI_UINT64_T, MPI_SUM, W.comm);
-    MPI_Allreduce(MPI_IN_PLACE, sout, k->nd, MPI_UINT64_T, MPI_SUM, W.comm);
+    ctl_sum_u64(W, sin, k->nd);
+    ctl_sum_u64(W, sout, k->nd);
     return sync_fail(bad);
 }
 
@@ -527,7 +524,7 @@ static int report_sums(const Ckpt* k, const uint64_t* sums) {
         const Dset* d = &k->d[i];
         if (d->has_sum && d->want == sums[i]) continue;
         n++;
-        if (W.rank) continue;
+        if (group_rank(W)) continue;
         if (!d->has_sum) fprintf(stderr, "reshard: '%s': %s has no checksum attribute\n", k->path, d->path);
         else fprintf(stderr, "reshard: '%s': checksum mismatch in %s (stored %016llx, computed %016llx)\n", k->path,
                      d->path, (unsigned long long)d->want, (unsigned long long)sums[i]);
@@ -541,13 +538,13 @@ static int inspect(const Opts* o) {
     uint64_t* sums = calloc(k.nd, sizeof(uint64_t));
     uint64_t* unused = calloc(k.nd, sizeof(uint64_t));
     int bad = run_units(&k, 0, sums, unused);
-    if (bad) { close_ckpt(&k); grid_check(&W, 1, msg); }
-    if (o->mode == MODE_INFO && W.rank == 0) print_info(&k, sums);
+    if (bad) { close_ckpt(&k); grid_check(W, 1, msg); }
+    if (o->mode == MODE_INFO && group_rank(W) == 0) print_info(&k, sums);
     fflush(stdout);
     int n = report_sums(&k, sums);
     long long elems = 0;
     for (int i = 0; i < k.nd; i++) elems += (long long)k.d[i].rows * k.d[i].cols;
-    if (o->mode == MODE_VERIFY && W.rank == 0) {
+    if (o->mode == MODE_VERIFY && group_rank(W) == 0) {
         if (n) printf("%s: %d of %d datasets FAILED verification\n", k.path, n, k.nd);
         else printf("%s: %d datasets, %lld elements: all checksums ok\n", k.path, k.nd, elems);
     }
@@ -662,18 +659,12 @@ static int create_dataset(hid_t f, Dset* d) {
 
 // rank 0: NEW.tmp -> NEW, durably
 static int publish(const char* tmp, const char* out) {
-    if (h5_fsync_path(tmp)) return FAIL("reshard: cannot fsync '%s': %s", tmp, strerror(errno));
+    if (fsync_path(tmp)) return FAIL("reshard: cannot fsync '%s': %s", tmp, strerror(errno));
     if (rename(tmp, out)) return FAIL("reshard: cannot rename '%s' to '%s': %s", tmp, out, strerror(errno));
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", out);
-    h5_fsync_path(dirname(dir));
+    fsync_path(dirname(dir));
     return 0;
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
 // drop the datasets of /optimizer when --model-only
@@ -692,21 +683,21 @@ static void drop_optimizer(Ckpt* k) {
 
 // every check that can refuse the conversion before anything is written; exits (one line) on failure
 static void check_convert(Ckpt* k, const Opts* o) {
-    grid_check(&W, check_target(k, o), msg);
+    grid_check(W, check_target(k, o), msg);
     for (int i = 0; i < k->nd; i++)
-        grid_check(&W, k->d[i].kind == KIND_EXTRA && !(o->model_only && !strncmp(k->d[i].path, "/optimizer/", 11)) &&
+        grid_check(W, k->d[i].kind == KIND_EXTRA && !(o->model_only && !strncmp(k->d[i].path, "/optimizer/", 11)) &&
                    FAIL("reshard: '%s' holds the dataset %s, which is not part of the format; not converting", k->path, k->d[i].path), msg);
     if (o->model_only) drop_optimizer(k);
     for (int i = 0; i < k->nd; i++)
-        grid_check(&W, !k->d[i].has_sum && FAIL("reshard: '%s': %s has no checksum attribute", k->path, k->d[i].path), msg);
-    grid_check(&W, W.rank == 0 && check_out(o), msg);
+        grid_check(W, !k->d[i].has_sum && FAIL("reshard: '%s': %s has no checksum attribute", k->path, k->d[i].path), msg);
+    grid_check(W, group_rank(W) == 0 && check_out(o), msg);
 }
 
 // Write the output file `tmp` (collective): header, datasets, data, checksums. 1 (msg, every rank) when
 // anything failed, including a checksum mismatch in the input. Closes the input.
 static int write_output(Ckpt* k, const Opts* o, const char* tmp) {
-    if (W.rank == 0) unlink(tmp);               // a stale one from a killed run
-    MPI_Barrier(W.comm);
+    if (group_rank(W) == 0) unlink(tmp);               // a stale one from a killed run
+    ctl_barrier(W);
     hid_t fapl = file_access();
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
@@ -749,16 +740,16 @@ static int convert(const Opts* o) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", o->out);
     int bad = write_output(&k, o, tmp);
-    if (!bad && W.rank == 0) bad = publish(tmp, o->out);
+    if (!bad && group_rank(W) == 0) bad = publish(tmp, o->out);
     bad = sync_fail(bad);
-    if (bad && W.rank == 0) unlink(tmp);
-    grid_check(&W, bad, msg);
-    if (W.rank == 0) {
+    if (bad && group_rank(W) == 0) unlink(tmp);
+    grid_check(W, bad, msg);
+    if (group_rank(W) == 0) {
         printf("reshard: %s -> %s: layout tp %d cp %d dp %d, %s, %s; %d datasets, %lld elements, %.2f MiB; "
                "input checksums ok (%d rank%s, %.2f s)\n", o->in, o->out, o->tp, o->cp, o->dp,
                o->dtype == DT_BF16 ? "model bf16" : o->dtype == DT_FP32 ? "model fp32" : "model dtype kept",
                have_opt ? "with optimizer state" : "model only (no optimizer state)", nd, elems,
-               bytes / 1048576.0, W.size, W.size > 1 ? "s" : "", now_s() - t0);
+               bytes / 1048576.0, group_size(W), group_size(W) > 1 ? "s" : "", now_s() - t0);
         fflush(stdout);
     }
     return 0;
@@ -770,11 +761,11 @@ int main(int argc, char** argv) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);     // errors are ours, one line each
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            if (W.rank == 0) fputs(USAGE, stdout);
+            if (group_rank(W) == 0) fputs(USAGE, stdout);
             grid_exit(0);
         }
     Opts o;
-    grid_check(&W, parse_args(argc, argv, &o), msg);
+    grid_check(W, parse_args(argc, argv, &o), msg);
     int rc = o.mode == MODE_CONVERT ? convert(&o) : inspect(&o);
     grid_exit(rc);
     return rc;

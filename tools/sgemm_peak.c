@@ -4,10 +4,7 @@
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-
-static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
-static int cmp(const void* a, const void* b) { double x = *(const double*)a, y = *(const double*)b; return (x > y) - (x < y); }
+#include "common/util.h"
 
 int main(int argc, char** argv) {
     int n = argc > 1 ? atoi(argv[1]) : 2048, reps = argc > 2 ? atoi(argv[2]) : 7;
@@ -21,7 +18,7 @@ int main(int argc, char** argv) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
         g[r] = 2.0 * n * n * (double)n / (now_s() - t0) / 1e9;
     }
-    qsort(g, reps, sizeof(double), cmp);
+    qsort(g, reps, sizeof(double), cmp_double);
     printf("sgemm %d^3: median %.1f GFLOP/s (min %.1f, max %.1f over %d runs)\n", n, g[reps / 2], g[0], g[reps - 1], reps);
     free(a); free(b); free(c);
     return 0;

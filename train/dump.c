@@ -1,6 +1,6 @@
 // dump.c — writing the test dump format (see dump.h).
 #include "train/dump.h"
-#include "model/backend.h"
+#include "backend/backend.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +43,7 @@ void dump_arena(FILE* f, const Model* m, const char* prefix, const float* arena)
     for (int i = 0; i < m->pt.n; i++) {
         const ParamSpec* p = &m->pt.p[i];
         float* shards = m->tp_rank == 0 ? malloc((size_t)tp * p->numel * sizeof(float)) : NULL;
-        if (tp > 1) comm_gather(m->tp_g, host + p->offset, shards, p->numel * sizeof(float), 0);
+        if (tp > 1) ctl_gather(m->tp_g, host + p->offset, shards, p->numel * sizeof(float), 0);
         else memcpy(shards, host + p->offset, p->numel * sizeof(float));
         if (f) {
             float* full = malloc((size_t)p->shape[0] * p->shape[1] * sizeof(float));

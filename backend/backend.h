@@ -1,33 +1,61 @@
-// backend.h — the one interface between the model graph and the hardware.
+// backend.h — the contract between the model graph and the hardware: memory, numeric kernels, a clock.
 //
-// The model, the optimizer and (later) ring attention call only these functions and never dereference
-// backend memory themselves. A backend supplies memory and numeric kernels: backend_cpu.c (OpenMP +
-// OpenBLAS) now, a CUDA backend (cuBLAS + own kernels) later with the same declarations.
-// Conventions: row-major fp32; "+=" in a comment means the kernel accumulates into its output.
-// Token ids, targets and positions are int32 arrays in backend memory.
+// The model, the optimizer, the ring schedule, checkpoints and evaluation call only these functions (and
+// attention.h) and never dereference backend memory themselves: host data crosses with be_upload /
+// be_download. A backend is a folder backend/<name>/ selected at build time (`make BACKEND=<name>`); this
+// header names no implementation.
+// Conventions: row-major fp32; "+=" in a comment means the kernel accumulates into its output. Token ids,
+// targets and positions are int32 arrays in backend memory. Kernels may run asynchronously (in order on
+// one queue): a host value produced by a kernel is valid after be_download (which waits) or be_sync.
 #pragma once
 #include <stddef.h>
-#include "attention/attention.h"   // the attention block kernels are part of this interface
+#include "backend/attention.h"   // the attention block kernels are part of this interface
+
+// ---- life cycle ----
+// Start the backend: once per process, from main, right after the process grid is built and before any
+// other be_ call. local_rank = this process's index among the processes of its node (a GPU backend picks
+// its device by it). Returns 0, or 1 with one line in err (e.g. no device).
+int be_init(int local_rank, char* err, size_t errlen);
+const char* be_name(void);
+void be_sync(void);   // wait until every queued kernel and copy has finished
+
+// Sizes that are the backend's tuning, not the model's: the model and the ring ask, never assume.
+typedef struct {
+    int ring_query_rows;   // query rows per attention call while a ring transfer is in flight: the ring
+                           // drives communication progress between calls (CPU: 256)
+    int head_rows;         // rows per LM-head chunk: bounds the [rows, vocab] logits buffer (CPU: 1024)
+} BeTuning;
+const BeTuning* be_tuning(void);
+
+// ---- timing on the backend's own clock (CPU: wall and CPU time; a GPU: events on its queue) ----
+// A timer sums regions begin..end. clamped_s sums min(region wall time, clamp_s) (the ring's estimate of
+// exposed communication: at most one un-overlapped transfer per wait). work_s measures the work done in
+// the regions (CPU: CPU time of all threads, robust to oversubscribed cores; a GPU: = wall_s).
+typedef struct BeTimer BeTimer;
+typedef struct { double wall_s, work_s, clamped_s; long long regions; } BeTimes;
+BeTimer* be_timer_create(double clamp_s);
+void be_timer_free(BeTimer* t);
+void be_timer_begin(BeTimer* t);
+void be_timer_end(BeTimer* t);
+BeTimes be_timer_read(BeTimer* t);   // totals of every region ended so far (waits for them on a GPU)
 
 // ---- memory ----
-void* be_alloc(size_t bytes);                                  // zero-filled; exits with a message on OOM
+void* be_alloc(size_t bytes);                                     // zero-filled; exits with one line on OOM
 void  be_free(void* p);
 void  be_upload(void* dst, const void* host_src, size_t bytes);   // host -> backend
-void  be_download(void* host_dst, const void* src, size_t bytes); // backend -> host
+void  be_download(void* host_dst, const void* src, size_t bytes); // backend -> host (waits for the data)
 void  be_zero(void* p, size_t bytes);
-void  be_copy(void* dst, const void* src, size_t bytes);        // backend -> backend
-const char* be_name(void);
-// Start the backend before any large allocation (CPU: makes OpenBLAS allocate its work buffers now, so that
-// running out of memory later fails cleanly in be_alloc instead of inside a BLAS call).
-void be_init(void);
+void  be_copy(void* dst, const void* src, size_t bytes);          // backend -> backend
 
 // ---- dense ----
 // C[m,n] = alpha * op(A) op(B) + beta * C; op(A) is [m,k] (A is [k,m] when transA), op(B) is [k,n].
 void be_matmul(float* C, const float* A, const float* B, int m, int n, int k,
                int transA, int transB, float alpha, float beta);
-void be_add(float* y, const float* x, size_t n);               // y += x
-void be_scale(float* x, float s, size_t n);                     // x *= s
-double be_sumsq(const float* x, size_t n);                      // sum of squares, deterministic, to host
+void be_add(float* y, const float* x, size_t n);                  // y += x
+// Sums of squares of segments of x, accumulated per class: out[c] (host) = sum over the segments of class c.
+// One pass, one read-back, deterministic (independent of thread count and schedule). The gradient norm.
+typedef struct { size_t offset, n; int cls; } BeSegment;
+void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment* seg, int nseg);
 
 // ---- embedding (rows v0 .. v0+nv-1 of the vocabulary live here; others give zero rows) ----
 // out[N,C] = wte[tok - v0]                         wte [nv, C]

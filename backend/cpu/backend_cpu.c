@@ -1,6 +1,7 @@
-// backend_cpu.c — the CPU backend: host memory, OpenBLAS sgemm, OpenMP kernels.
+// backend_cpu.c — the CPU backend (backend.h): host memory, OpenBLAS sgemm, OpenMP kernels.
 // Reductions use a fixed partition (never depending on the thread count) so results are bit-identical.
-#include "model/backend.h"
+#include "backend/backend.h"
+#include "common/util.h"
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,14 +10,40 @@
 
 const char* be_name(void) { return "cpu"; }
 
-void be_init(void) {
+static const BeTuning TUNING = { .ring_query_rows = 256, .head_rows = 1024 };
+const BeTuning* be_tuning(void) { return &TUNING; }
+
+int be_init(int local_rank, char* err, size_t errlen) {
+    (void)local_rank; (void)err; (void)errlen;
     float a[64] = {0}, b[64] = {0}, c[64];
     // OpenBLAS allocates its per-thread work buffers on the first gemm; under an address-space limit a
     // failed allocation there spins instead of failing, so take them while memory is still free
     #pragma omp parallel
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 8, 8, 8, 1.0f, a, 8, b, 8, 0.0f, c, 8);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 8, 8, 8, 1.0f, a, 8, b, 8, 0.0f, c, 8);
+    return 0;
 }
+
+void be_sync(void) {}   // every kernel has finished when it returns
+
+// ---- timers: wall clock and the CPU time of all threads ----
+struct BeTimer { double clamp, t0, c0; BeTimes acc; };
+BeTimer* be_timer_create(double clamp_s) {
+    BeTimer* t = calloc(1, sizeof *t);
+    if (!t) { fprintf(stderr, "cpu backend: out of memory for a timer\n"); exit(1); }
+    t->clamp = clamp_s;
+    return t;
+}
+void be_timer_free(BeTimer* t) { free(t); }
+void be_timer_begin(BeTimer* t) { t->t0 = now_s(); t->c0 = cpu_s(); }
+void be_timer_end(BeTimer* t) {
+    double dt = now_s() - t->t0;
+    t->acc.wall_s += dt;
+    t->acc.work_s += cpu_s() - t->c0;
+    t->acc.clamped_s += dt < t->clamp ? dt : t->clamp;
+    t->acc.regions++;
+}
+BeTimes be_timer_read(BeTimer* t) { return t->acc; }
 
 void* be_alloc(size_t bytes) {
     void* p = NULL;
@@ -45,13 +72,8 @@ void be_add(float* y, const float* x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
-void be_scale(float* x, float s, size_t n) {
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] *= s;
-}
-
 #define NPART 64   // fixed partition for deterministic reductions
-double be_sumsq(const float* x, size_t n) {
+static double sumsq(const float* x, size_t n) {
     double part[NPART];
     #pragma omp parallel for schedule(static)
     for (int p = 0; p < NPART; p++) {
@@ -63,6 +85,10 @@ double be_sumsq(const float* x, size_t n) {
     double s = 0;
     for (int p = 0; p < NPART; p++) s += part[p];
     return s;
+}
+void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment* seg, int nseg) {
+    for (int c = 0; c < nclass; c++) out[c] = 0;
+    for (int i = 0; i < nseg; i++) out[seg[i].cls] += sumsq(x + seg[i].offset, seg[i].n);
 }
 
 // ---- embedding ----

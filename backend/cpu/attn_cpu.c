@@ -32,7 +32,7 @@
 #include <string.h>
 #include <omp.h>
 #include <cblas.h>
-#include "attention/attention.h"
+#include "backend/attention.h"
 
 #ifndef ATTN_ROWS
 #define ATTN_ROWS 256    // stacked query rows per work item (hs heads x bq queries)

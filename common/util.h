@@ -1,0 +1,28 @@
+// util.h — small helpers every part of ringlm shares: one copy each (checksums, initial weights and the
+// data order depend on the hash functions being identical everywhere).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+// splitmix64 finaliser: a bijective 64-bit mixer (initial weights, data order, checksums, passkeys)
+static inline uint64_t mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+// FNV-1a over the bytes of a string
+static inline uint64_t fnv1a64(const char* s) {
+    uint64_t h = 0xCBF29CE484222325ULL;
+    for (const unsigned char* p = (const unsigned char*)s; *p; p++) h = (h ^ *p) * 0x100000001B3ULL;
+    return h;
+}
+
+double now_s(void);   // monotonic wall clock, seconds
+double cpu_s(void);   // CPU time of the whole process (all threads), seconds
+
+int cmp_str(const void* a, const void* b);        // qsort comparator for an array of char*
+int cmp_double(const void* a, const void* b);     // qsort comparator for an array of double
+int ends_with(const char* s, const char* suffix);
+double median(double* x, int n);                  // sorts x in place
