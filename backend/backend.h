@@ -48,6 +48,9 @@ void  be_zero(void* p, size_t bytes);
 void  be_copy(void* dst, const void* src, size_t bytes);          // backend -> backend
 
 // ---- dense ----
+// Matmul precision: "bf16" | "tf32" (tensor cores, fp32 accumulation) | "fp32". A backend without such
+// modes (the CPU) computes fp32 whatever is set. 0, or 1 for an unknown name.
+int be_set_matmul_precision(const char* name);
 // C[m,n] = alpha * op(A) op(B) + beta * C; op(A) is [m,k] (A is [k,m] when transA), op(B) is [k,n].
 void be_matmul(float* C, const float* A, const float* B, int m, int n, int k,
                int transA, int transB, float alpha, float beta);

@@ -338,7 +338,7 @@ static int read_header(hid_t f, const char* path, Header* h, char* err, size_t e
 struct Cmp { hid_t grp; const Config* c; char* diff_model; char* diff_train; int missing; char* missing_key;
              const char* const* allow; };
 // keys that say how this run is launched, not what it trains: never reported as changed
-static const char* OPERATIONAL[] = { "resume", "out_dir", "dump_weights", "tp", "cp", "cp_layout", "zero", "ckpt_io",
+static const char* OPERATIONAL[] = { "resume", "out_dir", "dump_weights", "tp", "cp", "cp_layout", "zero", "ckpt_io", "comm",
                                      "log_every", "verify_attention", "ckpt_every", "keep_last", NULL };
 static void compare_key(const char* key, int is_model, void* vctx) {
     struct Cmp* x = vctx;

@@ -15,6 +15,11 @@ typedef struct CommReq CommReq;   // transfers in flight (a few at a time; more 
 int group_rank(const Group* g);
 int group_size(const Group* g);
 
+// The transport of the data collectives: "auto" (the backend's own), "mpi" (host memory; a device backend
+// stages through pinned host memory) or "nccl" (device memory). Call before the grid is built. 0, or 1
+// with one line in err when this build has no such transport.
+int comm_set_transport(const char* name, char* err, size_t errlen);
+
 // ---- control collectives: host memory ----
 void ctl_sum_f64(const Group* g, double* x, size_t n);     // in place, element-wise over the group
 void ctl_max_f64(const Group* g, double* x, size_t n);

@@ -22,6 +22,15 @@ static Group* make_group(int color, int key) {
     return group_from_mpi(c);
 }
 
+// every group ready for data collectives (a device transport makes its communicators); 0 or 1 + err,
+// the same on every rank
+static int attach_all(Grid* g, char* err, size_t errlen) {
+    Group* gs[] = { g->world_g, g->tp_g, g->cp_g, g->dp_g, g->dpcp_g };
+    int fail = 0;
+    for (int i = 0; i < 5 && !fail; i++) fail = grid_agree(g->world_g, comm_data_attach(gs[i], err, errlen), err, errlen);
+    return fail;
+}
+
 int grid_build(Grid* g, int tp, int cp, char* err, size_t errlen) {
     memset(g, 0, sizeof *g);
     MPI_Comm_size(MPI_COMM_WORLD, &g->world);
@@ -45,7 +54,7 @@ int grid_build(Grid* g, int tp, int cp, char* err, size_t errlen) {
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g->rank, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &g->local_rank);
     MPI_Comm_free(&node);
-    return 0;
+    return attach_all(g, err, errlen);
 }
 
 // list the groups of one kind: ranks sharing `fixed` coordinates, varying one coordinate

@@ -47,7 +47,7 @@ typedef struct {
     Rope ropes[MAX_SERIES]; int nrope;
     const char* overrides[NOVERRIDE];   // --rope_scaling / --rope_factor / ... (NULL: as saved), every series
     const char* data; int seq_len, docs, bucket, log_buckets, stride, doc_len, eod, force;
-    int tp, cp; char layout[16];
+    int tp, cp; char layout[16]; const char* comm;
     const char* out; const char* name;
     int passkey, trials; long long seed;
     int lens[64], nlens; double depths[64]; int ndepths;
@@ -75,6 +75,7 @@ static void usage(FILE* f) {
         "  --rope_scaling S --rope_factor F --rope_original_max_seq_len L --rope_theta B\n"
         "                         override the checkpoint's RoPE for every series\n"
         "  --tp N --cp N          layout (dp = ranks / (tp cp)); --cp_layout zigzag|contiguous\n"
+        "  --comm NAME            data transport: auto | mpi | nccl (as the training key comm)\n"
         "  --out DIR              output directory (default out/eval); --name NAME file stem (default ppl)\n"
         "  --force                replace existing output files\n"
         "  --passkey              passkey retrieval instead of perplexity\n"
@@ -119,7 +120,7 @@ static int to_int(const char* s, int* v) { char* e; long x = strtol(s, &e, 10); 
 static int parse_args(int argc, char** argv, Args* a) {
     memset(a, 0, sizeof *a);
     a->docs = 16; a->eod = -2; a->tp = 1; a->cp = 1; snprintf(a->layout, sizeof a->layout, "zigzag");
-    a->out = "out/eval"; a->name = "ppl"; a->trials = 4; a->seed = 1;
+    a->out = "out/eval"; a->name = "ppl"; a->trials = 4; a->seed = 1; a->comm = "auto";
     int lens[3] = { 256, 512, 1024 };
     for (int i = 0; i < 3; i++) a->lens[i] = lens[i];
     a->nlens = 3;
@@ -146,6 +147,7 @@ static int parse_args(int argc, char** argv, Args* a) {
         else if (!strcmp(k, "--tp")) bad = to_int(v, &a->tp) || a->tp <= 0;
         else if (!strcmp(k, "--cp")) bad = to_int(v, &a->cp) || a->cp <= 0;
         else if (!strcmp(k, "--cp_layout")) { snprintf(a->layout, sizeof a->layout, "%s", v); bad = ring_layout_parse(v) < 0; }
+        else if (!strcmp(k, "--comm")) a->comm = v;
         else if (!strcmp(k, "--out")) a->out = v;
         else if (!strcmp(k, "--name")) a->name = v;
         else if (!strcmp(k, "--passkey_trials")) bad = to_int(v, &a->trials) || a->trials <= 0;
@@ -505,6 +507,8 @@ int main(int argc, char** argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { if (!group_rank(world)) usage(stdout); grid_exit(0); }
     Args a;
     int fail = parse_args(argc, argv, &a);
+    grid_check(world, fail, msg);
+    fail = comm_set_transport(a.comm, msg, sizeof msg);
     grid_check(world, fail, msg);
     Grid g;
     fail = grid_build(&g, a.tp, a.cp, msg, sizeof msg);

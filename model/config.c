@@ -59,6 +59,8 @@ static const Key KEYS[] = {
     K(ckpt_every, T_INT, 0, "0", "save a checkpoint every N steps (0: only the final one); OUT_DIR/ckpt_STEP.h5"),
     K(keep_last, T_INT, 0, "3", "keep the newest K checkpoints (0: keep all)"),
     K(ckpt_io, T_STR, 0, "collective", "checkpoint data transfers: collective (MPI-IO aggregation, for parallel file systems) | independent"),
+    K(comm, T_STR, 0, "auto", "data transport between ranks: auto (the backend's: CPU mpi, GPU nccl) | mpi (a GPU stages through host memory) | nccl"),
+    K(matmul_precision, T_STR, 0, "bf16", "GPU matmuls: bf16 | tf32 tensor cores (fp32 accumulation) | fp32; the CPU backend always computes fp32"),
     K(resume, T_STR, 0, "", "resume from a checkpoint file, a directory (its latest) or 'latest' (out_dir's)"),
     K(dump_weights, T_STR, 0, "", "write the final weights and last gradients to this file (tests' RLMDUMP1 format; empty: off)"),
 };
@@ -179,6 +181,10 @@ int config_validate(const Config* c) {
     if (c->ckpt_every < 0 || c->keep_last < 0) FAIL("ckpt_every and keep_last must be >= 0");
     if (strcmp(c->ckpt_io, "collective") && strcmp(c->ckpt_io, "independent"))
         FAIL("ckpt_io = '%s' must be collective or independent", c->ckpt_io);
+    if (strcmp(c->comm, "auto") && strcmp(c->comm, "mpi") && strcmp(c->comm, "nccl"))
+        FAIL("comm = '%s' must be auto, mpi or nccl", c->comm);
+    if (strcmp(c->matmul_precision, "bf16") && strcmp(c->matmul_precision, "tf32") && strcmp(c->matmul_precision, "fp32"))
+        FAIL("matmul_precision = '%s' must be bf16, tf32 or fp32", c->matmul_precision);
     if (c->zero != 0 && c->zero != 1) FAIL("zero = %d must be 0 or 1", c->zero);
     if (c->n_head % c->tp) FAIL("n_head = %d is not divisible by tp = %d (each TP rank owns whole heads)", c->n_head, c->tp);
     if (c->n_kv_head % c->tp) FAIL("n_kv_head = %d is not divisible by tp = %d (each TP rank owns whole KV heads)", c->n_kv_head, c->tp);

@@ -26,6 +26,8 @@ typedef struct {
     int verify_attention;           // every N steps check ring attention against one process (0: off)
     int ckpt_every, keep_last;      // checkpoint every N steps (0: only at the end); keep the newest K
     char ckpt_io[16];               // collective | independent MPI-IO data transfers for checkpoints
+    char comm[16];                  // data transport: auto | mpi | nccl
+    char matmul_precision[16];      // bf16 | tf32 | fp32 (tensor-core matmuls on a GPU; the CPU is always fp32)
     char resume[CFG_STR];           // resume from: a checkpoint file, a directory (its latest), or 'latest'
     char dump_weights[CFG_STR];     // at the end, write the final weights here (test dump format)
 } Config;

@@ -68,6 +68,7 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
     const Group *tp_g = g ? g->tp : NULL, *cp_g = g ? g->cp : NULL;
     m->cfg = *cfg;
     m->tp_g = tp_g;
+    be_set_matmul_precision(cfg->matmul_precision);   // validated with the config
     int tp = tp_g ? group_size(tp_g) : 1, tp_rank = tp_g ? group_rank(tp_g) : 0;
     int cp = cp_g ? group_size(cp_g) : 1, cp_rank = cp_g ? group_rank(cp_g) : 0;
     int layout = ring_layout_parse(cfg->cp_layout);

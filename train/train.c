@@ -214,7 +214,9 @@ static void save(Run* r, int step, long long cursor) {
 // the grid, the backend, the data, the out_dir check; a failure ends the job with one line
 static void setup_layout(Run* r, const Group* world) {
     Config* c = &r->c;
-    int fail = grid_build(&r->g, c->tp, c->cp, msg, sizeof msg);
+    int fail = comm_set_transport(c->comm, msg, sizeof msg);
+    grid_check(world, fail, msg);
+    fail = grid_build(&r->g, c->tp, c->cp, msg, sizeof msg);
     grid_check(world, fail, msg);
     fail = be_init(r->g.local_rank, msg, sizeof msg);
     grid_check(world, fail, msg);

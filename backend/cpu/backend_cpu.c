@@ -61,6 +61,10 @@ void be_download(void* dst, const void* src, size_t bytes) { memcpy(dst, src, by
 void be_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 void be_copy(void* dst, const void* src, size_t bytes) { memmove(dst, src, bytes); }
 
+int be_set_matmul_precision(const char* name) {   // sgemm is fp32 whatever is asked
+    return strcmp(name, "bf16") && strcmp(name, "tf32") && strcmp(name, "fp32");
+}
+
 void be_matmul(float* C, const float* A, const float* B, int m, int n, int k,
                int transA, int transB, float alpha, float beta) {
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
