@@ -496,7 +496,7 @@ int ckpt_read_config(const char* path, Config* c, char* err, size_t errlen) {
         H5Aget_name_by_idx(grp, ".", H5_INDEX_NAME, H5_ITER_INC, i, key, sizeof key, H5P_DEFAULT);
         if (h5_attr_read_str(grp, key, val, sizeof val)) continue;
         if (config_key_kind(key) == 0) continue;           // a key this build does not know: ignore
-        if (config_set(c, key, val, path)) { ERR("%s", config_error()); rc = 1; }
+        if (config_set(c, key, val, path, err, errlen)) rc = 1;
     }
     H5Gclose(grp);
     H5Fclose(f);

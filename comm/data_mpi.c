@@ -71,18 +71,27 @@ static MPI_Request* next_req(CommReq* r) {
     return &r->req[r->n++];
 }
 
-// receives are posted before sends; MPI matches messages between one pair in posting order, so hops
-// started one after another on one communicator pair up correctly without distinct tags
+// One direction of a hop: n floats as at most two messages (a message longer than one MPI call's count is
+// sent as blocks of a contiguous type, plus the remainder). Receives are posted before sends; MPI matches
+// messages between one pair in posting order, so hops started one after another pair up without tags.
+static void post(const Group* g, float* buf, size_t n, int peer, int recv, CommReq* r) {
+    size_t block = (n + mpi_max_count() - 1) / mpi_max_count(), head = n / (block ? block : 1) * block;
+    if (block <= 1) head = 0;
+    MPI_Datatype t = MPI_FLOAT;
+    if (head) MPI_Type_contiguous((int)block, MPI_FLOAT, &t), MPI_Type_commit(&t);
+    struct { float* p; size_t count; MPI_Datatype type; } part[2] = { { buf, head / (block ? block : 1), t },
+                                                                     { buf + head, n - head, MPI_FLOAT } };
+    for (int i = 0; i < 2; i++) {
+        if (!part[i].count) continue;
+        if (recv) MPI_Irecv(part[i].p, (int)part[i].count, part[i].type, peer, 0, g->comm, next_req(r));
+        else MPI_Isend(part[i].p, (int)part[i].count, part[i].type, peer, 0, g->comm, next_req(r));
+    }
+    if (head) MPI_Type_free(&t);   // freed types stay valid for the operations already started
+}
+
 void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r) {
-    int next = (g->rank + 1) % g->size, prev = (g->rank - 1 + g->size) % g->size;
-    for (size_t o = 0; o < n; o += mpi_max_count()) {
-        size_t k = n - o < mpi_max_count() ? n - o : mpi_max_count();
-        MPI_Irecv(recv + o, (int)k, MPI_FLOAT, prev, 0, g->comm, next_req(r));
-    }
-    for (size_t o = 0; o < n; o += mpi_max_count()) {
-        size_t k = n - o < mpi_max_count() ? n - o : mpi_max_count();
-        MPI_Isend(send + o, (int)k, MPI_FLOAT, next, 0, g->comm, next_req(r));
-    }
+    post(g, recv, n, (g->rank - 1 + g->size) % g->size, 1, r);
+    post(g, (float*)send, n, (g->rank + 1) % g->size, 0, r);
 }
 int comm_test(CommReq* r) {
     if (!r->n) return 1;

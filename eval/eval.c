@@ -175,7 +175,8 @@ static int parse_args(int argc, char** argv, Args* a) {
             }
             Config probe;   // the key table checks the value
             config_defaults(&probe);
-            if (config_set(&probe, ALLOW[o], v, "command line")) { snprintf(msg, sizeof msg, "eval: %s", config_error()); return 1; }
+            char err[1024];
+            if (config_set(&probe, ALLOW[o], v, "command line", err, sizeof err)) { snprintf(msg, sizeof msg, "eval: %s", err); return 1; }
             a->overrides[o] = v;
         }
         if (bad) { snprintf(msg, sizeof msg, "eval: invalid value '%s' for %s (see --help)", v, k); return 1; }
@@ -217,14 +218,15 @@ static void net_open(Net* n, const char* ckpt, const Args* a, const Rope* r, con
     fail = ckpt_read_config(path, &c, msg, sizeof msg);
     grid_check(world, fail, msg);
     for (int o = 0; o < NOVERRIDE; o++)   // values were checked by the parser
-        if (a->overrides[o]) config_set(&c, ALLOW[o], a->overrides[o], "command line");
+        if (a->overrides[o]) config_set(&c, ALLOW[o], a->overrides[o], "command line", msg, sizeof msg);
     apply_rope(&c, r);
     c.seq_len = T;
     if (c.max_seq_len < T) c.max_seq_len = T;
     c.tp = a->tp; c.cp = a->cp; snprintf(c.cp_layout, sizeof c.cp_layout, "%s", a->layout);
     c.micro_batch = 1; c.batch_size = g->dp; c.zero = 0;
-    fail = config_validate(&c);
-    if (fail) snprintf(msg, sizeof msg, "eval: %s (checkpoint %s, context %d)", config_error(), path, T);
+    char err[1024];
+    fail = config_validate(&c, err, sizeof err);
+    if (fail) snprintf(msg, sizeof msg, "eval: %s (checkpoint %s, context %d)", err, path, T);
     grid_check(world, fail, msg);
     memset(n, 0, sizeof *n);
     n->Tl = T / g->cp;

@@ -6,9 +6,7 @@
 #include <string.h>
 #include <ctype.h>
 
-static char err_buf[2048];
-const char* config_error(void) { return err_buf; }
-#define ERR(...) snprintf(err_buf, sizeof err_buf, __VA_ARGS__)
+#define ERR(...) snprintf(err, errlen, __VA_ARGS__)
 
 typedef enum { T_INT, T_I64, T_FLOAT, T_STR, T_BOOL } Type;
 typedef struct {
@@ -71,7 +69,7 @@ static const Key* find_key(const char* name) {
     return NULL;
 }
 
-static int set_key(Config* c, const Key* k, const char* v, const char* origin) {
+static int set_key(Config* c, const Key* k, const char* v, const char* origin, char* err, size_t errlen) {
     char* base = (char*)c + k->off;
     char* end = NULL;
     errno = 0;
@@ -106,13 +104,16 @@ bad:
 
 void config_defaults(Config* c) {
     memset(c, 0, sizeof *c);
-    for (int i = 0; i < NKEYS; i++) set_key(c, &KEYS[i], KEYS[i].def, "defaults");
+    char err[256];
+    size_t errlen = sizeof err;
+    for (int i = 0; i < NKEYS; i++)
+        if (set_key(c, &KEYS[i], KEYS[i].def, "defaults", err, errlen)) { fprintf(stderr, "%s\n", err); abort(); }
 }
 
-int config_set(Config* c, const char* key, const char* value, const char* origin) {
+int config_set(Config* c, const char* key, const char* value, const char* origin, char* err, size_t errlen) {
     const Key* k = find_key(key);
     if (!k) { ERR("config: %s: unknown key '%s' (see --help for the keys)", origin, key); return 1; }
-    return set_key(c, k, value, origin);
+    return set_key(c, k, value, origin, err, errlen);
 }
 
 static char* trim(char* s) {
@@ -122,7 +123,7 @@ static char* trim(char* s) {
     return s;
 }
 
-int config_load_file(Config* c, const char* path) {
+int config_load_file(Config* c, const char* path, char* err, size_t errlen) {
     FILE* f = fopen(path, "r");
     if (!f) { ERR("config: cannot open '%s': %s", path, strerror(errno)); return 1; }
     char line[4096], origin[1200];
@@ -137,15 +138,15 @@ int config_load_file(Config* c, const char* path) {
         char* eq = strchr(s, '=');
         if (!eq) { ERR("config: %s: expected 'key = value', got '%s'", origin, s); rc = 1; break; }
         *eq = 0;
-        rc = config_set(c, trim(s), trim(eq + 1), origin);
+        rc = config_set(c, trim(s), trim(eq + 1), origin, err, errlen);
     }
     fclose(f);
     return rc;
 }
 
-#define FAIL(...) do { int n_ = snprintf(err_buf, sizeof err_buf, "config: "); \
-    snprintf(err_buf + n_, sizeof err_buf - n_, __VA_ARGS__); return 1; } while (0)
-int config_validate(const Config* c) {
+#define FAIL(...) do { int n_ = snprintf(err, errlen, "config: "); \
+    snprintf(err + n_, errlen - n_, __VA_ARGS__); return 1; } while (0)
+int config_validate(const Config* c, char* err, size_t errlen) {
     const char* pos[] = { "vocab_size", "d_model", "n_layer", "n_head", "n_kv_head", "d_ff", "max_seq_len",
                           "seq_len", "batch_size", "micro_batch", "rope_original_max_seq_len", "log_every" };
     const int vals[] = { c->vocab_size, c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->d_ff, c->max_seq_len,

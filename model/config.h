@@ -1,5 +1,5 @@
 // config.h — every setting of a run: one table of keys drives parsing, command-line overrides, --help,
-// printing the resolved config and (later) checkpoint attributes.
+// printing the resolved config and the checkpoint's /config attributes.
 #pragma once
 #include <stdio.h>
 #include <stddef.h>
@@ -34,16 +34,15 @@ typedef struct {
 
 // Set every key to its default.
 void config_defaults(Config* c);
-// Errors: functions return 1 and leave one line (naming file:line, key and value) in config_error();
-// they print nothing themselves, so that under MPI exactly one rank reports.
-const char* config_error(void);
-// Read `key = value` lines from a file. Returns 0, or 1 with config_error() set.
-int config_load_file(Config* c, const char* path);
-// Set one key from text (the command line's `--key value`). Returns 0 or 1 (config_error()).
-// `origin` names where the value came from (e.g. "command line").
-int config_set(Config* c, const char* key, const char* value, const char* origin);
-// Check values and relations (sizes > 0, divisibility, seq_len <= max_seq_len, ...). 0 or 1 (config_error()).
-int config_validate(const Config* c);
+// Errors (the convention of all library code): functions return 0, or 1 with one line in err[errlen]
+// (naming file:line, key and value); they print nothing themselves, so that under MPI one rank reports.
+// Read `key = value` lines from a file.
+int config_load_file(Config* c, const char* path, char* err, size_t errlen);
+// Set one key from text (the command line's `--key value`); `origin` names where the value came from
+// (e.g. "command line").
+int config_set(Config* c, const char* key, const char* value, const char* origin, char* err, size_t errlen);
+// Check values and relations (sizes > 0, divisibility, seq_len <= max_seq_len, ...).
+int config_validate(const Config* c, char* err, size_t errlen);
 // Write the resolved config as `key = value` lines (same format the loader reads).
 void config_write(const Config* c, FILE* f);
 // Print the documentation of every key (for --help).

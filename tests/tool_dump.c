@@ -17,22 +17,22 @@ static FILE* out;
 
 int main(int argc, char** argv) {
     Config c;
+    char err[1024];
     config_defaults(&c);
     const char* path = NULL;
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) { fprintf(stderr, "tool_dump: option %s needs a value\n", argv[i]); return 1; }
-        if (!strcmp(argv[i], "-c")) { if (config_load_file(&c, argv[i + 1])) { fprintf(stderr, "%s\n", config_error()); return 1; } }
+        if (!strcmp(argv[i], "-c")) { if (config_load_file(&c, argv[i + 1], err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; } }
         else if (!strcmp(argv[i], "--out")) path = argv[i + 1];
-        else if (!strncmp(argv[i], "--", 2)) { if (config_set(&c, argv[i] + 2, argv[i + 1], "command line")) { fprintf(stderr, "%s\n", config_error()); return 1; } }
+        else if (!strncmp(argv[i], "--", 2)) { if (config_set(&c, argv[i] + 2, argv[i + 1], "command line", err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; } }
         else { fprintf(stderr, "tool_dump: unexpected argument '%s'\n", argv[i]); return 1; }
     }
     if (!path) { fprintf(stderr, "usage: tool_dump -c CONFIG --out FILE [--key value ...]\n"); return 1; }
-    if (config_validate(&c)) { fprintf(stderr, "%s\n", config_error()); return 1; }
+    if (config_validate(&c, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     out = dump_open(path);
     if (!out) { perror(path); return 1; }
 
     int B = c.micro_batch, T = c.seq_len, N = B * T;
-    char err[256];
     if (be_init(0, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     Model m;
     model_build(&m, &c, B, T, NULL);

@@ -205,7 +205,8 @@ static void read_key(const char* key, int is_model, void* vctx) {
         if (is_model) x->bad = FAIL("reshard: '%s' lacks the model config key /config:%s", x->path, key);
         return;
     }
-    if (config_set(x->c, key, v, "checkpoint /config")) x->bad = FAIL("reshard: '%s': %s", x->path, config_error());
+    char err[1024];
+    if (config_set(x->c, key, v, "checkpoint /config", err, sizeof err)) x->bad = FAIL("reshard: '%s': %s", x->path, err);
 }
 
 // the root attributes and /config (into k->c)
@@ -227,7 +228,8 @@ static int read_header(Ckpt* k) {
     config_each_key(read_key, &x);
     H5Gclose(x.g);
     if (x.bad) return 1;
-    if (config_validate(&k->c)) return FAIL("reshard: '%s' holds an invalid /config: %s", k->path, config_error());
+    char err[1024];
+    if (config_validate(&k->c, err, sizeof err)) return FAIL("reshard: '%s' holds an invalid /config: %s", k->path, err);
     return 0;
 }
 

@@ -53,12 +53,12 @@ static int parse_args(int argc, char** argv, Config* c, int* force, int* help) {
         if (!strcmp(a, "--force")) { *force = 1; continue; }
         if (i + 1 >= argc) { snprintf(msg, sizeof msg, "train: option '%s' needs a value (see --help)", a); return 1; }
         int rc = 0;
-        if (!strcmp(a, "-c")) rc = config_load_file(c, argv[++i]);
-        else if (!strncmp(a, "--", 2)) rc = config_set(c, a + 2, argv[++i], "command line");
+        if (!strcmp(a, "-c")) rc = config_load_file(c, argv[++i], msg, sizeof msg);
+        else if (!strncmp(a, "--", 2)) rc = config_set(c, a + 2, argv[++i], "command line", msg, sizeof msg);
         else { snprintf(msg, sizeof msg, "train: unexpected argument '%s' (see --help)", a); return 1; }
-        if (rc) { snprintf(msg, sizeof msg, "%s", config_error()); return 1; }
+        if (rc) return 1;
     }
-    if (config_validate(c)) { snprintf(msg, sizeof msg, "%s", config_error()); return 1; }
+    if (config_validate(c, msg, sizeof msg)) return 1;
     if (!c->train_data[0]) { snprintf(msg, sizeof msg, "train: train_data is not set (a shard pattern, directory or file)"); return 1; }
     return 0;
 }
