@@ -18,6 +18,7 @@
 // walked directory, "<basename of PATH>" for a file PATH or a whole-directory document. So the split does
 // not depend on where the corpus lives. With 0 < F < 1 and >= 2 documents each split gets at least one
 // (the train document with the lowest u moves to val, or the val one with the highest u to train).
+#include "common/files.h"
 #include "common/util.h"
 #include "data/shards.h"
 
@@ -324,20 +325,9 @@ static void assign(Corpus* c, double frac, uint64_t seed) {
 // ----------------------------------------------------------------------------------------------------
 // output directory: mkdir -p, then refuse (or with --force delete) existing train_*.bin / val_*.bin
 
-static void make_dirs(const char* dir) {
-    char* p = xstrdup(dir);
-    for (char* s = p + 1; ; s++) {
-        if (*s != '/' && *s != '\0') continue;
-        char saved = *s;
-        *s = '\0';
-        struct stat st;
-        if (stat(p, &st) != 0) {
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) die("cannot create output directory '%s': %s", p, strerror(errno));
-        } else if (!S_ISDIR(st.st_mode)) die("cannot create output directory '%s': '%s' is not a directory", dir, p);
-        *s = saved;
-        if (saved == '\0') break;
-    }
-    free(p);
+static void make_out_dir(const char* dir) {
+    char err[4200];
+    if (make_dirs("output directory", dir, err, sizeof err)) die("%s", err);
     if (access(dir, W_OK | X_OK) != 0) die("output directory '%s' is not writable: %s", dir, strerror(errno));
 }
 
@@ -465,7 +455,7 @@ int main(int argc, char** argv) {
     if (c.n_docs == 0)
         die("no documents found in the given paths (empty and binary files, symlinks and hidden directories are skipped)");
     assign(&c, o.val_frac, o.seed);
-    make_dirs(o.out);
+    make_out_dir(o.out);
     clear_old_shards(o.out, o.force);
 
     static Writer train, val;                                // static: each holds a 128 KiB buffer

@@ -5,7 +5,7 @@
 // references on the whole sequence with positions 0..T-1:
 //   kernel: attn_forward_begin + attn_block_forward(CAUSAL), attn_backward_begin + attn_block_backward (fp32);
 //   naive:  full softmax per row over keys j <= i with analytic gradients in double (the rows are shared out
-//           over the ranks and summed with MPI_Allreduce, so its cost is split P ways);
+//           over the ranks and summed over the ranks, so its cost is split P ways);
 // the kernel reference is itself checked against the naive one. Then each rank takes its rows (ring_positions)
 // and runs ring forward / backward for both layouts, B = 1 and B = 2 (sequence 1 has other random data, and its
 // rows are those of the other layout with positions shifted by T, which catches mixed-up sequence indexing), and
@@ -42,10 +42,8 @@ static int all_ok(int ok) { return ctl_max(W, ok ? 0.0 : 1.0) == 0.0; }   // col
 
 static uint64_t rng;
 static float frand(void) {   // splitmix64 -> uniform in [-1, 1)
-    uint64_t z = (rng += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
+    uint64_t z = mix64(rng);
+    rng += 0x9E3779B97F4A7C15ULL;
     return (float)((double)(z >> 40) / 8388608.0 - 1.0);
 }
 static float* rand_floats(size_t n, float amp) {
