@@ -44,5 +44,6 @@ void attn_block_backward(float* dq, float* dk, float* dv,
                          int nh, int nkv, int hd, float scale, int mask);
 
 // Merge a partial result (o2, lse2) into (o1, lse1) in place: both over disjoint key sets. Exact, any order;
-// -inf on either side means "take the other side". Used by ring attention when partials are computed apart.
+// -inf on either side means "take the other side". For a caller that computes a block's partial result
+// apart from the running one; the ring today lets attn_block_forward merge in place and does not call it.
 void attn_merge(float* o1, float* lse1, const float* o2, const float* lse2, int Tq, int nh, int hd);

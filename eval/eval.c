@@ -393,13 +393,10 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
     grid_check(g->world_g, fail, msg);
     ctl_sum_f64(g->dpcp_g, sum, span);
     ctl_sum_f64(g->dpcp_g, cnt, span);
-    series_label(a, s, ckpt, r, se->label, sizeof se->label);
-    se->nll_sum = calloc(b->n, sizeof(double));
-    se->count = calloc(b->n, sizeof(long long));
-    for (long long p = 0; p < span; p++) {
-        int k = bucket_of(b, p);
-        if (k >= 0) { se->nll_sum[k] += sum[p]; se->count[k] += (long long)cnt[p]; }
-    }
+    char label[128];
+    series_label(a, s, ckpt, r, label, sizeof label);
+    series_init(se, b, label);
+    for (long long p = 0; p < span; p++) series_add(se, b, p, sum[p], (long long)cnt[p]);
     Config saved;
     if (g->rank == 0) {
         printf("series %d: %s — %d documents at context %d (%s)\n", s + 1, se->label, nd, T,
@@ -441,7 +438,7 @@ static void eval_ppl(const Args* a, const Grid* g) {
         if (!fail) printf("wrote %s and %s\n", csv, svg);
     }
     grid_check(world, fail, msg);
-    for (int s = 0; s < ns; s++) { free(series[s].nll_sum); free(series[s].count); }
+    for (int s = 0; s < ns; s++) series_free(&series[s]);
     free(series); free(sum); free(cnt);
     buckets_free(&b);
 }

@@ -77,11 +77,11 @@ int series_init(Series* s, const Buckets* b, const char* label) {
     return 0;
 }
 
-void series_add(Series* s, const Buckets* b, long long pos, double nll) {
+void series_add(Series* s, const Buckets* b, long long pos, double nll, long long n) {
     int i = bucket_of(b, pos);
     if (i < 0) return;
     s->nll_sum[i] += nll;
-    s->count[i]++;
+    s->count[i] += n;
 }
 
 void series_free(Series* s) {

@@ -39,8 +39,8 @@ typedef struct { char label[128]; double* nll_sum; long long* count; } Series;
 
 // zeroed arrays for b->n buckets and a copy of label (truncated to 127 bytes). Returns 0, or 1 (no memory).
 int  series_init(Series* s, const Buckets* b, const char* label);
-// add one token's NLL at position pos (ignored when pos is outside the buckets)
-void series_add(Series* s, const Buckets* b, long long pos, double nll);
+// add the NLL sum of n tokens at position pos (ignored when pos is outside the buckets)
+void series_add(Series* s, const Buckets* b, long long pos, double nll, long long n);
 void series_free(Series* s);
 
 double bucket_ppl(const Series* s, int i);   // exp(nll_sum/count); NAN when count == 0

@@ -156,7 +156,7 @@ static void test_buckets(void) {
 static const double NLL7[7] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7};
 
 static void fill(Series* s, const Buckets* b, double scale) {
-    for (int p = 0; p < 7; p++) series_add(s, b, p, scale * NLL7[p]);
+    for (int p = 0; p < 7; p++) series_add(s, b, p, scale * NLL7[p], 1);
 }
 
 static void test_ppl(void) {
@@ -165,8 +165,8 @@ static void test_ppl(void) {
     buckets_fixed(&b, 7, 3);
     CHECK(series_init(&s, &b, "x") == 0, "series_init");
     fill(&s, &b, 1.0);
-    series_add(&s, &b, 7, 100.0);        // outside: ignored
-    series_add(&s, &b, -1, 100.0);
+    series_add(&s, &b, 7, 100.0, 1);        // outside: ignored
+    series_add(&s, &b, -1, 100.0, 1);
     CHECK(s.count[0] == 3 && s.count[1] == 3 && s.count[2] == 1, "fixed 7/3 counts 3,3,1");
     // (0.1+0.2+0.3)/3 = 0.2, (0.4+0.5+0.6)/3 = 0.5, 0.7
     CHECK(fabs(bucket_ppl(&s, 0) - 1.2214027581601699) < 1e-12, "ppl bucket 0 = exp(0.2) (%.15g)", bucket_ppl(&s, 0));
@@ -199,7 +199,7 @@ static void test_table(void) {
     series_init(&s[0], &b, "base 4k");
     series_init(&s[1], &b, "yarn s=8");
     fill(&s[0], &b, 1.0);
-    series_add(&s[1], &b, 0, 1.0);
+    series_add(&s[1], &b, 0, 1.0, 1);
     char* buf = NULL;
     size_t n = 0;
     FILE* f = open_memstream(&buf, &n);
@@ -258,7 +258,7 @@ static void test_csv(void) {
     // empty buckets: tokens 0, mean and ppl empty; the file parses with Python's csv module
     Series e;
     series_init(&e, &b, "e");
-    series_add(&e, &b, 4, 0.25);
+    series_add(&e, &b, 4, 0.25, 1);
     tpath(path, sizeof path, "empty.csv");
     CHECK(report_csv(path, &b, &e, 1, err, sizeof err) == 0, "report_csv with empty buckets");
     char* txt = slurp(path);
@@ -306,8 +306,8 @@ static void test_svg(void) {
     series_init(&s[0], &b, LABEL_A);
     series_init(&s[1], &b, LABEL_B);
     for (int p = 0; p < 4096; p++) {
-        series_add(&s[0], &b, p, 3.0 / (1 + 0.001 * p));        // ppl falls from e^3 ≈ 20 to ≈ 3
-        series_add(&s[1], &b, p, 2.0 + 0.0005 * p);
+        series_add(&s[0], &b, p, 3.0 / (1 + 0.001 * p), 1);        // ppl falls from e^3 ≈ 20 to ≈ 3
+        series_add(&s[1], &b, p, 2.0 + 0.0005 * p, 1);
     }
     s[1].count[2] = 0; s[1].nll_sum[2] = 0;                      // an empty bucket: skipped
     char path[512], err[600] = "";
@@ -326,7 +326,7 @@ static void test_svg(void) {
     // a flat series (single y value), 1 bucket: still valid XML
     buckets_fixed(&b, 10, 10);
     series_init(&s[0], &b, "flat \x01 bad\xff utf8 \xc3\xa9");
-    series_add(&s[0], &b, 3, 1.0);
+    series_add(&s[0], &b, 3, 1.0, 1);
     tpath(path, sizeof path, "flat.svg");
     CHECK(report_svg_ppl(path, &b, s, 1, NULL, 1, err, sizeof err) == 0, "SVG single point, no title");
     CHECK(py_check("chk_svg1.py",
