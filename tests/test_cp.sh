@@ -24,32 +24,18 @@ adam_eps = 1e-6       # AdamW moves a weight by ~lr*g/(|g|+eps): with eps 1e-8 t
                       # gradient (summed in another order) changes that move by a visible fraction of lr
 train_data = $T/data
 CONF
-run() {  # name np args...
-  local name=$1 np=$2; shift 2
-  timeout 300 "${MPI[@]}" -np "$np" build/train -c "$T/cp.conf" --out_dir "$T/$name" --dump_weights "$T/$name.dump" "$@" \
-    >"$T/$name.out" 2>"$T/$name.err" || { bad "$name: exit $?: $(head -c 400 "$T/$name.err")"; return 1; }
-}
-same_losses() {  # a b
-  $PY - "$T/$1/metrics.jsonl" "$T/$2/metrics.jsonl" <<'PYEOF'
-import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])]; b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
-assert len(a) == len(b) == 5, (len(a), len(b))
-worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
-print(f"     losses {['%.6f' % x for x in a]} worst rel diff {worst:.2e}")
-sys.exit(0 if worst <= 1e-5 else 1)
-PYEOF
-}
-run cp1 1 --cp 1 || true
-run g1 1 --cp 1 --max_steps 1 || true
+CONF=$T/cp.conf; STEPS=5   # for train_run and same_losses (lib.sh)
+train_run cp1 1 --cp 1 || true
+train_run g1 1 --cp 1 --max_steps 1 || true
 for layout in zigzag contiguous; do
-  run "cp4_$layout" 4 --cp 4 --cp_layout "$layout" --verify_attention 2 || continue
-  same_losses cp1 "cp4_$layout" && ok "cp=4 $layout: per-step losses equal cp=1 within 1e-5" || bad "cp=4 $layout losses differ"
+  train_run "cp4_$layout" 4 --cp 4 --cp_layout "$layout" --verify_attention 2 || continue
+  same_losses cp1 "cp4_$layout" 1e-5 && ok "cp=4 $layout: per-step losses equal cp=1 within 1e-5" || bad "cp=4 $layout losses differ"
   # weights after 5 steps: within 1e-5 absolute (AdamW turns fp32 rounding of near-zero gradients, summed
   # in another order, into visible weight differences; the gradients below are the exactness check)
   $PY tests/compare_dumps.py "$T/cp4_$layout.dump" "$T/cp1.dump" --abs 1e-5 >"$T/cmp" && ok "cp=4 $layout: final weights equal cp=1 within 1e-5 ($(cat "$T/cmp"))" \
     || bad "cp=4 $layout weights: $(cat "$T/cmp")"
   # gradients of the first step (identical weights): the ring's exactness, 1e-5 relative per tensor
-  run "g4_$layout" 4 --cp 4 --cp_layout "$layout" --max_steps 1 && \
+  train_run "g4_$layout" 4 --cp 4 --cp_layout "$layout" --max_steps 1 && \
   $PY tests/compare_dumps.py "$T/g4_$layout.dump" "$T/g1.dump" --rel 1e-5 --prefix grad/ >"$T/cmp" && ok "cp=4 $layout: first-step gradients equal cp=1 within 1e-5 relative ($(cat "$T/cmp"))" \
     || bad "cp=4 $layout gradients: $(cat "$T/cmp")"
   grep -q "verify_attention step 4: ring vs one process" "$T/cp4_$layout.out" && ! grep -q WARNING "$T/cp4_$layout.out" \
@@ -63,14 +49,14 @@ assert "verify_max_rel" in rows[1] and rows[1]["verify_max_rel"] < 1e-4
 PYEOF
 done
 grep -q "load imbalance" "$T/cp4_zigzag.out" && ok "end-of-run ring summary printed" || bad "no ring summary"
-run cp2 2 --cp 2 && same_losses cp1 cp2 && ok "cp=2 zigzag matches cp=1" || bad "cp=2"
-run cp3 3 --cp 3 --seq_len 96 && run cp1s96 1 --seq_len 96 && same_losses cp1s96 cp3 && ok "cp=3 (odd ring) matches cp=1" || bad "cp=3"
+train_run cp2 2 --cp 2 && same_losses cp1 cp2 1e-5 && ok "cp=2 zigzag matches cp=1" || bad "cp=2"
+train_run cp3 3 --cp 3 --seq_len 96 && train_run cp1s96 1 --seq_len 96 && same_losses cp1s96 cp3 1e-5 && ok "cp=3 (odd ring) matches cp=1" || bad "cp=3"
 
 # ---- layout errors: one line on stderr, exit non-zero on every rank, no hang ----
-expect_train_err "$T/cp.conf" "seq_len not divisible by 2*cp" "seq_len = 120 is not divisible by 2 \* cp = 16" 8 --cp 8
+expect_train_err "$T/cp.conf" "seq_len not divisible by 2*cp" "seq_len = 120 is not divisible by 2 * cp = 16" 8 --cp 8
 expect_train_err "$T/cp.conf" "seq_len not divisible by cp (contiguous)" "seq_len = 120 is not divisible by cp = 7" 7 --cp 7 --cp_layout contiguous
-expect_train_err "$T/cp.conf" "ranks not a multiple of cp" "world size 3 is not divisible by tp \* cp = 1 \* 4" 3 --cp 4
-expect_train_err "$T/cp.conf" "cp larger than the world" "world size 2 is not divisible by tp \* cp = 1 \* 4" 2 --cp 4
+expect_train_err "$T/cp.conf" "ranks not a multiple of cp" "world size 3 is not divisible by tp * cp = 1 * 4" 3 --cp 4
+expect_train_err "$T/cp.conf" "cp larger than the world" "world size 2 is not divisible by tp * cp = 1 * 4" 2 --cp 4
 expect_train_err "$T/cp.conf" "unknown layout" "cp_layout = 'ring' must be zigzag or contiguous" 2 --cp 2 --cp_layout ring
 expect_train_err "$T/cp.conf" "bad key under mpirun" "unknown key 'cpp'" 4 --cpp 4
 

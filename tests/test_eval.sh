@@ -4,7 +4,7 @@
 # series on one plot; passkey grid; CSV parses, SVG is well-formed XML; bad inputs give one line.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
-run() { local np=$1; shift; if [ "$np" -eq 1 ]; then build/eval "$@"; else "${MPI[@]}" -np "$np" build/eval "$@"; fi; }
+run() { local np=$1; shift; $(launch "$np") build/eval "$@"; }   # np args...
 
 # documents: every source file of these trees is one document (many are longer than 256 tokens)
 build/prepare --out "$T/data" --val-frac 0.3 --seed 5 model attention comm checkpoint eval >/dev/null || { bad prepare; finish; }
@@ -96,21 +96,16 @@ ET.parse(sys.argv[2])
 PYEOF
 
 # 6. bad input: one line, non-zero exit
-expect_err() {  # name pattern np args...
-  local name=$1 pat=$2 np=$3; shift 3
-  run "$np" "$@" >"$T/o" 2>"$T/e"; local rc=$?
-  local n; n=$(grep -vc "^eval series" "$T/e")
-  if [ $rc -ne 0 ] && [ "$n" -eq 1 ] && grep -q -- "$pat" "$T/e"; then ok "$name: $(grep -v '^eval series' "$T/e")"
-  else bad "$name: exit $rc, $n lines: $(head -c 300 "$T/e")"; fi
-}
-expect_err "missing checkpoint" "'$T/none.h5' does not exist" 1 --ckpt "$T/none.h5" --data "$VAL" --seq_len 128 --out "$T/ev" --name x
-expect_err "directory without latest" "has no 'latest' pointer" 1 --ckpt "$T/data" --data "$VAL" --seq_len 128 --out "$T/ev" --name x
-expect_err "data shorter than the context" "has no document of 100001 tokens" 1 --ckpt "$CK" --data "$VAL" --seq_len 100000 --out "$T/ev" --name x
-expect_err "bucket larger than the context" "bucket 512 is larger than the context 256" 1 --ckpt "$CK" --data "$VAL" --seq_len 256 --bucket 512 --out "$T/ev" --name x
-expect_err "unknown override" "unknown option or override '--n_layer'" 1 --ckpt "$CK" --data "$VAL" --seq_len 128 --n_layer 3 --out "$T/ev" --name x
-expect_err "bad rope spec" "invalid value 'ntk:2' for --rope" 1 --ckpt "$CK" --data "$VAL" --seq_len 128 --rope ntk:2 --out "$T/ev" --name x
-expect_err "seq_len not divisible by 2 cp" "seq_len 100 is not divisible by 8" 4 --ckpt "$CK" --data "$VAL" --seq_len 100 --cp 4 --out "$T/ev" --name x
-expect_err "missing data" "no files match" 1 --ckpt "$CK" --data "$T/nothing/*.bin" --seq_len 128 --out "$T/ev" --name x
-expect_err "output exists" "exists; pass --force" 1 "${E[@]}" --name b32
-expect_err "no checkpoint given" "no --ckpt given" 1 --data "$VAL" --seq_len 128
+# (eval_err name pattern np args...: build/eval's progress lines on stderr do not count)
+eval_err() { ERR_SKIP="^eval series" expect_err "$1" "$2" "$3" build/eval "${@:4}"; }
+eval_err "missing checkpoint" "'$T/none.h5' does not exist" 1 --ckpt "$T/none.h5" --data "$VAL" --seq_len 128 --out "$T/ev" --name x
+eval_err "directory without latest" "has no 'latest' pointer" 1 --ckpt "$T/data" --data "$VAL" --seq_len 128 --out "$T/ev" --name x
+eval_err "data shorter than the context" "has no document of 100001 tokens" 1 --ckpt "$CK" --data "$VAL" --seq_len 100000 --out "$T/ev" --name x
+eval_err "bucket larger than the context" "bucket 512 is larger than the context 256" 1 --ckpt "$CK" --data "$VAL" --seq_len 256 --bucket 512 --out "$T/ev" --name x
+eval_err "unknown override" "unknown option or override '--n_layer'" 1 --ckpt "$CK" --data "$VAL" --seq_len 128 --n_layer 3 --out "$T/ev" --name x
+eval_err "bad rope spec" "invalid value 'ntk:2' for --rope" 1 --ckpt "$CK" --data "$VAL" --seq_len 128 --rope ntk:2 --out "$T/ev" --name x
+eval_err "seq_len not divisible by 2 cp" "seq_len 100 is not divisible by 8" 4 --ckpt "$CK" --data "$VAL" --seq_len 100 --cp 4 --out "$T/ev" --name x
+eval_err "missing data" "no files match" 1 --ckpt "$CK" --data "$T/nothing/*.bin" --seq_len 128 --out "$T/ev" --name x
+eval_err "output exists" "exists; pass --force" 1 "${E[@]}" --name b32
+eval_err "no checkpoint given" "no --ckpt given" 1 --data "$VAL" --seq_len 128
 finish

@@ -23,25 +23,11 @@ warmup_steps = 2
 adam_eps = 1e-6        # see test_cp.sh: keeps AdamW from amplifying fp32 rounding of near-zero gradients
 train_data = $T/data
 CONF
-run() {  # name np args...
-  local name=$1 np=$2; shift 2
-  timeout 300 "${MPI[@]}" -np "$np" build/train -c "$T/g.conf" --out_dir "$T/$name" --dump_weights "$T/$name.dump" "$@" \
-    >"$T/$name.out" 2>"$T/$name.err" || { bad "$name: exit $?: $(head -c 400 "$T/$name.err")"; return 1; }
-}
-same_losses() {  # a b tol
-  $PY - "$T/$1/metrics.jsonl" "$T/$2/metrics.jsonl" "$3" <<'PYEOF'
-import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])]; b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
-assert len(a) == len(b) == 5, (len(a), len(b))
-worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
-print(f"     losses {['%.6f' % x for x in a]} worst rel diff {worst:.2e}")
-sys.exit(0 if worst <= float(sys.argv[3]) else 1)
-PYEOF
-}
-run ref 1 || finish
+CONF=$T/g.conf; STEPS=5   # for train_run and same_losses (lib.sh)
+train_run ref 1 || finish
 for layout in "2 1 1" "1 2 1" "2 2 1" "4 2 1" "2 2 2" "1 4 2" "2 1 4"; do
   read -r tp cp dp <<<"$layout"; np=$((tp * cp * dp)); name="tp${tp}cp${cp}dp${dp}"
-  run "$name" "$np" --tp "$tp" --cp "$cp" || continue
+  train_run "$name" "$np" --tp "$tp" --cp "$cp" || continue
   grep -q "grid: world $np = dp $dp x cp $cp x tp $tp" "$T/$name.out" || bad "$name: grid line missing"
   same_losses ref "$name" 1e-5 && ok "$name: per-step losses equal 1 rank within 1e-5" || bad "$name: losses differ"
   $PY tests/compare_dumps.py "$T/$name.dump" "$T/ref.dump" --abs 1e-5 >"$T/cmp" \
@@ -54,19 +40,19 @@ grep -q "tp    groups: {0,1} {2,3} {4,5} {6,7}" "$T/tp2cp2dp2.out" && grep -q "r
 
 # tied embeddings (the vocab-parallel head shares the embedding's shards) with YaRN, at tp 4 x cp 2
 TIED=(--tie_embeddings 1 --rope_scaling yarn --rope_factor 2 --rope_original_max_seq_len 32)
-run tied1 1 "${TIED[@]}" && run tied8 8 --tp 4 --cp 2 "${TIED[@]}" && same_losses tied1 tied8 1e-5 && \
+train_run tied1 1 "${TIED[@]}" && train_run tied8 8 --tp 4 --cp 2 "${TIED[@]}" && same_losses tied1 tied8 1e-5 && \
   $PY tests/compare_dumps.py "$T/tied8.dump" "$T/tied1.dump" --abs 1e-5 >"$T/cmp" \
   && ok "tied embeddings + YaRN at tp 4 x cp 2 match 1 rank ($(cat "$T/cmp"))" || bad "tied at tp4 cp2: $(cat "$T/cmp" 2>/dev/null)"
 
 # ZeRO-1 (moments sharded over dp x cp, gradients reduce-scattered, parameters all-gathered): over 2 ranks the
 # sums are the same two-term sums as plain AdamW's all-reduce, so the result is bit-identical; splitting every
 # collective into many MPI calls (RINGLM_COMM_MAX_COUNT) changes nothing either
-run zr0 4 --tp 2 --cp 2 && run zr1 4 --tp 2 --cp 2 --zero 1 && same_losses zr0 zr1 0 && \
+train_run zr0 4 --tp 2 --cp 2 && train_run zr1 4 --tp 2 --cp 2 --zero 1 && same_losses zr0 zr1 0 && \
   $PY tests/compare_dumps.py "$T/zr1.dump" "$T/zr0.dump" --abs 0 >"$T/cmp" && \
   $PY tests/compare_dumps.py "$T/zr1.dump" "$T/zr0.dump" --abs 0 --prefix grad/ >>"$T/cmp" && \
   ok "ZeRO-1 with reduce-scatter over dp x cp = 2 is bit-identical to plain AdamW (weights and gradients: $(tr '\n' ' ' <"$T/cmp"))" \
   || bad "ZeRO-1 over 2 ranks differs: $(cat "$T/cmp" 2>/dev/null)"
-RINGLM_COMM_MAX_COUNT=1000 run zr1s 4 --tp 2 --cp 2 --zero 1 && same_losses zr1 zr1s 0 && \
+RINGLM_COMM_MAX_COUNT=1000 train_run zr1s 4 --tp 2 --cp 2 --zero 1 && same_losses zr1 zr1s 0 && \
   $PY tests/compare_dumps.py "$T/zr1s.dump" "$T/zr1.dump" --abs 0 >"$T/cmp" \
   && ok "ZeRO-1 with every collective split into calls of 1000 elements is bit-identical ($(cat "$T/cmp"))" \
   || bad "split collectives differ: $(cat "$T/cmp" 2>/dev/null)"
@@ -78,19 +64,19 @@ sys.exit(0 if abs(m[1] - m[0] / 2) <= 0.011 else 1)
 PYEOF
 
 # ZeRO-1 (moments sharded over dp x cp) equals plain AdamW within 1e-6
-run z0 8 --tp 2 --cp 2 && run z1 8 --tp 2 --cp 2 --zero 1 && same_losses z0 z1 1e-6 && \
+train_run z0 8 --tp 2 --cp 2 && train_run z1 8 --tp 2 --cp 2 --zero 1 && same_losses z0 z1 1e-6 && \
   $PY tests/compare_dumps.py "$T/z1.dump" "$T/z0.dump" --abs 1e-6 >"$T/cmp" && ok "ZeRO-1 equals plain AdamW within 1e-6 ($(cat "$T/cmp"))" \
   || bad "ZeRO-1 differs: $(cat "$T/cmp" 2>/dev/null)"
-run z1b 4 --tp 1 --cp 1 --zero 1 && same_losses ref z1b 1e-5 && \
+train_run z1b 4 --tp 1 --cp 1 --zero 1 && same_losses ref z1b 1e-5 && \
   $PY tests/compare_dumps.py "$T/z1b.dump" "$T/ref.dump" --abs 1e-5 >"$T/cmp" && ok "ZeRO-1 over 4 data-parallel ranks matches 1 rank ($(cat "$T/cmp"))" \
   || bad "ZeRO-1 dp4: $(cat "$T/cmp" 2>/dev/null)"
 
 # ---- invalid layouts: one line, non-zero exit on every rank, no hang ----
 expect_train_err "$T/g.conf" "heads not divisible by tp" "n_head = 8 is not divisible by tp = 3" 3 --tp 3
 expect_train_err "$T/g.conf" "KV heads not divisible by tp" "n_kv_head = 4 is not divisible by tp = 8" 8 --tp 8
-expect_train_err "$T/g.conf" "world not divisible by tp*cp" "world size 6 is not divisible by tp \* cp = 4 \* 1" 6 --tp 4
-expect_train_err "$T/g.conf" "world not divisible by tp*cp (cp)" "world size 4 is not divisible by tp \* cp = 2 \* 4" 4 --tp 2 --cp 4
-expect_train_err "$T/g.conf" "batch not divisible by micro_batch*dp" "batch_size = 8 is not a multiple of micro_batch \* dp = 1 \* 3" 3
+expect_train_err "$T/g.conf" "world not divisible by tp*cp" "world size 6 is not divisible by tp * cp = 4 * 1" 6 --tp 4
+expect_train_err "$T/g.conf" "world not divisible by tp*cp (cp)" "world size 4 is not divisible by tp * cp = 2 * 4" 4 --tp 2 --cp 4
+expect_train_err "$T/g.conf" "batch not divisible by micro_batch*dp" "batch_size = 8 is not a multiple of micro_batch * dp = 1 * 3" 3
 expect_train_err "$T/g.conf" "zero out of range" "zero = 2 must be 0 or 1" 2 --zero 2
 
 finish

@@ -54,30 +54,24 @@ grep -q "^step     1/" "$T/out.txt" && grep -q "GFLOP/s" "$T/out.txt" && ok "ste
 build/train --help | grep -q -- "--rope_original_max_seq_len" && ok "--help documents the keys" || bad "--help"
 
 # ---- bad inputs: one line on stderr naming the problem, exit 1, no crash ----
-expect_err() {  # name, pattern, args...
-  local name="$1" pat="$2"; shift 2
-  build/train "$@" >"$T/o" 2>"$T/e"; local rc=$?
-  local lines; lines=$(wc -l <"$T/e")
-  if [ $rc -eq 1 ] && [ "$lines" -eq 1 ] && grep -q -- "$pat" "$T/e"; then ok "$name: $(cat "$T/e")"
-  else bad "$name: exit $rc, $lines stderr lines: $(head -c 300 "$T/e")"; fi
-}
+train_err() { ERR_RC=1 expect_err "$1" "$2" 1 build/train "${@:3}"; }   # name pattern args...: exit status 1
 C=(-c "$T/tiny.conf" --out_dir "$T/bad")
 echo "no_such_key = 3" > "$T/unknown.conf"
-expect_err "unknown key in file" "unknown.conf:1: unknown key 'no_such_key'" -c "$T/unknown.conf"
-expect_err "unknown key on command line" "unknown key 'lrr'" "${C[@]}" --lrr 0.1
-expect_err "unparsable value" "key 'n_layer' has invalid value 'two'" "${C[@]}" --n_layer two
-expect_err "float garbage" "key 'lr' has invalid value '1e-3x'" "${C[@]}" --lr 1e-3x
-expect_err "missing config file" "cannot open '$T/none.conf'" -c "$T/none.conf"
+train_err "unknown key in file" "unknown.conf:1: unknown key 'no_such_key'" -c "$T/unknown.conf"
+train_err "unknown key on command line" "unknown key 'lrr'" "${C[@]}" --lrr 0.1
+train_err "unparsable value" "key 'n_layer' has invalid value 'two'" "${C[@]}" --n_layer two
+train_err "float garbage" "key 'lr' has invalid value '1e-3x'" "${C[@]}" --lr 1e-3x
+train_err "missing config file" "cannot open '$T/none.conf'" -c "$T/none.conf"
 echo "d_model 64" > "$T/noeq.conf"
-expect_err "line without =" "expected 'key = value'" -c "$T/noeq.conf"
-expect_err "n_head % n_kv_head" "n_head = 4 is not divisible by n_kv_head = 3" "${C[@]}" --n_kv_head 3
-expect_err "d_model % n_head" "d_model = 64 is not divisible by n_head = 3" "${C[@]}" --n_head 3 --n_kv_head 1
-expect_err "seq_len > max_seq_len" "seq_len = 256 exceeds max_seq_len = 128" "${C[@]}" --seq_len 256
-expect_err "size <= 0" "d_ff = 0 must be > 0" "${C[@]}" --d_ff 0
-expect_err "negative size" "batch_size = -2 must be > 0" "${C[@]}" --batch_size -2
-expect_err "batch % micro_batch" "batch_size = 8 is not divisible by micro_batch = 3" "${C[@]}" --micro_batch 3
-expect_err "bad rope_scaling" "rope_scaling = 'ntk' must be none, linear or yarn" "${C[@]}" --rope_scaling ntk
-expect_err "missing data" "$T/missing" "${C[@]}" --train_data "$T/missing/*.bin"
+train_err "line without =" "expected 'key = value'" -c "$T/noeq.conf"
+train_err "n_head % n_kv_head" "n_head = 4 is not divisible by n_kv_head = 3" "${C[@]}" --n_kv_head 3
+train_err "d_model % n_head" "d_model = 64 is not divisible by n_head = 3" "${C[@]}" --n_head 3 --n_kv_head 1
+train_err "seq_len > max_seq_len" "seq_len = 256 exceeds max_seq_len = 128" "${C[@]}" --seq_len 256
+train_err "size <= 0" "d_ff = 0 must be > 0" "${C[@]}" --d_ff 0
+train_err "negative size" "batch_size = -2 must be > 0" "${C[@]}" --batch_size -2
+train_err "batch % micro_batch" "batch_size = 8 is not divisible by micro_batch = 3" "${C[@]}" --micro_batch 3
+train_err "bad rope_scaling" "rope_scaling = 'ntk' must be none, linear or yarn" "${C[@]}" --rope_scaling ntk
+train_err "missing data" "$T/missing" "${C[@]}" --train_data "$T/missing/*.bin"
 $PY - "$T" <<'PYEOF'
 import numpy as np, sys
 t = sys.argv[1]
@@ -87,18 +81,18 @@ h2 = h.copy(); h2[0] = 12345
 open(t + "/magic.bin", "wb").write(h2.tobytes() + np.arange(1000, dtype=np.uint16).tobytes())
 open(t + "/big.bin", "wb").write(h.tobytes() + (np.arange(1000) % 300).astype(np.uint16).tobytes())
 PYEOF
-expect_err "truncated shard" "trunc.bin" "${C[@]}" --train_data "$T/trunc.bin"
-expect_err "wrong magic" "magic.bin" "${C[@]}" --train_data "$T/magic.bin"
-expect_err "token id >= vocab_size" "big.bin" "${C[@]}" --train_data "$T/big.bin" --shuffle 0
+train_err "truncated shard" "trunc.bin" "${C[@]}" --train_data "$T/trunc.bin"
+train_err "wrong magic" "magic.bin" "${C[@]}" --train_data "$T/magic.bin"
+train_err "token id >= vocab_size" "big.bin" "${C[@]}" --train_data "$T/big.bin" --shuffle 0
 touch "$T/afile"
-expect_err "out_dir is a file" "afile" "${C[@]}" --out_dir "$T/afile/sub"
+train_err "out_dir is a file" "afile" "${C[@]}" --out_dir "$T/afile/sub"
 # a directory nobody may create in (root included): /sys refuses mkdir; as a user, a mode-500 directory too
-expect_err "unwritable out_dir" "out_dir: cannot create '/sys/ringlm_test'" "${C[@]}" --out_dir /sys/ringlm_test/x
+train_err "unwritable out_dir" "out_dir: cannot create '/sys/ringlm_test'" "${C[@]}" --out_dir /sys/ringlm_test/x
 if [ "$(id -u)" -ne 0 ]; then
   mkdir -p "$T/ro"; chmod 500 "$T/ro"
-  expect_err "read-only out_dir" "$T/ro" "${C[@]}" --out_dir "$T/ro/x"
+  train_err "read-only out_dir" "$T/ro" "${C[@]}" --out_dir "$T/ro/x"
 fi
-expect_err "out_dir in use" "metrics.jsonl' exists" -c "$T/tiny.conf" --out_dir "$T/r1"
-expect_err "option without value" "needs a value" -c "$T/tiny.conf" --lr
+train_err "out_dir in use" "metrics.jsonl' exists" -c "$T/tiny.conf" --out_dir "$T/r1"
+train_err "option without value" "needs a value" -c "$T/tiny.conf" --lr
 
 finish
