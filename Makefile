@@ -1,12 +1,24 @@
 # ringlm — build with `make`, test with `make test`, showcase with `make demo`.
-# BACKEND selects the folder backend/$(BACKEND)/ whose backend.mk names its sources and libraries.
+# BACKEND selects the folder backend/$(BACKEND)/ whose backend.mk names its sources, libraries, programs and
+# tests, and the build folder BD (build/ for the CPU, build/<backend>/ otherwise). `make cuda` builds the CUDA
+# programs (build/cuda/...) next to the CPU ones; `make test` builds them too when nvcc is found.
+.DEFAULT_GOAL := all
 CC        := mpicc
 BACKEND   ?= cpu
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard $(CUDA_HOME)/bin/nvcc))
 BLAS_INC  := /usr/include/x86_64-linux-gnu/openblas-openmp
 BLAS_LIB  := /usr/lib/x86_64-linux-gnu/openblas-openmp
 H5_INC    := /usr/include/hdf5/openmpi
 H5_LIB    := /usr/lib/x86_64-linux-gnu/hdf5/openmpi
 OPT       ?= -O3 -march=native
+
+# library sources shared by every program (programs' main files are listed separately)
+CORE_SRC  := $(wildcard common/*.c model/*.c attention/*.c checkpoint/*.c optim/*.c) comm/comm_mpi.c comm/grid.c \
+             eval/report.c eval/passkey.c data/shards.c train/dump.c
+HEADERS   := $(wildcard */*.h */*/*.h)
+LIB_SRC    = $(CORE_SRC) $(BACKEND_SRC)
+LIB_OBJ    = $(patsubst %,$(BD)/obj/%.o,$(basename $(LIB_SRC)))
 
 ifeq ($(wildcard backend/$(BACKEND)/backend.mk),)
 $(error BACKEND=$(BACKEND): there is no backend/$(BACKEND)/backend.mk (backends: $(notdir $(wildcard backend/*/))))
@@ -16,38 +28,34 @@ include backend/$(BACKEND)/backend.mk
 CFLAGS    := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -I. -I$(H5_INC) $(BACKEND_CFLAGS)
 LDLIBS    := $(BACKEND_LDLIBS) -L$(H5_LIB) -Wl,-rpath,$(H5_LIB) -lhdf5 -fopenmp -lm
 
-# library sources shared by every program (programs' main files are listed separately)
-CORE_SRC  := $(wildcard common/*.c model/*.c attention/*.c checkpoint/*.c optim/*.c) comm/comm_mpi.c comm/grid.c \
-             eval/report.c eval/passkey.c data/shards.c train/dump.c
-LIB_SRC   := $(CORE_SRC) $(BACKEND_SRC)
-LIB_OBJ   := $(LIB_SRC:%.c=build/obj/%.o)
-TEST_SRC  := $(wildcard tests/test_*.c tests/mpi_*.c tests/tool_*.c)
-TEST_BIN  := $(TEST_SRC:tests/%.c=build/tests/%)
-PROGRAMS  := build/train build/prepare build/eval build/sgemm_peak build/bench_attention build/reshard
-
-.PHONY: all test demo deps bench clean print-lib-src
+.PHONY: all cuda test demo deps bench clean print-lib-src
 .SECONDARY:
 all: $(PROGRAMS) $(TEST_BIN)
 
-build/obj/%.o: %.c $(wildcard */*.h */*/*.h)
+$(BD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-build/train: build/obj/train/train.o $(LIB_OBJ)
+$(BD)/train: $(BD)/obj/train/train.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
-build/prepare: build/obj/data/prepare.o $(LIB_OBJ)
+$(BD)/prepare: $(BD)/obj/data/prepare.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
-build/reshard: build/obj/tools/reshard.o $(LIB_OBJ)
+$(BD)/reshard: $(BD)/obj/tools/reshard.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
-build/eval: build/obj/eval/eval.o $(LIB_OBJ)
+$(BD)/eval: $(BD)/obj/eval/eval.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
-build/bench_attention: build/obj/tools/bench_attention.o $(LIB_OBJ)
+$(BD)/bench_attention: $(BD)/obj/tools/bench_attention.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
-build/sgemm_peak: build/obj/tools/sgemm_peak.o build/obj/common/util.o
+$(BD)/sgemm_peak: $(BD)/obj/tools/sgemm_peak.o $(BD)/obj/common/util.o
 	$(CC) $^ -o $@ $(LDLIBS)
-build/tests/%: build/obj/tests/%.o $(LIB_OBJ)
-	@mkdir -p build/tests
+$(BD)/tests/%: $(BD)/obj/tests/%.o $(LIB_OBJ)
+	@mkdir -p $(BD)/tests
 	$(CC) $^ -o $@ $(LDLIBS)
+
+# the CUDA programs, next to the CPU ones (a machine without nvcc says so and stops)
+cuda:
+	@[ -n "$(NVCC)" ] || { echo "make cuda: no nvcc on PATH or in CUDA_HOME=$(CUDA_HOME)/bin" >&2; exit 1; }
+	@$(MAKE) --no-print-directory BACKEND=cuda
 
 # the library sources of this backend's build, one per line (tests/test_build.sh checks the selection)
 print-lib-src:
@@ -59,6 +67,7 @@ deps:
 
 test: deps
 	@$(MAKE) --no-print-directory all
+	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory cuda; else echo "make test: no nvcc: the CUDA programs are not built"; fi
 	@bash tests/run_all.sh
 
 demo: deps

@@ -1,0 +1,1112 @@
+// attn_cuda.cu — the attention block kernels of attention.h on the GPU (FlashAttention-2 style).
+//
+// Two families, chosen by the matmul precision (be_set_matmul_precision):
+//   bf16 / tf32: tensor-core kernels (mma.sync m16n8k16, bf16 operands, fp32 accumulation). Each call first
+//     converts q, k, v (and dout) to bf16 copies in scratch, laid out [head][row][HDP] with the head dim
+//     zero-padded to HDP = 64 (hd <= 64) or 128 (hd <= 128): the padding adds zeros to every dot product and
+//     the padded output columns are never written, so any head dim up to 128 is exact in that sense; 64 and
+//     128 waste nothing. Softmax statistics, (out, lse), dq, dk, dv stay fp32.
+//   fp32: plain fp32 kernels (no tensor cores), any head dim up to 128: the reference-precision path that
+//     tracks the CPU backend to ~1e-6.
+// Semantics are those of backend/cpu/attn_cpu.c: masks from explicit positions (key j visible to query i iff
+// kpos[j] <= qpos[i] under ATTN_MASK_CAUSAL), GQA (query head h uses kv head h / (nh / nkv)), the running
+// (out, lse) merged in place, rows that see no key keep lse = -inf and out unchanged, dq/dk/dv accumulated.
+//
+// Forward: one block per (query tile, head); warps own 16 query rows each; key tiles stream through shared
+//   memory double-buffered (cp.async), tiles no query of the block can see are skipped (per-tile position
+//   minima and maxima computed by a small kernel first), the per-element mask is applied only to tiles that
+//   straddle the causal boundary or the end of the keys. Online softmax in base 2 on fp32 registers.
+// Backward: deterministic and free of atomics, as two kernels that each own their outputs:
+//   dK/dV: one block per (key tile, kv head), looping over every query head of the group and every visible
+//          query tile: P^T = exp(S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q;
+//   dQ:    one block per (query tile, head), looping over visible key tiles: dQ += dS K.
+//   That recomputes S and dP once more than a kernel with atomic dQ updates (7 tile matmuls instead of 5),
+//   and in exchange every output element is written by one thread in a fixed order.
+#ifdef ATTN_EMU
+#include "backend/cuda/cu_emu.h"     // a host emulation of the CUDA features used here (tests/gpu/test_attn_emu.cc)
+#else
+#include "backend/cuda/cu_common.h"
+#include <cuda_bf16.h>
+typedef __nv_bfloat16 bf16;
+typedef uint32_t saddr_t;            // a shared-memory address
+#define DYN_SMEM(type, name) extern __shared__ __align__(16) type name[]
+#define LAUNCH(kernel, grid, block, smem, ...) kernel<<<(grid), (block), (smem), cu_stream()>>>(__VA_ARGS__)
+#endif
+#include <limits.h>
+#include <string.h>
+#include <math.h>
+
+#define LOG2E_F 1.4426950408889634f
+#define LN2_F 0.6931471805599453f
+
+struct AttnArgs {
+    float *out, *lse;                  // forward: the running result (fp32, row layout)
+    float *dq, *dk, *dv;               // backward: accumulated (fp32, row layout)
+    const float *lse_in, *D;           // backward: [Tq, nh]
+    const void *q, *k, *v, *dout;      // bf16 kernels: [head][row][HDP] copies; fp32 kernels: the row layout
+    const int *qpos, *kpos;
+    const int2 *qmm, *kmm;             // (min, max) position of each query / key tile (the kernel's tile sizes)
+    int Tq, Tk, nh, nkv, hd, grp;      // grp = nh / nkv
+    float scale, scale_log2;
+    int causal, nqt, nkt;
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// PTX helpers
+
+#ifndef ATTN_EMU
+__device__ __forceinline__ saddr_t smem_u32(const void* p) { return (saddr_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void cp_async16(saddr_t dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], saddr_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], saddr_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+// d += a b: a 16x16 (row), b 16x8 (col), bf16 in, fp32 accumulate
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);   // .x (low half) = lo: the lower column index
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+#endif
+
+// Fragment addressing (PTX ISA, mma.m16n8k16 and ldmatrix), lane = 4 * gq + tq:
+//   A 16x16 row-major tile at smem rows r0.., cols c0..:  ldsm_x4(rows r0 + (lane & 15), col c0 + (lane >> 4) * 8)
+//   B 16(k)x16(n) pair of n-tiles from smem stored [n][k] (rows = n): ldsm_x4(rows n0 + (lane & 7) + ((lane >> 4) << 3),
+//       col k0 + ((lane >> 3) & 1) * 8) -> {r0, r1} = n-tile n0, {r2, r3} = n-tile n0 + 8
+//   B from smem stored [k][n] (rows = k): ldsm_x4_t(rows k0 + (lane & 7) + ((lane >> 3) & 1) * 8, col n0 + (lane >> 4) * 8)
+//       -> {r0, r1} = n-tile n0, {r2, r3} = n-tile n0 + 8
+//   C/D 16x8: d[0], d[1] at (row gq, cols 2 tq, 2 tq + 1); d[2], d[3] at (row gq + 8, same cols)
+//   A from two C tiles (cols 0-7 and 8-15 of a 16-wide k step): {pack(c0[0], c0[1]), pack(c0[2], c0[3]),
+//       pack(c1[0], c1[1]), pack(c1[2], c1[3])}
+__device__ __forceinline__ saddr_t a_addr(const bf16* base, int r0, int c0, int lds, int lane) {
+    return smem_u32(base + (size_t)(r0 + (lane & 15)) * lds + c0 + (lane >> 4) * 8);
+}
+__device__ __forceinline__ saddr_t bn_addr(const bf16* base, int n0, int k0, int lds, int lane) {
+    return smem_u32(base + (size_t)(n0 + (lane & 7) + ((lane >> 4) << 3)) * lds + k0 + ((lane >> 3) & 1) * 8);
+}
+__device__ __forceinline__ saddr_t bk_addr(const bf16* base, int k0, int n0, int lds, int lane) {
+    return smem_u32(base + (size_t)(k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * lds + n0 + (lane >> 4) * 8);
+}
+
+// R rows of a [T][HD] bf16 matrix from row r0 into smem [R][HD + 8]; rows >= T are zero-filled
+template <int HD, int NT, int R>
+__device__ __forceinline__ void load_rows(bf16* dst, const bf16* src, int r0, int T) {
+    constexpr int CPR = HD / 8;   // 16-byte chunks per row
+#pragma unroll
+    for (int c0 = 0; c0 < R * CPR; c0 += NT) {
+        int c = c0 + threadIdx.x;
+        if (R * CPR % NT == 0 || c < R * CPR) {
+            int r = c / CPR, col = (c % CPR) * 8, row = r0 + r;
+            bool ok = row < T;
+            cp_async16(smem_u32(dst + r * (HD + 8) + col), ok ? src + (size_t)row * HD + col : src, ok ? 16 : 0);
+        }
+    }
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// The weights that merge a block result (o, lse_b) into the running (out, lse) of one row (the CPU's
+// merge_row): out = take ? o : out * w1 + o * w2. All four lanes of a quad hold the same row; lane tq == 0
+// writes the new lse after every lane has read the old one. ok: this lane's row exists and saw a key in this
+// block. Must be called by the whole warp.
+__device__ __forceinline__ void merge_weights(float* lp, bool ok, float lse_b, int tq, float& w1, float& w2, bool& take) {
+    float a = ok ? *lp : 0.0f, nl = 0.0f;
+    take = false; w1 = 0.0f; w2 = 1.0f;
+    if (ok) {
+        if (a == -INFINITY) { take = true; nl = lse_b; }
+        else {
+            float mx = fmaxf(a, lse_b);
+            nl = mx + log1pf(expf(-fabsf(a - lse_b)));
+            w1 = expf(a - nl); w2 = expf(lse_b - nl);
+        }
+    }
+    __syncwarp();
+    if (ok && tq == 0) *lp = nl;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// small kernels
+
+__global__ void minmax_k(int2* out, const int* pos, int T, int tile, int ntiles) {
+    int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (t >= ntiles) return;
+    int mn = INT_MAX, mx = INT_MIN, e = (t + 1) * tile < T ? (t + 1) * tile : T;
+    for (int i = t * tile + lane; i < e; i += 32) { int p = pos[i]; mn = min(mn, p); mx = max(mx, p); }
+    for (int o = 16; o; o >>= 1) {
+        mn = min(mn, __shfl_xor_sync(0xffffffffu, mn, o));
+        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    }
+    if (lane == 0) out[t] = make_int2(mn, mx);
+}
+
+// src [T][H * hd] fp32 -> dst [H][T][HDP] bf16, columns hd..HDP-1 zero
+__global__ void to_bf16_k(__nv_bfloat162* dst, const float* src, int T, int H, int hd, int HDP) {
+    size_t half = HDP / 2, n = (size_t)H * T * half;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n; idx += (size_t)gridDim.x * blockDim.x) {
+        int d = (int)(idx % half) * 2;
+        size_t th = idx / half;
+        int t = (int)(th % T), hh = (int)(th / T);
+        const float* s = src + (size_t)t * H * hd + (size_t)hh * hd;
+        float x0 = d < hd ? s[d] : 0.0f, x1 = d + 1 < hd ? s[d + 1] : 0.0f;
+        dst[idx] = __floats2bfloat162_rn(x0, x1);
+    }
+}
+
+__global__ void fill_k(float* x, size_t n, float v) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] = v;
+}
+
+// D[r] = sum_d dout[r, d] out[r, d]: one warp per (row, head)
+__global__ void bwd_begin_k(float* D, const float* dout, const float* out, long n, int hd) {
+    long r = blockIdx.x * (long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (r >= n) return;
+    const float *a = dout + r * hd, *b = out + r * hd;
+    float acc = 0.0f;
+    for (int d = lane; d < hd; d += 32) acc += a[d] * b[d];
+    for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) D[r] = acc;
+}
+
+__global__ void merge_k(float* o1, float* lse1, const float* o2, const float* lse2, long n, int hd) {
+    long r = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (r >= n) return;
+    float b = lse2[r];
+    if (b == -INFINITY) return;
+    float* x = o1 + r * hd;
+    const float* y = o2 + r * hd;
+    float a = lse1[r];
+    if (a == -INFINITY) {
+        for (int d = 0; d < hd; d++) x[d] = y[d];
+        lse1[r] = b;
+        return;
+    }
+    float mx = fmaxf(a, b), l = mx + log1pf(expf(-fabsf(a - b)));
+    float w1 = expf(a - l), w2 = expf(b - l);
+    for (int d = 0; d < hd; d++) x[d] = x[d] * w1 + y[d] * w2;
+    lse1[r] = l;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// tile configurations of the bf16 kernels (4 warps everywhere; each warp owns 16 rows of its side)
+
+template <int HD> struct Cfg;
+template <> struct Cfg<64>  { enum { NW = 4, FBN = 64, BMQ = 64, BNK2 = 64 }; };
+template <> struct Cfg<128> { enum { NW = 4, FBN = 64, BMQ = 32, BNK2 = 32 }; };
+
+template <int HD> constexpr size_t fwd_smem() {
+    return (size_t)(16 * Cfg<HD>::NW + 4 * Cfg<HD>::FBN) * (HD + 8) * 2 + 2 * Cfg<HD>::FBN * 4;
+}
+template <int HD> constexpr size_t dkdv_smem() {
+    return (size_t)(2 * 16 * Cfg<HD>::NW + 4 * Cfg<HD>::BMQ) * (HD + 8) * 2 + 3 * 2 * Cfg<HD>::BMQ * 4;
+}
+template <int HD> constexpr size_t dq_smem() {
+    return (size_t)(2 * 16 * Cfg<HD>::NW + 4 * Cfg<HD>::BNK2) * (HD + 8) * 2 + 2 * Cfg<HD>::BNK2 * 4;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// bf16 forward
+
+template <int HD>
+__global__ void __launch_bounds__(Cfg<HD>::NW * 32) fwd_bf16_k(AttnArgs a) {
+    constexpr int NW = Cfg<HD>::NW, BN = Cfg<HD>::FBN, BM = 16 * NW, LDS = HD + 8, NT = NW * 32;
+    DYN_SMEM(unsigned char, smem);
+    bf16* Qs = reinterpret_cast<bf16*>(smem);       // [BM][LDS]
+    bf16* Ks = Qs + BM * LDS;                        // [2][BN][LDS]
+    bf16* Vs = Ks + 2 * BN * LDS;                    // [2][BN][LDS]
+    int* kps = reinterpret_cast<int*>(Vs + 2 * BN * LDS);   // [2][BN]
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, gq = lane >> 2, tq = lane & 3;
+    const int qt = a.nqt - 1 - blockIdx.x, h = blockIdx.y, g = h / a.grp, q0 = qt * BM;
+    const bf16* qg = reinterpret_cast<const bf16*>(a.q) + (size_t)h * a.Tq * HD;
+    const bf16* kg = reinterpret_cast<const bf16*>(a.k) + (size_t)g * a.Tk * HD;
+    const bf16* vg = reinterpret_cast<const bf16*>(a.v) + (size_t)g * a.Tk * HD;
+
+    load_rows<HD, NT, BM>(Qs, qg, q0, a.Tq);
+    cp_commit();
+    const int2 qm = a.qmm[qt];
+    int qp[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        int row = q0 + 16 * w + gq + 8 * hr;
+        qp[hr] = row < a.Tq ? a.qpos[row] : INT_MAX;
+    }
+    cp_wait<0>();
+    __syncthreads();
+    uint32_t qf[HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) ldsm_x4(qf[kk], a_addr(Qs, 16 * w, kk * 16, LDS, lane));
+
+    float o[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
+
+    auto visible = [&](int j) { return !a.causal || a.kmm[j].x <= qm.y; };
+    auto load_kv = [&](int j, int b) {
+        load_rows<HD, NT, BN>(Ks + b * BN * LDS, kg, j * BN, a.Tk);
+        load_rows<HD, NT, BN>(Vs + b * BN * LDS, vg, j * BN, a.Tk);
+        for (int i = tid; i < BN; i += NT) {
+            int key = j * BN + i;
+            kps[b * BN + i] = key < a.Tk ? a.kpos[key] : INT_MAX;
+        }
+    };
+    int j = 0;
+    while (j < a.nkt && !visible(j)) j++;
+    if (j < a.nkt) load_kv(j, 0);
+    cp_commit();
+    int buf = 0;
+    while (j < a.nkt) {
+        int nj = j + 1;
+        while (nj < a.nkt && !visible(nj)) nj++;
+        if (nj < a.nkt) load_kv(nj, buf ^ 1);
+        cp_commit();
+        cp_wait<1>();
+        __syncthreads();
+        const bf16* Kb = Ks + buf * BN * LDS;
+        const bf16* Vb = Vs + buf * BN * LDS;
+        const int* kp = kps + buf * BN;
+
+        // S = Q K^T (16 x BN per warp)
+        float s[BN / 8][4];
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+            for (int np = 0; np < BN / 16; np++) {
+                uint32_t b[4];
+                ldsm_x4(b, bn_addr(Kb, np * 16, kk * 16, LDS, lane));
+                mma16816(s[2 * np], qf[kk], b[0], b[1]);
+                mma16816(s[2 * np + 1], qf[kk], b[2], b[3]);
+            }
+        // scale (base 2), mask where the tile straddles the causal boundary or the end of the keys
+        const bool msk = (j + 1) * BN > a.Tk || (a.causal && !(a.kmm[j].y <= qm.x));
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+            for (int e4 = 0; e4 < 4; e4++) {
+                float v = s[nt][e4] * a.scale_log2;
+                if (msk) {
+                    int c = nt * 8 + 2 * tq + (e4 & 1);
+                    if (j * BN + c >= a.Tk || (a.causal && kp[c] > qp[e4 >> 1])) v = -INFINITY;
+                }
+                s[nt][e4] = v;
+            }
+        // online softmax: rows gq (hr 0) and gq + 8 (hr 1), spread over the 4 lanes of a quad
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            float mx = m[hr];
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * hr], s[nt][2 * hr + 1]));
+            mx = quad_max(mx);
+            float corr = mx == -INFINITY ? 1.0f : exp2f(m[hr] - mx);
+            float sum = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float p = mx == -INFINITY ? 0.0f : exp2f(s[nt][2 * hr + e] - mx);
+                    s[nt][2 * hr + e] = p;
+                    sum += p;
+                }
+            l[hr] = l[hr] * corr + sum;   // per-lane partial; the quad's lanes are summed at the end
+            m[hr] = mx;
+#pragma unroll
+            for (int dt = 0; dt < HD / 8; dt++) { o[dt][2 * hr] *= corr; o[dt][2 * hr + 1] *= corr; }
+        }
+        // O += P V
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t pa[4] = { pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                               pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]) };
+#pragma unroll
+            for (int dp = 0; dp < HD / 16; dp++) {
+                uint32_t b[4];
+                ldsm_x4_t(b, bk_addr(Vb, kk * 16, dp * 16, LDS, lane));
+                mma16816(o[2 * dp], pa, b[0], b[1]);
+                mma16816(o[2 * dp + 1], pa, b[2], b[3]);
+            }
+        }
+        __syncthreads();   // every warp is done with buffer `buf` before the next prefetch overwrites it
+        j = nj;
+        buf ^= 1;
+    }
+    cp_wait<0>();
+
+    // block result o / l, lse_b = ln 2 (m + log2 l), merged into (out, lse)
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float lsum = quad_sum(l[hr]);
+        int row = q0 + 16 * w + gq + 8 * hr;
+        bool ok = row < a.Tq && m[hr] != -INFINITY;
+        float lse_b = ok ? (m[hr] + log2f(lsum)) * LN2_F : 0.0f, inv = ok ? 1.0f / lsum : 0.0f;
+        float* orow = a.out + (size_t)(ok ? row : 0) * a.nh * a.hd + (size_t)h * a.hd;
+        float* lp = a.lse + (size_t)(ok ? row : 0) * a.nh + h;
+        float w1, w2;
+        bool take;
+        merge_weights(lp, ok, lse_b, tq, w1, w2, take);
+        if (ok) {
+#pragma unroll
+            for (int dt = 0; dt < HD / 8; dt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int col = dt * 8 + 2 * tq + e;
+                    if (col < a.hd) {
+                        float ov = o[dt][2 * hr + e] * inv;
+                        orow[col] = take ? ov : orow[col] * w1 + ov * w2;
+                    }
+                }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// bf16 backward: dK, dV
+
+template <int HD>
+__global__ void __launch_bounds__(Cfg<HD>::NW * 32) dkdv_bf16_k(AttnArgs a) {
+    constexpr int NW = Cfg<HD>::NW, BMQ = Cfg<HD>::BMQ, BNK = 16 * NW, LDS = HD + 8, NT = NW * 32;
+    DYN_SMEM(unsigned char, smem);
+    bf16* Ks = reinterpret_cast<bf16*>(smem);        // [BNK][LDS]
+    bf16* Vs = Ks + BNK * LDS;                        // [BNK][LDS]
+    bf16* Qs = Vs + BNK * LDS;                        // [2][BMQ][LDS]
+    bf16* Os = Qs + 2 * BMQ * LDS;                    // [2][BMQ][LDS]  dout
+    float* ls = reinterpret_cast<float*>(Os + 2 * BMQ * LDS);   // [2][BMQ]  lse * log2(e); +inf: P = 0
+    float* Dsh = ls + 2 * BMQ;                        // [2][BMQ]
+    int* qps = reinterpret_cast<int*>(Dsh + 2 * BMQ); // [2][BMQ]
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, gq = lane >> 2, tq = lane & 3;
+    const int kt = blockIdx.x, g = blockIdx.y, k0 = kt * BNK;
+    const bf16* kg = reinterpret_cast<const bf16*>(a.k) + (size_t)g * a.Tk * HD;
+    const bf16* vg = reinterpret_cast<const bf16*>(a.v) + (size_t)g * a.Tk * HD;
+    const int2 km = a.kmm[kt];
+    const int total = a.grp * a.nqt;
+    auto visible = [&](int it) { return !a.causal || a.qmm[it % a.nqt].y >= km.x; };
+    int it = 0;
+    while (it < total && !visible(it)) it++;
+    if (it >= total) return;   // no query sees these keys: dk, dv unchanged
+
+    load_rows<HD, NT, BNK>(Ks, kg, k0, a.Tk);
+    load_rows<HD, NT, BNK>(Vs, vg, k0, a.Tk);
+    cp_commit();
+    int kp[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        int key = k0 + 16 * w + gq + 8 * hr;
+        kp[hr] = key < a.Tk ? a.kpos[key] : INT_MAX;
+    }
+    auto load_q = [&](int it2, int b) {
+        int hh = it2 / a.nqt, qt = it2 % a.nqt, h = g * a.grp + hh, q0 = qt * BMQ;
+        load_rows<HD, NT, BMQ>(Qs + b * BMQ * LDS, reinterpret_cast<const bf16*>(a.q) + (size_t)h * a.Tq * HD, q0, a.Tq);
+        load_rows<HD, NT, BMQ>(Os + b * BMQ * LDS, reinterpret_cast<const bf16*>(a.dout) + (size_t)h * a.Tq * HD, q0, a.Tq);
+        for (int i = tid; i < BMQ; i += NT) {
+            int row = q0 + i;
+            float L = INFINITY, Dv = 0.0f;
+            int p = INT_MIN;
+            if (row < a.Tq) {
+                float x = a.lse_in[(size_t)row * a.nh + h];
+                L = x == -INFINITY ? INFINITY : x * LOG2E_F;
+                Dv = a.D[(size_t)row * a.nh + h];
+                p = a.qpos[row];
+            }
+            ls[b * BMQ + i] = L; Dsh[b * BMQ + i] = Dv; qps[b * BMQ + i] = p;
+        }
+    };
+    load_q(it, 0);
+    cp_commit();
+
+    float dk[HD / 8][4], dv[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.0f;
+    int buf = 0;
+    while (it < total) {
+        int nit = it + 1;
+        while (nit < total && !visible(nit)) nit++;
+        if (nit < total) load_q(nit, buf ^ 1);
+        cp_commit();
+        cp_wait<1>();
+        __syncthreads();
+        const bf16* Qb = Qs + buf * BMQ * LDS;
+        const bf16* Ob = Os + buf * BMQ * LDS;
+        const float* Lb = ls + buf * BMQ;
+        const float* Db = Dsh + buf * BMQ;
+        const int* Pb = qps + buf * BMQ;
+        // S^T = K Q^T and dP^T = V dO^T (16 keys x BMQ queries per warp)
+        float s[BMQ / 8][4], dp[BMQ / 8][4];
+#pragma unroll
+        for (int i = 0; i < BMQ / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t ka[4], va[4];
+            ldsm_x4(ka, a_addr(Ks, 16 * w, kk * 16, LDS, lane));
+            ldsm_x4(va, a_addr(Vs, 16 * w, kk * 16, LDS, lane));
+#pragma unroll
+            for (int np = 0; np < BMQ / 16; np++) {
+                uint32_t b[4];
+                ldsm_x4(b, bn_addr(Qb, np * 16, kk * 16, LDS, lane));
+                mma16816(s[2 * np], ka, b[0], b[1]);
+                mma16816(s[2 * np + 1], ka, b[2], b[3]);
+                ldsm_x4(b, bn_addr(Ob, np * 16, kk * 16, LDS, lane));
+                mma16816(dp[2 * np], va, b[0], b[1]);
+                mma16816(dp[2 * np + 1], va, b[2], b[3]);
+            }
+        }
+        const int qt = it % a.nqt;
+        const bool msk = a.causal && !(a.qmm[qt].x >= km.y);
+#pragma unroll
+        for (int nt = 0; nt < BMQ / 8; nt++)
+#pragma unroll
+            for (int e4 = 0; e4 < 4; e4++) {
+                int c = nt * 8 + 2 * tq + (e4 & 1);
+                float p = exp2f(s[nt][e4] * a.scale_log2 - Lb[c]);
+                if (msk && kp[e4 >> 1] > Pb[c]) p = 0.0f;
+                s[nt][e4] = p;
+                dp[nt][e4] = p * (dp[nt][e4] - Db[c]);
+            }
+        // dV += P^T dO,  dK += dS^T Q   (k = the BMQ queries)
+#pragma unroll
+        for (int kq = 0; kq < BMQ / 16; kq++) {
+            uint32_t pa[4] = { pack_bf16(s[2 * kq][0], s[2 * kq][1]), pack_bf16(s[2 * kq][2], s[2 * kq][3]),
+                               pack_bf16(s[2 * kq + 1][0], s[2 * kq + 1][1]), pack_bf16(s[2 * kq + 1][2], s[2 * kq + 1][3]) };
+            uint32_t da[4] = { pack_bf16(dp[2 * kq][0], dp[2 * kq][1]), pack_bf16(dp[2 * kq][2], dp[2 * kq][3]),
+                               pack_bf16(dp[2 * kq + 1][0], dp[2 * kq + 1][1]), pack_bf16(dp[2 * kq + 1][2], dp[2 * kq + 1][3]) };
+#pragma unroll
+            for (int d2 = 0; d2 < HD / 16; d2++) {
+                uint32_t b[4];
+                ldsm_x4_t(b, bk_addr(Ob, kq * 16, d2 * 16, LDS, lane));
+                mma16816(dv[2 * d2], pa, b[0], b[1]);
+                mma16816(dv[2 * d2 + 1], pa, b[2], b[3]);
+                ldsm_x4_t(b, bk_addr(Qb, kq * 16, d2 * 16, LDS, lane));
+                mma16816(dk[2 * d2], da, b[0], b[1]);
+                mma16816(dk[2 * d2 + 1], da, b[2], b[3]);
+            }
+        }
+        __syncthreads();
+        it = nit;
+        buf ^= 1;
+    }
+    cp_wait<0>();
+    const int ldk = a.nkv * a.hd;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        int key = k0 + 16 * w + gq + 8 * hr;
+        if (key >= a.Tk) continue;
+        float* dkr = a.dk + (size_t)key * ldk + (size_t)g * a.hd;
+        float* dvr = a.dv + (size_t)key * ldk + (size_t)g * a.hd;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int col = dt * 8 + 2 * tq + e;
+                if (col < a.hd) {
+                    dkr[col] += a.scale * dk[dt][2 * hr + e];
+                    dvr[col] += dv[dt][2 * hr + e];
+                }
+            }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// bf16 backward: dQ
+
+template <int HD>
+__global__ void __launch_bounds__(Cfg<HD>::NW * 32) dq_bf16_k(AttnArgs a) {
+    constexpr int NW = Cfg<HD>::NW, BN = Cfg<HD>::BNK2, BM = 16 * NW, LDS = HD + 8, NT = NW * 32;
+    DYN_SMEM(unsigned char, smem);
+    bf16* Qs = reinterpret_cast<bf16*>(smem);        // [BM][LDS]
+    bf16* Os = Qs + BM * LDS;                         // [BM][LDS]  dout
+    bf16* Ks = Os + BM * LDS;                         // [2][BN][LDS]
+    bf16* Vs = Ks + 2 * BN * LDS;                     // [2][BN][LDS]
+    int* kps = reinterpret_cast<int*>(Vs + 2 * BN * LDS);   // [2][BN]
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, gq = lane >> 2, tq = lane & 3;
+    const int qt = a.nqt - 1 - blockIdx.x, h = blockIdx.y, g = h / a.grp, q0 = qt * BM;
+    const int2 qm = a.qmm[qt];
+    auto visible = [&](int j) { return !a.causal || a.kmm[j].x <= qm.y; };
+    int j = 0;
+    while (j < a.nkt && !visible(j)) j++;
+    if (j >= a.nkt) return;   // these queries see no key of the block: dq unchanged
+    const bf16* kg = reinterpret_cast<const bf16*>(a.k) + (size_t)g * a.Tk * HD;
+    const bf16* vg = reinterpret_cast<const bf16*>(a.v) + (size_t)g * a.Tk * HD;
+    load_rows<HD, NT, BM>(Qs, reinterpret_cast<const bf16*>(a.q) + (size_t)h * a.Tq * HD, q0, a.Tq);
+    load_rows<HD, NT, BM>(Os, reinterpret_cast<const bf16*>(a.dout) + (size_t)h * a.Tq * HD, q0, a.Tq);
+    cp_commit();
+    float L[2], Dr[2];
+    int qp[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        int row = q0 + 16 * w + gq + 8 * hr;
+        L[hr] = INFINITY; Dr[hr] = 0.0f; qp[hr] = INT_MIN;
+        if (row < a.Tq) {
+            float x = a.lse_in[(size_t)row * a.nh + h];
+            L[hr] = x == -INFINITY ? INFINITY : x * LOG2E_F;
+            Dr[hr] = a.D[(size_t)row * a.nh + h];
+            qp[hr] = a.qpos[row];
+        }
+    }
+    auto load_kv = [&](int jj, int b) {
+        load_rows<HD, NT, BN>(Ks + b * BN * LDS, kg, jj * BN, a.Tk);
+        load_rows<HD, NT, BN>(Vs + b * BN * LDS, vg, jj * BN, a.Tk);
+        for (int i = tid; i < BN; i += NT) {
+            int key = jj * BN + i;
+            kps[b * BN + i] = key < a.Tk ? a.kpos[key] : INT_MAX;
+        }
+    };
+    cp_wait<0>();
+    __syncthreads();
+    uint32_t qf[HD / 16][4], of[HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        ldsm_x4(qf[kk], a_addr(Qs, 16 * w, kk * 16, LDS, lane));
+        ldsm_x4(of[kk], a_addr(Os, 16 * w, kk * 16, LDS, lane));
+    }
+    load_kv(j, 0);
+    cp_commit();
+    float dq[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+    int buf = 0;
+    while (j < a.nkt) {
+        int nj = j + 1;
+        while (nj < a.nkt && !visible(nj)) nj++;
+        if (nj < a.nkt) load_kv(nj, buf ^ 1);
+        cp_commit();
+        cp_wait<1>();
+        __syncthreads();
+        const bf16* Kb = Ks + buf * BN * LDS;
+        const bf16* Vb = Vs + buf * BN * LDS;
+        const int* kp = kps + buf * BN;
+        float s[BN / 8][4], dp[BN / 8][4];
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[i][e] = dp[i][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+            for (int np = 0; np < BN / 16; np++) {
+                uint32_t b[4];
+                ldsm_x4(b, bn_addr(Kb, np * 16, kk * 16, LDS, lane));
+                mma16816(s[2 * np], qf[kk], b[0], b[1]);
+                mma16816(s[2 * np + 1], qf[kk], b[2], b[3]);
+                ldsm_x4(b, bn_addr(Vb, np * 16, kk * 16, LDS, lane));
+                mma16816(dp[2 * np], of[kk], b[0], b[1]);
+                mma16816(dp[2 * np + 1], of[kk], b[2], b[3]);
+            }
+        const bool msk = (j + 1) * BN > a.Tk || (a.causal && !(a.kmm[j].y <= qm.x));
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+            for (int e4 = 0; e4 < 4; e4++) {
+                int hr = e4 >> 1, c = nt * 8 + 2 * tq + (e4 & 1);
+                float p = exp2f(s[nt][e4] * a.scale_log2 - L[hr]);
+                if (msk && (j * BN + c >= a.Tk || (a.causal && kp[c] > qp[hr]))) p = 0.0f;
+                dp[nt][e4] = p * (dp[nt][e4] - Dr[hr]);
+            }
+        // dQ += dS K   (k = the BN keys)
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t da[4] = { pack_bf16(dp[2 * kk][0], dp[2 * kk][1]), pack_bf16(dp[2 * kk][2], dp[2 * kk][3]),
+                               pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3]) };
+#pragma unroll
+            for (int d2 = 0; d2 < HD / 16; d2++) {
+                uint32_t b[4];
+                ldsm_x4_t(b, bk_addr(Kb, kk * 16, d2 * 16, LDS, lane));
+                mma16816(dq[2 * d2], da, b[0], b[1]);
+                mma16816(dq[2 * d2 + 1], da, b[2], b[3]);
+            }
+        }
+        __syncthreads();
+        j = nj;
+        buf ^= 1;
+    }
+    cp_wait<0>();
+    const int ldq = a.nh * a.hd;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        int row = q0 + 16 * w + gq + 8 * hr;
+        if (row >= a.Tq) continue;
+        float* dqr = a.dq + (size_t)row * ldq + (size_t)h * a.hd;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int col = dt * 8 + 2 * tq + e;
+                if (col < a.hd) dqr[col] += a.scale * dq[dt][2 * hr + e];
+            }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// fp32 kernels: tiles of 32 rows, 256 threads; thread = (row r = tid / 8 of its side, lane group jj = tid % 8);
+// the 8 threads of a row are 8 consecutive lanes of one warp. Shared rows have hd + 1 floats (no bank
+// conflicts across rows). Accumulators: columns d = jj + 8 c, c < 16 (hd <= 128).
+
+#define FB 32
+static inline size_t f32_fwd_smem(int hd) { return ((size_t)3 * FB * (hd + 1) + FB * (FB + 1) + FB) * 4; }
+static inline size_t f32_dkdv_smem(int hd) { return ((size_t)4 * FB * (hd + 1) + 2 * FB * (FB + 1) + 3 * FB) * 4; }
+static inline size_t f32_dq_smem(int hd) { return ((size_t)4 * FB * (hd + 1) + FB * (FB + 1) + FB) * 4; }
+
+__device__ __forceinline__ float grp8_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+}
+__device__ __forceinline__ float grp8_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v + __shfl_xor_sync(0xffffffffu, v, 4);
+}
+// FB rows of head `head` of a [T][ld] fp32 matrix from row r0 into smem [FB][hd + 1]; rows >= T zero
+__device__ __forceinline__ void f32_rows(float* dst, const float* src, int r0, int T, int ld, int head, int hd) {
+    for (int e = threadIdx.x; e < FB * hd; e += blockDim.x) {
+        int r = e / hd, d = e % hd, row = r0 + r;
+        dst[r * (hd + 1) + d] = row < T ? src[(size_t)row * ld + (size_t)head * hd + d] : 0.0f;
+    }
+}
+
+__global__ void __launch_bounds__(256) fwd_f32_k(AttnArgs a) {
+    DYN_SMEM(float, fsm);
+    const int hd = a.hd, ld = hd + 1;
+    float* Qs = fsm;
+    float* Ks = Qs + FB * ld;
+    float* Vs = Ks + FB * ld;
+    float* Ps = Vs + FB * ld;                          // [FB][FB + 1]
+    int* kps = reinterpret_cast<int*>(Ps + FB * (FB + 1));
+    const int tid = threadIdx.x, i = tid >> 3, jj = tid & 7;
+    const int qt = a.nqt - 1 - blockIdx.x, h = blockIdx.y, g = h / a.grp, q0 = qt * FB;
+    const int ldq = a.nh * hd, ldk = a.nkv * hd;
+    const float* q = reinterpret_cast<const float*>(a.q);
+    const float* k = reinterpret_cast<const float*>(a.k);
+    const float* v = reinterpret_cast<const float*>(a.v);
+    f32_rows(Qs, q, q0, a.Tq, ldq, h, hd);
+    const int row = q0 + i;
+    const int qp = row < a.Tq ? a.qpos[row] : INT_MAX;
+    const int2 qm = a.qmm[qt];
+    float o[16];
+#pragma unroll
+    for (int c = 0; c < 16; c++) o[c] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (int j = 0; j < a.nkt; j++) {
+        if (a.causal && a.kmm[j].x > qm.y) continue;   // block-uniform
+        __syncthreads();
+        f32_rows(Ks, k, j * FB, a.Tk, ldk, g, hd);
+        f32_rows(Vs, v, j * FB, a.Tk, ldk, g, hd);
+        if (tid < FB) kps[tid] = j * FB + tid < a.Tk ? a.kpos[j * FB + tid] : INT_MAX;
+        __syncthreads();
+        float sv[4], mx = -INFINITY;
+#pragma unroll
+        for (int r4 = 0; r4 < 4; r4++) {
+            int jk = jj + 8 * r4;
+            const float *qr = Qs + i * ld, *kr = Ks + jk * ld;
+            float dot = 0.0f;
+            for (int d = 0; d < hd; d++) dot += qr[d] * kr[d];
+            float s = dot * a.scale;
+            if (j * FB + jk >= a.Tk || (a.causal && kps[jk] > qp)) s = -INFINITY;
+            sv[r4] = s;
+            mx = fmaxf(mx, s);
+        }
+        mx = grp8_max(mx);
+        float mn = fmaxf(m, mx);
+        float corr = mn == -INFINITY ? 1.0f : expf(m - mn), sum = 0.0f;
+#pragma unroll
+        for (int r4 = 0; r4 < 4; r4++) {
+            float p = mn == -INFINITY ? 0.0f : expf(sv[r4] - mn);
+            Ps[i * (FB + 1) + jj + 8 * r4] = p;
+            sum += p;
+        }
+        sum = grp8_sum(sum);
+        l = l * corr + sum;
+        m = mn;
+        __syncwarp();
+#pragma unroll
+        for (int c = 0; c < 16; c++) {
+            int d = jj + 8 * c;
+            if (d < hd) {
+                float acc = o[c] * corr;
+                for (int jk = 0; jk < FB; jk++) acc += Ps[i * (FB + 1) + jk] * Vs[jk * ld + d];
+                o[c] = acc;
+            }
+        }
+    }
+    bool ok = row < a.Tq && m != -INFINITY;
+    float lse_b = ok ? m + logf(l) : 0.0f, inv = ok ? 1.0f / l : 0.0f;
+    float* orow = a.out + (size_t)(ok ? row : 0) * ldq + (size_t)h * hd;
+    float* lp = a.lse + (size_t)(ok ? row : 0) * a.nh + h;
+    float la = ok ? *lp : 0.0f, nl = 0.0f, w1 = 0.0f, w2 = 1.0f;
+    if (ok) {
+        if (la == -INFINITY) nl = lse_b;
+        else {
+            float mx = fmaxf(la, lse_b);
+            nl = mx + log1pf(expf(-fabsf(la - lse_b)));
+            w1 = expf(la - nl); w2 = expf(lse_b - nl);
+        }
+    }
+    __syncwarp();
+    if (ok) {
+        if (jj == 0) *lp = nl;
+#pragma unroll
+        for (int c = 0; c < 16; c++) {
+            int d = jj + 8 * c;
+            if (d < hd) {
+                float ov = o[c] * inv;
+                orow[d] = la == -INFINITY ? ov : orow[d] * w1 + ov * w2;
+            }
+        }
+    }
+}
+
+__global__ void __launch_bounds__(256) dkdv_f32_k(AttnArgs a) {
+    DYN_SMEM(float, fsm);
+    const int hd = a.hd, ld = hd + 1;
+    float* Ks = fsm;
+    float* Vs = Ks + FB * ld;
+    float* Qs = Vs + FB * ld;
+    float* Os = Qs + FB * ld;
+    float* Ps = Os + FB * ld;              // [key][query]
+    float* Ss = Ps + FB * (FB + 1);        // dS^T [key][query]
+    float* ls = Ss + FB * (FB + 1);
+    float* Dsh = ls + FB;
+    int* qps = reinterpret_cast<int*>(Dsh + FB);
+    const int tid = threadIdx.x, jr = tid >> 3, ii = tid & 7;
+    const int kt = blockIdx.x, g = blockIdx.y, k0 = kt * FB;
+    const int ldq = a.nh * hd, ldk = a.nkv * hd;
+    const float* q = reinterpret_cast<const float*>(a.q);
+    const float* dout = reinterpret_cast<const float*>(a.dout);
+    f32_rows(Ks, reinterpret_cast<const float*>(a.k), k0, a.Tk, ldk, g, hd);
+    f32_rows(Vs, reinterpret_cast<const float*>(a.v), k0, a.Tk, ldk, g, hd);
+    const int key = k0 + jr;
+    const int kp = key < a.Tk ? a.kpos[key] : INT_MAX;
+    const int2 km = a.kmm[kt];
+    float dk[16], dv[16];
+#pragma unroll
+    for (int c = 0; c < 16; c++) dk[c] = dv[c] = 0.0f;
+    bool any = false;
+    for (int hh = 0; hh < a.grp; hh++) {
+        int h = g * a.grp + hh;
+        for (int qt = 0; qt < a.nqt; qt++) {
+            if (a.causal && a.qmm[qt].y < km.x) continue;   // block-uniform
+            any = true;
+            int q0 = qt * FB;
+            __syncthreads();
+            f32_rows(Qs, q, q0, a.Tq, ldq, h, hd);
+            f32_rows(Os, dout, q0, a.Tq, ldq, h, hd);
+            if (tid < FB) {
+                int row = q0 + tid;
+                float L = INFINITY, Dv = 0.0f;
+                int p = INT_MIN;
+                if (row < a.Tq) {
+                    float x = a.lse_in[(size_t)row * a.nh + h];
+                    L = x == -INFINITY ? INFINITY : x;
+                    Dv = a.D[(size_t)row * a.nh + h];
+                    p = a.qpos[row];
+                }
+                ls[tid] = L; Dsh[tid] = Dv; qps[tid] = p;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int r4 = 0; r4 < 4; r4++) {
+                int qi = ii + 8 * r4;
+                const float *kr = Ks + jr * ld, *vr = Vs + jr * ld, *qr = Qs + qi * ld, *orr = Os + qi * ld;
+                float sdot = 0.0f, pdot = 0.0f;
+                for (int d = 0; d < hd; d++) { sdot += kr[d] * qr[d]; pdot += vr[d] * orr[d]; }
+                float p = expf(sdot * a.scale - ls[qi]);
+                if (a.causal && kp > qps[qi]) p = 0.0f;
+                Ps[jr * (FB + 1) + qi] = p;
+                Ss[jr * (FB + 1) + qi] = p * (pdot - Dsh[qi]);
+            }
+            __syncwarp();
+#pragma unroll
+            for (int c = 0; c < 16; c++) {
+                int d = ii + 8 * c;
+                if (d < hd) {
+                    float av = dv[c], ak = dk[c];
+                    for (int qi = 0; qi < FB; qi++) {
+                        av += Ps[jr * (FB + 1) + qi] * Os[qi * ld + d];
+                        ak += Ss[jr * (FB + 1) + qi] * Qs[qi * ld + d];
+                    }
+                    dv[c] = av; dk[c] = ak;
+                }
+            }
+        }
+    }
+    if (!any || key >= a.Tk) return;
+    float* dkr = a.dk + (size_t)key * ldk + (size_t)g * hd;
+    float* dvr = a.dv + (size_t)key * ldk + (size_t)g * hd;
+#pragma unroll
+    for (int c = 0; c < 16; c++) {
+        int d = ii + 8 * c;
+        if (d < hd) { dkr[d] += a.scale * dk[c]; dvr[d] += dv[c]; }
+    }
+}
+
+__global__ void __launch_bounds__(256) dq_f32_k(AttnArgs a) {
+    DYN_SMEM(float, fsm);
+    const int hd = a.hd, ld = hd + 1;
+    float* Qs = fsm;
+    float* Os = Qs + FB * ld;
+    float* Ks = Os + FB * ld;
+    float* Vs = Ks + FB * ld;
+    float* Ss = Vs + FB * ld;              // dS [query][key]
+    int* kps = reinterpret_cast<int*>(Ss + FB * (FB + 1));
+    const int tid = threadIdx.x, i = tid >> 3, jj = tid & 7;
+    const int qt = a.nqt - 1 - blockIdx.x, h = blockIdx.y, g = h / a.grp, q0 = qt * FB;
+    const int ldq = a.nh * hd, ldk = a.nkv * hd;
+    f32_rows(Qs, reinterpret_cast<const float*>(a.q), q0, a.Tq, ldq, h, hd);
+    f32_rows(Os, reinterpret_cast<const float*>(a.dout), q0, a.Tq, ldq, h, hd);
+    const int row = q0 + i;
+    float L = INFINITY, Dr = 0.0f;
+    int qp = INT_MIN;
+    if (row < a.Tq) {
+        float x = a.lse_in[(size_t)row * a.nh + h];
+        L = x == -INFINITY ? INFINITY : x;
+        Dr = a.D[(size_t)row * a.nh + h];
+        qp = a.qpos[row];
+    }
+    const int2 qm = a.qmm[qt];
+    float dq[16];
+#pragma unroll
+    for (int c = 0; c < 16; c++) dq[c] = 0.0f;
+    bool any = false;
+    for (int j = 0; j < a.nkt; j++) {
+        if (a.causal && a.kmm[j].x > qm.y) continue;   // block-uniform
+        any = true;
+        __syncthreads();
+        f32_rows(Ks, reinterpret_cast<const float*>(a.k), j * FB, a.Tk, ldk, g, hd);
+        f32_rows(Vs, reinterpret_cast<const float*>(a.v), j * FB, a.Tk, ldk, g, hd);
+        if (tid < FB) kps[tid] = j * FB + tid < a.Tk ? a.kpos[j * FB + tid] : INT_MAX;
+        __syncthreads();
+#pragma unroll
+        for (int r4 = 0; r4 < 4; r4++) {
+            int jk = jj + 8 * r4;
+            const float *qr = Qs + i * ld, *orr = Os + i * ld, *kr = Ks + jk * ld, *vr = Vs + jk * ld;
+            float sdot = 0.0f, pdot = 0.0f;
+            for (int d = 0; d < hd; d++) { sdot += qr[d] * kr[d]; pdot += orr[d] * vr[d]; }
+            float p = expf(sdot * a.scale - L);
+            if (j * FB + jk >= a.Tk || (a.causal && kps[jk] > qp)) p = 0.0f;
+            Ss[i * (FB + 1) + jk] = p * (pdot - Dr);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int c = 0; c < 16; c++) {
+            int d = jj + 8 * c;
+            if (d < hd) {
+                float acc = dq[c];
+                for (int jk = 0; jk < FB; jk++) acc += Ss[i * (FB + 1) + jk] * Ks[jk * ld + d];
+                dq[c] = acc;
+            }
+        }
+    }
+    if (!any || row >= a.Tq) return;
+    float* dqr = a.dq + (size_t)row * ldq + (size_t)h * hd;
+#pragma unroll
+    for (int c = 0; c < 16; c++) {
+        int d = jj + 8 * c;
+        if (d < hd) dqr[d] += a.scale * dq[c];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// host side
+
+static int g_attr_done = 0;
+
+template <typename K> static void set_smem(K kern, size_t bytes, const char* what) {
+#ifndef ATTN_EMU
+    CU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), what);
+#else
+    (void)kern; (void)bytes; (void)what;
+#endif
+}
+
+static void check_shape(const char* op, int nh, int nkv, int hd) {
+    if (hd <= 0 || hd > 128) cu_die(op, "head_dim %d: the CUDA attention kernels support head_dim 1..128", hd);
+    if (nkv <= 0 || nh <= 0 || nh % nkv) cu_die(op, "nh = %d is not a multiple of nkv = %d", nh, nkv);
+    if (nh > 65535) cu_die(op, "nh = %d heads exceed the grid limit", nh);
+}
+
+void attn_init(int max_hd) {
+    if (max_hd > 128) cu_die("attn_init", "head_dim %d: the CUDA attention kernels support head_dim up to 128", max_hd);
+    if (g_attr_done || !cuda_backend_started()) return;
+    set_smem(fwd_bf16_k<64>, fwd_smem<64>(), "attn_init (fwd 64)");
+    set_smem(fwd_bf16_k<128>, fwd_smem<128>(), "attn_init (fwd 128)");
+    set_smem(dkdv_bf16_k<64>, dkdv_smem<64>(), "attn_init (dkdv 64)");
+    set_smem(dkdv_bf16_k<128>, dkdv_smem<128>(), "attn_init (dkdv 128)");
+    set_smem(dq_bf16_k<64>, dq_smem<64>(), "attn_init (dq 64)");
+    set_smem(dq_bf16_k<128>, dq_smem<128>(), "attn_init (dq 128)");
+    set_smem(fwd_f32_k, f32_fwd_smem(128), "attn_init (fwd fp32)");
+    set_smem(dkdv_f32_k, f32_dkdv_smem(128), "attn_init (dkdv fp32)");
+    set_smem(dq_f32_k, f32_dq_smem(128), "attn_init (dq fp32)");
+    g_attr_done = 1;
+}
+
+static void ensure_init(void) {
+    if (!g_attr_done) attn_init(128);
+    if (!g_attr_done) cu_die("attention", "called before be_init");
+}
+
+static unsigned grid_n(size_t n) {
+    size_t b = (n + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
+}
+
+// per-tile (min, max) of positions for tiles of `tile` rows
+static void minmax(int2* dst, const int* pos, int T, int tile) {
+    int nt = (T + tile - 1) / tile;
+    LAUNCH(minmax_k, (nt + 7) / 8, 256, 0, dst, pos, T, tile, nt);
+    CU_LAUNCHED("attention (tile positions)");
+}
+
+// bf16 [H][T][HDP] copy of a [T][H * hd] fp32 matrix in scratch slot `slot`
+static const bf16* to_bf16(int slot, const float* src, int T, int H, int hd, int HDP) {
+    bf16* dst = (bf16*)cu_workspace(slot, (size_t)H * T * HDP * sizeof(bf16));
+    LAUNCH(to_bf16_k, grid_n((size_t)H * T * HDP / 2), 256, 0, (__nv_bfloat162*)dst, src, T, H, hd, HDP);
+    CU_LAUNCHED("attention (bf16 conversion)");
+    return dst;
+}
+
+void attn_forward_begin(float* out, float* lse, int Tq, int nh, int hd) {
+    if (Tq <= 0) return;
+    LAUNCH(fill_k, grid_n((size_t)Tq * nh * hd), 256, 0, out, (size_t)Tq * nh * hd, 0.0f);
+    LAUNCH(fill_k, grid_n((size_t)Tq * nh), 256, 0, lse, (size_t)Tq * nh, -INFINITY);
+    CU_LAUNCHED("attn_forward_begin");
+}
+
+void attn_backward_begin(float* D, const float* dout, const float* out, int Tq, int nh, int hd) {
+    long n = (long)Tq * nh;
+    if (n <= 0) return;
+    LAUNCH(bwd_begin_k, (unsigned)((n + 7) / 8), 256, 0, D, dout, out, n, hd);
+    CU_LAUNCHED("attn_backward_begin");
+}
+
+void attn_merge(float* o1, float* lse1, const float* o2, const float* lse2, int Tq, int nh, int hd) {
+    long n = (long)Tq * nh;
+    if (n <= 0) return;
+    LAUNCH(merge_k, (unsigned)((n + 255) / 256), 256, 0, o1, lse1, o2, lse2, n, hd);
+    CU_LAUNCHED("attn_merge");
+}
+
+static AttnArgs base_args(int Tq, int Tk, int nh, int nkv, int hd, float scale, int mask) {
+    AttnArgs a;
+    memset(&a, 0, sizeof a);
+    a.Tq = Tq; a.Tk = Tk; a.nh = nh; a.nkv = nkv; a.hd = hd; a.grp = nh / nkv;
+    a.scale = scale; a.scale_log2 = scale * LOG2E_F;
+    a.causal = mask == ATTN_MASK_CAUSAL;
+    return a;
+}
+
+template <int HD>
+static void forward_bf16(AttnArgs a, const float* q, const float* k, const float* v) {
+    constexpr int BM = 16 * Cfg<HD>::NW, BN = Cfg<HD>::FBN;
+    a.q = to_bf16(WS_ATT_Q, q, a.Tq, a.nh, a.hd, HD);
+    a.k = to_bf16(WS_ATT_K, k, a.Tk, a.nkv, a.hd, HD);
+    a.v = to_bf16(WS_ATT_V, v, a.Tk, a.nkv, a.hd, HD);
+    a.nqt = (a.Tq + BM - 1) / BM;
+    a.nkt = (a.Tk + BN - 1) / BN;
+    int2* mm = (int2*)cu_workspace(WS_ATT_MM, (size_t)(a.nqt + a.nkt) * sizeof(int2));
+    minmax(mm, a.qpos, a.Tq, BM);
+    minmax(mm + a.nqt, a.kpos, a.Tk, BN);
+    a.qmm = mm; a.kmm = mm + a.nqt;
+    LAUNCH(fwd_bf16_k<HD>, dim3(a.nqt, a.nh), Cfg<HD>::NW * 32, fwd_smem<HD>(), a);
+    CU_LAUNCHED("attn_block_forward");
+}
+
+void attn_block_forward(float* out, float* lse,
+                        const float* q, const int* qpos, int Tq,
+                        const float* k, const float* v, const int* kpos, int Tk,
+                        int nh, int nkv, int hd, float scale, int mask) {
+    if (Tq <= 0 || Tk <= 0) return;
+    ensure_init();
+    check_shape("attn_block_forward", nh, nkv, hd);
+    AttnArgs a = base_args(Tq, Tk, nh, nkv, hd, scale, mask);
+    a.out = out; a.lse = lse; a.qpos = qpos; a.kpos = kpos;
+    if (cu_precision() == CU_FP32) {
+        a.q = q; a.k = k; a.v = v;
+        a.nqt = (Tq + FB - 1) / FB;
+        a.nkt = (Tk + FB - 1) / FB;
+        int2* mm = (int2*)cu_workspace(WS_ATT_MM, (size_t)(a.nqt + a.nkt) * sizeof(int2));
+        minmax(mm, qpos, Tq, FB);
+        minmax(mm + a.nqt, kpos, Tk, FB);
+        a.qmm = mm; a.kmm = mm + a.nqt;
+        LAUNCH(fwd_f32_k, dim3(a.nqt, nh), 256, f32_fwd_smem(hd), a);
+        CU_LAUNCHED("attn_block_forward (fp32)");
+        return;
+    }
+    if (hd <= 64) forward_bf16<64>(a, q, k, v);
+    else forward_bf16<128>(a, q, k, v);
+}
+
+template <int HD>
+static void backward_bf16(AttnArgs a, const float* q, const float* k, const float* v, const float* dout) {
+    constexpr int BMQ = Cfg<HD>::BMQ, BNK = 16 * Cfg<HD>::NW, BM2 = 16 * Cfg<HD>::NW, BNK2 = Cfg<HD>::BNK2;
+    a.q = to_bf16(WS_ATT_Q, q, a.Tq, a.nh, a.hd, HD);
+    a.dout = to_bf16(WS_ATT_DO, dout, a.Tq, a.nh, a.hd, HD);
+    a.k = to_bf16(WS_ATT_K, k, a.Tk, a.nkv, a.hd, HD);
+    a.v = to_bf16(WS_ATT_V, v, a.Tk, a.nkv, a.hd, HD);
+    int nq1 = (a.Tq + BMQ - 1) / BMQ, nk1 = (a.Tk + BNK - 1) / BNK;     // dK/dV kernel tiles
+    int nq2 = (a.Tq + BM2 - 1) / BM2, nk2 = (a.Tk + BNK2 - 1) / BNK2;   // dQ kernel tiles
+    int2* mm = (int2*)cu_workspace(WS_ATT_MM, (size_t)(nq1 + nk1 + nq2 + nk2) * sizeof(int2));
+    minmax(mm, a.qpos, a.Tq, BMQ);
+    minmax(mm + nq1, a.kpos, a.Tk, BNK);
+    minmax(mm + nq1 + nk1, a.qpos, a.Tq, BM2);
+    minmax(mm + nq1 + nk1 + nq2, a.kpos, a.Tk, BNK2);
+    AttnArgs b = a;
+    a.qmm = mm; a.kmm = mm + nq1; a.nqt = nq1; a.nkt = nk1;
+    LAUNCH(dkdv_bf16_k<HD>, dim3(nk1, a.nkv), Cfg<HD>::NW * 32, dkdv_smem<HD>(), a);
+    CU_LAUNCHED("attn_block_backward (dk, dv)");
+    b.qmm = mm + nq1 + nk1; b.kmm = mm + nq1 + nk1 + nq2; b.nqt = nq2; b.nkt = nk2;
+    LAUNCH(dq_bf16_k<HD>, dim3(nq2, b.nh), Cfg<HD>::NW * 32, dq_smem<HD>(), b);
+    CU_LAUNCHED("attn_block_backward (dq)");
+}
+
+void attn_block_backward(float* dq, float* dk, float* dv,
+                         const float* dout, const float* q, const float* lse, const float* D,
+                         const int* qpos, int Tq,
+                         const float* k, const float* v, const int* kpos, int Tk,
+                         int nh, int nkv, int hd, float scale, int mask) {
+    if (Tq <= 0 || Tk <= 0) return;
+    ensure_init();
+    check_shape("attn_block_backward", nh, nkv, hd);
+    AttnArgs a = base_args(Tq, Tk, nh, nkv, hd, scale, mask);
+    a.dq = dq; a.dk = dk; a.dv = dv; a.lse_in = lse; a.D = D; a.qpos = qpos; a.kpos = kpos;
+    if (cu_precision() == CU_FP32) {
+        a.q = q; a.k = k; a.v = v; a.dout = dout;
+        a.nqt = (Tq + FB - 1) / FB;
+        a.nkt = (Tk + FB - 1) / FB;
+        int2* mm = (int2*)cu_workspace(WS_ATT_MM, (size_t)(a.nqt + a.nkt) * sizeof(int2));
+        minmax(mm, qpos, Tq, FB);
+        minmax(mm + a.nqt, kpos, Tk, FB);
+        a.qmm = mm; a.kmm = mm + a.nqt;
+        LAUNCH(dkdv_f32_k, dim3(a.nkt, nkv), 256, f32_dkdv_smem(hd), a);
+        CU_LAUNCHED("attn_block_backward (fp32 dk, dv)");
+        LAUNCH(dq_f32_k, dim3(a.nqt, nh), 256, f32_dq_smem(hd), a);
+        CU_LAUNCHED("attn_block_backward (fp32 dq)");
+        return;
+    }
+    if (hd <= 64) backward_bf16<64>(a, q, k, v, dout);
+    else backward_bf16<128>(a, q, k, v, dout);
+}

@@ -1,0 +1,31 @@
+# The CUDA backend: one GPU per process, cuBLAS matmuls, own kernels (backend_cuda.cu) and attention block
+# kernels (attn_cuda.cu); data collectives over NCCL, or staged through pinned host memory over MPI
+# (comm/data_cuda.c). Built into build/cuda/ by `make cuda` (= make BACKEND=cuda); needs nvcc.
+BD              := build/cuda
+# portable x86 code: the binaries may run on another machine than the one that built them
+OPT             := -O3 -march=x86-64-v3
+NVCC_ARCH       ?= -gencode=arch=compute_90a,code=[sm_90a,compute_90a]
+NVCC_FLAGS      := -std=c++17 -O3 $(NVCC_ARCH) -Xptxas -warn-spills -Xcompiler -Wall,-Wextra,-march=x86-64-v3 \
+                   -Werror all-warnings -I. -I$(CUDA_HOME)/include -I$(H5_INC)
+CUDA_LIB        := $(CUDA_HOME)/lib64
+BACKEND_SRC     := backend/cuda/backend_cuda.cu backend/cuda/attn_cuda.cu comm/data_cuda.c
+BACKEND_CFLAGS  := -I$(CUDA_HOME)/include
+BACKEND_LDLIBS  := -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+PROGRAMS        := $(addprefix $(BD)/,train eval)
+TEST_BIN        := $(BD)/tests/test_cuda
+
+$(BD)/obj/%.o: %.cu $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+# The kernel test links the CPU backend too (the reference), its names prefixed cpu_ (tests/gpu/cpu_names.h).
+CPU_REF_OBJ := $(BD)/obj/ref/backend_cpu.o $(BD)/obj/ref/attn_cpu.o $(BD)/obj/ref/cpu_table.o
+$(BD)/obj/ref/%.o: backend/cpu/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(BLAS_INC) -include tests/gpu/cpu_names.h -c $< -o $@
+$(BD)/obj/ref/cpu_table.o: tests/gpu/cpu_table.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -include tests/gpu/cpu_names.h -c $< -o $@
+$(BD)/tests/test_cuda: $(BD)/obj/tests/gpu/test_cuda.o $(CPU_REF_OBJ) $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $^ -o $@ $(LDLIBS) -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas

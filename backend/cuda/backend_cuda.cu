@@ -1,0 +1,825 @@
+// backend_cuda.cu — the CUDA backend (backend.h) for one NVIDIA GPU per process: device memory, cuBLAS
+// matmuls (bf16 / tf32 tensor cores or fp32, fp32 accumulation), own kernels for everything else.
+//
+// All work is queued in order on one compute stream (cu_stream()); be_download / be_upload / be_sync wait.
+// Determinism: no atomics anywhere; every reduction has a fixed partition and a fixed order that do not
+// depend on scheduling, so a run repeats bit for bit on the same GPU and toolkit.
+// Errors: a failed CUDA / cuBLAS call ends the process with one line "cuda backend: <operation>: <error>";
+// be_init returns one line instead (no device, a driver too old, a GPU that is not Hopper).
+#include "backend/cuda/cu_common.h"
+#include <cublas_v2.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---------------------------------------------------------------------------------------------------------
+// state, errors
+
+static int g_started = 0;
+static int g_device = -1;
+static cudaDeviceProp g_prop;
+static cudaStream_t g_stream;
+static cublasHandle_t g_blas;
+static void* g_blas_ws = NULL;
+static const size_t BLAS_WS_BYTES = (size_t)32 << 20;
+static int g_prec = CU_BF16;
+static size_t g_alloc_now = 0, g_alloc_peak = 0;   // bytes held through be_alloc (sizes kept in a small table)
+
+cudaStream_t cu_stream(void) { return g_stream; }
+int cu_precision(void) { return g_prec; }
+
+void cu_die(const char* op, const char* fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cuda backend: %s: %s\n", op, buf);
+    fflush(stderr);
+    exit(1);
+}
+
+void cu_check_(cudaError_t e, const char* op) {
+    if (e != cudaSuccess) cu_die(op, "%s", cudaGetErrorString(e));
+}
+
+static void blas_check(cublasStatus_t s, const char* op) {
+    if (s != CUBLAS_STATUS_SUCCESS) cu_die(op, "%s", cublasGetStatusString(s));
+}
+
+static void need_started(const char* op) {
+    if (!g_started) cu_die(op, "called before be_init");
+}
+
+// ---- a tiny table of allocation sizes (for the memory report; the backend frees by pointer) ----
+typedef struct { void* p; size_t n; } AllocRec;
+static AllocRec* g_recs = NULL;
+static size_t g_nrec = 0, g_caprec = 0;
+static void rec_add(void* p, size_t n) {
+    if (g_nrec == g_caprec) {
+        g_caprec = g_caprec ? 2 * g_caprec : 256;
+        g_recs = (AllocRec*)realloc(g_recs, g_caprec * sizeof(AllocRec));
+        if (!g_recs) cu_die("be_alloc", "out of host memory for the allocation table");
+    }
+    g_recs[g_nrec++] = AllocRec{ p, n };
+    g_alloc_now += n;
+    if (g_alloc_now > g_alloc_peak) g_alloc_peak = g_alloc_now;
+}
+static void rec_del(void* p) {
+    for (size_t i = g_nrec; i-- > 0;)
+        if (g_recs[i].p == p) { g_alloc_now -= g_recs[i].n; g_recs[i] = g_recs[--g_nrec]; return; }
+}
+
+// ---- scratch ----
+static void* g_ws[WS_COUNT];
+static size_t g_ws_size[WS_COUNT];
+void* cu_workspace(int slot, size_t bytes) {
+    if (bytes <= g_ws_size[slot]) return g_ws[slot];
+    size_t n = bytes + bytes / 4 + 4096;   // grow with headroom: a slightly larger call does not re-allocate
+    if (g_ws[slot]) CU_CHECK(cudaFreeAsync(g_ws[slot], g_stream), "workspace (cudaFreeAsync)");
+    g_ws[slot] = NULL; g_ws_size[slot] = 0;
+    cudaError_t e = cudaMallocAsync(&g_ws[slot], n, g_stream);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&fr, &tot);
+        cu_die("workspace", "out of device memory allocating %.1f MiB of scratch (cudaMallocAsync: %s; %.2f of %.2f GiB free)",
+               n / 1048576.0, cudaGetErrorString(e), fr / 1073741824.0, tot / 1073741824.0);
+    }
+    g_ws_size[slot] = n;
+    return g_ws[slot];
+}
+
+static void memory_report(void) {
+    if (!g_started || !getenv("RINGLM_CUDA_MEMORY")) return;
+    size_t ws = 0, fr = 0, tot = 0;
+    for (int i = 0; i < WS_COUNT; i++) ws += g_ws_size[i];
+    cudaMemGetInfo(&fr, &tot);
+    printf("cuda backend: device %d memory: be_alloc peak %.1f MiB (params, grads, moments, activations, ring buffers), "
+           "scratch %.1f MiB, cuBLAS workspace %.0f MiB, device in use %.1f of %.1f GiB\n", g_device,
+           g_alloc_peak / 1048576.0, ws / 1048576.0, BLAS_WS_BYTES / 1048576.0, (tot - fr) / 1073741824.0,
+           tot / 1073741824.0);
+    fflush(stdout);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// life cycle
+
+__global__ void probe_kernel(int* x) { if (x) *x = 1; }
+
+extern "C" int cuda_backend_started(void) { return g_started; }
+extern "C" void* cuda_backend_stream(void) { return (void*)g_stream; }
+extern "C" void cuda_backend_device_uuid(unsigned char uuid[16]) { memcpy(uuid, g_prop.uuid.bytes, 16); }
+
+extern "C" int cuda_backend_start(int local_rank, char* err, size_t errlen) {
+    if (g_started) return 0;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cuda backend: no CUDA device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
+        return 1;
+    }
+    if (n <= 0) { snprintf(err, errlen, "cuda backend: no CUDA device (cudaGetDeviceCount found none)"); return 1; }
+    int dev = (local_rank < 0 ? 0 : local_rank) % n;
+    if ((e = cudaSetDevice(dev)) != cudaSuccess || (e = cudaGetDeviceProperties(&g_prop, dev)) != cudaSuccess) {
+        snprintf(err, errlen, "cuda backend: cannot use device %d (local rank %d of %d devices): %s", dev, local_rank, n,
+                 cudaGetErrorString(e));
+        return 1;
+    }
+    if (g_prop.major != 9) {
+        snprintf(err, errlen, "cuda backend: device %d (%s) has compute capability %d.%d; this build is for Hopper "
+                 "(sm_90a: H100, H200, GH200)", dev, g_prop.name, g_prop.major, g_prop.minor);
+        return 1;
+    }
+    cudaFuncAttributes fa;
+    if ((e = cudaFuncGetAttributes(&fa, probe_kernel)) != cudaSuccess) {
+        snprintf(err, errlen, "cuda backend: device %d (%s): the kernels of this build cannot load: %s", dev, g_prop.name,
+                 cudaGetErrorString(e));
+        return 1;
+    }
+    if ((e = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        snprintf(err, errlen, "cuda backend: device %d: cudaStreamCreate: %s", dev, cudaGetErrorString(e));
+        return 1;
+    }
+    cublasStatus_t s = cublasCreate(&g_blas);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "cuda backend: device %d: cublasCreate: %s", dev, cublasGetStatusString(s));
+        return 1;
+    }
+    if ((e = cudaMalloc(&g_blas_ws, BLAS_WS_BYTES)) != cudaSuccess) {
+        snprintf(err, errlen, "cuda backend: device %d: out of device memory for the 32 MiB cuBLAS workspace: %s", dev,
+                 cudaGetErrorString(e));
+        return 1;
+    }
+    blas_check(cublasSetStream(g_blas, g_stream), "cublasSetStream");
+    blas_check(cublasSetWorkspace(g_blas, g_blas_ws, BLAS_WS_BYTES), "cublasSetWorkspace");
+    const char* p = getenv("RINGLM_CUDA_PRECISION");   // the default before be_set_matmul_precision (tests)
+    if (p && be_set_matmul_precision(p)) {
+        snprintf(err, errlen, "cuda backend: RINGLM_CUDA_PRECISION = '%s' must be bf16, tf32 or fp32", p);
+        return 1;
+    }
+    g_device = dev;
+    g_started = 1;
+    atexit(memory_report);
+    return 0;
+}
+
+int be_init(int local_rank, char* err, size_t errlen) {
+    if (cuda_backend_start(local_rank, err, errlen)) return 1;
+    attn_init(128);
+    return 0;
+}
+
+const char* be_name(void) { return "cuda"; }
+
+void be_sync(void) {
+    need_started("be_sync");
+    CU_CHECK(cudaStreamSynchronize(g_stream), "be_sync (a queued kernel or copy failed)");
+}
+
+// Rows per attention call while a ring transfer is in flight: the GPU needs no host polling (NCCL progresses
+// by itself; the host-staged transport progresses in comm_wait while queued kernels run), so whole segments.
+// LM-head chunks of 4096 rows: [4096, vocab] fp32 logits (0.5 GB at a 32K vocabulary).
+static const BeTuning TUNING = { 1 << 20, 4096 };   // ring_query_rows, head_rows
+const BeTuning* be_tuning(void) { return &TUNING; }
+
+// ---------------------------------------------------------------------------------------------------------
+// timers: CUDA events on the compute stream
+
+typedef struct { cudaEvent_t a, b; } EvPair;
+struct BeTimer {
+    double clamp;
+    BeTimes acc;
+    EvPair* pend;             // regions ended, not yet read (FIFO from head)
+    int head, n, cap;
+    cudaEvent_t* pool;        // free events
+    int npool, cappool;
+    cudaEvent_t open;         // the begin event of the open region
+};
+
+static cudaEvent_t ev_get(BeTimer* t) {
+    if (t->npool) return t->pool[--t->npool];
+    cudaEvent_t e;
+    CU_CHECK(cudaEventCreate(&e), "be_timer (cudaEventCreate)");
+    return e;
+}
+static void ev_put(BeTimer* t, cudaEvent_t e) {
+    if (t->npool == t->cappool) {
+        t->cappool = t->cappool ? 2 * t->cappool : 64;
+        t->pool = (cudaEvent_t*)realloc(t->pool, t->cappool * sizeof(cudaEvent_t));
+        if (!t->pool) cu_die("be_timer", "out of host memory");
+    }
+    t->pool[t->npool++] = e;
+}
+// fold the finished regions at the head into the totals; wait = 1: every region
+static void timer_harvest(BeTimer* t, int wait) {
+    while (t->n) {
+        EvPair* p = &t->pend[t->head];
+        if (wait) CU_CHECK(cudaEventSynchronize(p->b), "be_timer_read (a queued kernel failed)");
+        else {
+            cudaError_t e = cudaEventQuery(p->b);
+            if (e == cudaErrorNotReady) return;
+            CU_CHECK(e, "be_timer (a queued kernel failed)");
+        }
+        float ms = 0;
+        CU_CHECK(cudaEventElapsedTime(&ms, p->a, p->b), "be_timer (cudaEventElapsedTime)");
+        double dt = ms * 1e-3;
+        t->acc.wall_s += dt;
+        t->acc.work_s += dt;
+        t->acc.clamped_s += dt < t->clamp ? dt : t->clamp;
+        t->acc.regions++;
+        ev_put(t, p->a); ev_put(t, p->b);
+        t->head = (t->head + 1) % t->cap;
+        t->n--;
+    }
+}
+
+BeTimer* be_timer_create(double clamp_s) {
+    need_started("be_timer_create");
+    BeTimer* t = (BeTimer*)calloc(1, sizeof *t);
+    if (!t) cu_die("be_timer_create", "out of host memory");
+    t->clamp = clamp_s;
+    return t;
+}
+void be_timer_free(BeTimer* t) {
+    if (!t) return;
+    timer_harvest(t, 1);
+    if (t->open) cudaEventDestroy(t->open);
+    for (int i = 0; i < t->npool; i++) cudaEventDestroy(t->pool[i]);
+    free(t->pool); free(t->pend); free(t);
+}
+void be_timer_begin(BeTimer* t) {
+    if (!t->open) t->open = ev_get(t);
+    CU_CHECK(cudaEventRecord(t->open, g_stream), "be_timer_begin (cudaEventRecord)");
+}
+void be_timer_end(BeTimer* t) {
+    if (!t->open) cu_die("be_timer_end", "no region was begun");
+    if (t->n >= 256) timer_harvest(t, 0);
+    if (t->n == t->cap) {   // grow the ring buffer, unrolling it
+        int cap = t->cap ? 2 * t->cap : 64;
+        EvPair* np = (EvPair*)malloc(cap * sizeof(EvPair));
+        if (!np) cu_die("be_timer_end", "out of host memory");
+        for (int i = 0; i < t->n; i++) np[i] = t->pend[(t->head + i) % t->cap];
+        free(t->pend);
+        t->pend = np; t->head = 0; t->cap = cap;
+    }
+    cudaEvent_t b = ev_get(t);
+    CU_CHECK(cudaEventRecord(b, g_stream), "be_timer_end (cudaEventRecord)");
+    t->pend[(t->head + t->n) % t->cap] = EvPair{ t->open, b };
+    t->n++;
+    t->open = NULL;
+}
+BeTimes be_timer_read(BeTimer* t) {
+    timer_harvest(t, 1);
+    return t->acc;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// memory
+
+void* be_alloc(size_t bytes) {
+    need_started("be_alloc");
+    if (bytes == 0) bytes = 256;
+    void* p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&fr, &tot);
+        fprintf(stderr, "cuda backend: out of device memory allocating %.1f MiB (cudaMalloc: %s; %.2f of %.2f GiB free "
+                "on device %d)\n", bytes / 1048576.0, cudaGetErrorString(e), fr / 1073741824.0, tot / 1073741824.0,
+                g_device);
+        fflush(stderr);
+        exit(1);
+    }
+    CU_CHECK(cudaMemsetAsync(p, 0, bytes, g_stream), "be_alloc (cudaMemsetAsync)");
+    rec_add(p, bytes);
+    return p;
+}
+void be_free(void* p) {
+    if (!p) return;
+    rec_del(p);
+    CU_CHECK(cudaFree(p), "be_free (cudaFree)");
+}
+void be_upload(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_stream), "be_upload (cudaMemcpyAsync)");
+    CU_CHECK(cudaStreamSynchronize(g_stream), "be_upload (a queued kernel or copy failed)");
+}
+void be_download(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_stream), "be_download (cudaMemcpyAsync)");
+    CU_CHECK(cudaStreamSynchronize(g_stream), "be_download (a queued kernel or copy failed)");
+}
+void be_zero(void* p, size_t bytes) {
+    if (bytes) CU_CHECK(cudaMemsetAsync(p, 0, bytes, g_stream), "be_zero (cudaMemsetAsync)");
+}
+void be_copy(void* dst, const void* src, size_t bytes) {   // memmove semantics
+    if (!bytes || dst == src) return;
+    const char *d = (const char*)dst, *s = (const char*)src;
+    if (d < s + bytes && s < d + bytes) {   // overlapping: through scratch
+        void* tmp = cu_workspace(WS_COPY, bytes);
+        CU_CHECK(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, g_stream), "be_copy (cudaMemcpyAsync)");
+        src = tmp;
+    }
+    CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream), "be_copy (cudaMemcpyAsync)");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// reductions inside a block (fixed order: warp tree, then warp 0 over the warps' results)
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// every thread of the block gets the result; blockDim.x a multiple of 32, at most 1024
+__device__ double block_sum_d(double v) {
+    __shared__ double sh[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0;
+    v = warp_sum_d(v);
+    return v;
+}
+__device__ float block_max(float v) {
+    __shared__ float sh[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// dense
+
+int be_set_matmul_precision(const char* name) {
+    if (!strcmp(name, "bf16")) g_prec = CU_BF16;
+    else if (!strcmp(name, "tf32")) g_prec = CU_TF32;
+    else if (!strcmp(name, "fp32")) g_prec = CU_FP32;
+    else return 1;
+    return 0;
+}
+
+__global__ void scale_k(float* x, size_t n, float beta) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = beta == 0.0f ? 0.0f : x[i] * beta;
+}
+
+static unsigned grid_for(size_t n) {   // grid-stride kernels: at most 8 blocks of 256 per SM worth of work
+    size_t b = (n + 255) / 256, cap = (size_t)(g_prop.multiProcessorCount > 0 ? g_prop.multiProcessorCount : 132) * 16;
+    return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
+}
+
+// Row-major C = alpha op(A) op(B) + beta C is column-major C^T = alpha op(B)^T op(A)^T + beta C^T: one gemm
+// with the operands swapped and the same transposition flags and leading dimensions.
+void be_matmul(float* C, const float* A, const float* B, int m, int n, int k,
+               int transA, int transB, float alpha, float beta) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+        scale_k<<<grid_for((size_t)m * n), 256, 0, g_stream>>>(C, (size_t)m * n, beta);
+        CU_LAUNCHED("be_matmul (k = 0)");
+        return;
+    }
+    cublasComputeType_t ct = g_prec == CU_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                           : g_prec == CU_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasStatus_t s = cublasGemmEx(g_blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    n, m, k, &alpha, B, CUDA_R_32F, transB ? k : n, A, CUDA_R_32F, transA ? m : k,
+                                    &beta, C, CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        cu_die("be_matmul", "cublasGemmEx (m %d, n %d, k %d, transA %d, transB %d): %s", m, n, k, transA, transB,
+               cublasGetStatusString(s));
+}
+
+__global__ void add_k(float* y, const float* x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+void be_add(float* y, const float* x, size_t n) {
+    if (!n) return;
+    add_k<<<grid_for(n), 256, 0, g_stream>>>(y, x, n);
+    CU_LAUNCHED("be_add");
+}
+
+// ---- sums of squares: chunks of at most CHUNK elements, each summed by one block (double), then the
+// chunks of each class summed in a fixed partition; one read-back of nclass doubles ----
+#define SUMSQ_CHUNK 65536
+typedef struct { size_t off; int n, cls; } SqChunk;
+
+__global__ void sumsq_chunks_k(double* part, const float* x, const SqChunk* ch) {
+    SqChunk c = ch[blockIdx.x];
+    const float* p = x + c.off;
+    double s = 0;
+    for (int i = threadIdx.x; i < c.n; i += blockDim.x) { double v = p[i]; s += v * v; }
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+__global__ void sumsq_final_k(double* out, const double* part, const SqChunk* ch, int nchunk, int nclass) {
+    for (int c = 0; c < nclass; c++) {
+        double s = 0;
+        for (int i = threadIdx.x; i < nchunk; i += blockDim.x)
+            if (ch[i].cls == c) s += part[i];
+        s = block_sum_d(s);
+        if (threadIdx.x == 0) out[c] = s;
+    }
+}
+
+static SqChunk* g_sq_host = NULL;      // the chunk table of the last call (re-uploaded only when it changes)
+static int g_sq_n = 0, g_sq_cap = 0, g_sq_uploaded = 0;
+static SqChunk* g_sq_dev = NULL;
+
+void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment* seg, int nseg) {
+    need_started("be_sumsq_segments");
+    for (int c = 0; c < nclass; c++) out[c] = 0;
+    if (nclass <= 0) return;
+    int n = 0;
+    for (int i = 0; i < nseg; i++) n += (int)((seg[i].n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK);
+    if (n == 0) return;
+    // build the table; compare with the uploaded one
+    SqChunk* tab = (SqChunk*)malloc((size_t)n * sizeof(SqChunk));
+    if (!tab) cu_die("be_sumsq_segments", "out of host memory");
+    int k = 0;
+    for (int i = 0; i < nseg; i++) {
+        if (seg[i].cls < 0 || seg[i].cls >= nclass) cu_die("be_sumsq_segments", "segment %d has class %d of %d", i, seg[i].cls, nclass);
+        for (size_t o = 0; o < seg[i].n; o += SUMSQ_CHUNK) {
+            size_t m = seg[i].n - o < SUMSQ_CHUNK ? seg[i].n - o : SUMSQ_CHUNK;
+            tab[k++] = SqChunk{ seg[i].offset + o, (int)m, seg[i].cls };
+        }
+    }
+    size_t tab_bytes = (size_t)n * sizeof(SqChunk);
+    double* part = (double*)cu_workspace(WS_SUMSQ, ((size_t)n + 64) * sizeof(double));
+    SqChunk* dtab = (SqChunk*)cu_workspace(WS_SUMSQ_TAB, tab_bytes);
+    if (!g_sq_uploaded || dtab != g_sq_dev || n != g_sq_n || memcmp(tab, g_sq_host, tab_bytes)) {
+        CU_CHECK(cudaMemcpyAsync(dtab, tab, tab_bytes, cudaMemcpyHostToDevice, g_stream), "be_sumsq_segments (upload)");
+        CU_CHECK(cudaStreamSynchronize(g_stream), "be_sumsq_segments (upload)");
+        if (n > g_sq_cap) {
+            free(g_sq_host);
+            g_sq_host = (SqChunk*)malloc(tab_bytes);
+            if (!g_sq_host) cu_die("be_sumsq_segments", "out of host memory");
+            g_sq_cap = n;
+        }
+        memcpy(g_sq_host, tab, tab_bytes);
+        g_sq_n = n; g_sq_dev = dtab; g_sq_uploaded = 1;
+    }
+    free(tab);
+    sumsq_chunks_k<<<n, 256, 0, g_stream>>>(part, x, dtab);
+    CU_LAUNCHED("be_sumsq_segments");
+    double* res = part + n;   // nclass <= 64 results after the partials
+    if (nclass > 64) cu_die("be_sumsq_segments", "%d classes (at most 64)", nclass);
+    sumsq_final_k<<<1, 256, 0, g_stream>>>(res, part, dtab, n, nclass);
+    CU_LAUNCHED("be_sumsq_segments");
+    be_download(out, res, (size_t)nclass * sizeof(double));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// embedding
+
+__global__ void embedding_fwd_k(float* out, const int* tok, const float* wte, int N, int C, int v0, int nv) {
+    size_t n = (size_t)N * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        int row = (int)(i / C), c = (int)(i % C);
+        int r = tok[row] - v0;
+        out[i] = (r >= 0 && r < nv) ? wte[(size_t)r * C + c] : 0.0f;
+    }
+}
+void be_embedding_forward(float* out, const int* tok, const float* wte, int N, int C, int v0, int nv) {
+    if (N <= 0 || C <= 0) return;
+    embedding_fwd_k<<<grid_for((size_t)N * C), 256, 0, g_stream>>>(out, tok, wte, N, C, v0, nv);
+    CU_LAUNCHED("be_embedding_forward");
+}
+
+// Deterministic without atomics, in the CPU's order: the token ids come to the host, which lists for every
+// vocabulary row its token indices in ascending order (a stable counting sort); one block per (row, column
+// range) then adds the rows of dout in that order.
+__global__ void embedding_bwd_k(float* dwte, const float* dout, const int* tab, int U, int C) {
+    const int* rows = tab;            // [U] vocabulary rows (local)
+    const int* start = tab + U;       // [U + 1]
+    const int* order = tab + 2 * U + 1;
+    int u = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float* d = dwte + (size_t)rows[u] * C + c;
+    float acc = *d;
+    for (int k = start[u]; k < start[u + 1]; k++) acc += dout[(size_t)order[k] * C + c];
+    *d = acc;
+}
+static int* g_emb_host = NULL;
+static size_t g_emb_cap = 0;
+void be_embedding_backward(float* dwte, const float* dout, const int* tok, int N, int C, int v0, int nv) {
+    if (N <= 0 || C <= 0 || nv <= 0) return;
+    size_t need = (size_t)N + (size_t)nv + 2 * ((size_t)N + 1) + (size_t)N;   // tokens, counts, rows+starts, order
+    if (need > g_emb_cap) {
+        free(g_emb_host);
+        g_emb_host = (int*)malloc(need * sizeof(int));
+        if (!g_emb_host) cu_die("be_embedding_backward", "out of host memory");
+        g_emb_cap = need;
+    }
+    int* htok = g_emb_host;
+    int* cnt = htok + N;                      // [nv] counts, then running positions
+    int* tab = cnt + nv;                      // rows [U], start [U+1], order [M]
+    be_download(htok, tok, (size_t)N * sizeof(int));
+    memset(cnt, 0, (size_t)nv * sizeof(int));
+    int M = 0;
+    for (int i = 0; i < N; i++) {
+        int r = htok[i] - v0;
+        if (r >= 0 && r < nv) { cnt[r]++; M++; }
+    }
+    if (M == 0) return;
+    int U = 0;
+    for (int r = 0; r < nv; r++) U += cnt[r] > 0;
+    int *rows = tab, *start = tab + U, *order = tab + 2 * U + 1;
+    int u = 0, pos = 0;
+    for (int r = 0; r < nv; r++) {
+        if (!cnt[r]) continue;
+        rows[u] = r; start[u] = pos;
+        int c = cnt[r];
+        cnt[r] = pos;              // from here: next free slot of row r
+        pos += c; u++;
+    }
+    start[U] = pos;
+    for (int i = 0; i < N; i++) {   // ascending i: each row's list is in token order
+        int r = htok[i] - v0;
+        if (r >= 0 && r < nv) order[cnt[r]++] = i;
+    }
+    size_t bytes = (size_t)(2 * U + 1 + M) * sizeof(int);
+    int* dtab = (int*)cu_workspace(WS_EMB, bytes);
+    be_upload(dtab, tab, bytes);
+    dim3 grid(U, (C + 127) / 128);
+    embedding_bwd_k<<<grid, 128, 0, g_stream>>>(dwte, dout, dtab, U, C);
+    CU_LAUNCHED("be_embedding_backward");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// RMSNorm: one warp per row
+
+__global__ void rmsnorm_fwd_k(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float* xi = x + (size_t)row * C;
+    float* oi = out + (size_t)row * C;
+    float ss = 0.0f;
+    for (int c = lane; c < C; c += 32) ss += xi[c] * xi[c];
+    ss = warp_sum(ss);
+    float r = 1.0f / sqrtf(ss / C + eps);
+    if (lane == 0) rstd[row] = r;
+    for (int c = lane; c < C; c += 32) oi[c] = xi[c] * r * w[c];
+}
+void be_rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
+    if (N <= 0 || C <= 0) return;
+    rmsnorm_fwd_k<<<(N + 7) / 8, 256, 0, g_stream>>>(out, rstd, x, w, N, C, eps);
+    CU_LAUNCHED("be_rmsnorm_forward");
+}
+
+// dx = r (w dy) - x r^3/C sum_c(w dy x)
+__global__ void rmsnorm_bwd_dx_k(float* dx, const float* dout, const float* x, const float* w, const float* rstd,
+                                 int N, int C) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float* xi = x + (size_t)row * C;
+    const float* gi = dout + (size_t)row * C;
+    float* di = dx + (size_t)row * C;
+    float r = rstd[row], dot = 0.0f;
+    for (int c = lane; c < C; c += 32) dot += gi[c] * w[c] * xi[c];
+    dot = warp_sum(dot);
+    float k = dot * r * r * r / C;
+    for (int c = lane; c < C; c += 32) di[c] += gi[c] * w[c] * r - xi[c] * k;
+}
+// dw partials: block (32 columns x 8 row lanes) sums rows [g * per, (g+1) * per) of its columns
+__global__ void rmsnorm_bwd_dw_part_k(float* part, const float* dout, const float* x, const float* rstd,
+                                      int N, int C, int per) {
+    __shared__ float sh[8][33];
+    int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    int c = blockIdx.x * 32 + tx, g = blockIdx.y;
+    int r0 = g * per, r1 = r0 + per < N ? r0 + per : N;
+    float acc = 0.0f;
+    if (c < C)
+        for (int i = r0 + ty; i < r1; i += 8) acc += dout[(size_t)i * C + c] * x[(size_t)i * C + c] * rstd[i];
+    sh[ty][tx] = acc;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float s = 0.0f;
+        for (int j = 0; j < 8; j++) s += sh[j][tx];
+        part[(size_t)g * C + c] = s;
+    }
+}
+__global__ void rmsnorm_bwd_dw_sum_k(float* dw, const float* part, int G, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f;
+    for (int g = 0; g < G; g++) s += part[(size_t)g * C + c];
+    dw[c] += s;
+}
+void be_rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                         const float* rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    rmsnorm_bwd_dx_k<<<(N + 7) / 8, 256, 0, g_stream>>>(dx, dout, x, w, rstd, N, C);
+    CU_LAUNCHED("be_rmsnorm_backward (dx)");
+    int G = (N + 63) / 64;
+    if (G > 256) G = 256;
+    int per = (N + G - 1) / G;
+    G = (N + per - 1) / per;
+    float* part = (float*)cu_workspace(WS_RMS_DW, (size_t)G * C * sizeof(float));
+    rmsnorm_bwd_dw_part_k<<<dim3((C + 31) / 32, G), 256, 0, g_stream>>>(part, dout, x, rstd, N, C, per);
+    CU_LAUNCHED("be_rmsnorm_backward (dw partials)");
+    rmsnorm_bwd_dw_sum_k<<<(C + 255) / 256, 256, 0, g_stream>>>(dw, part, G, C);
+    CU_LAUNCHED("be_rmsnorm_backward (dw)");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// RoPE (rotate_half): pair (x_i, x_{i+h}), h = hd/2, rotated by the angle of position pos[t]
+
+__global__ void rope_k(float* x, const int* pos, const float* cs, int N, int nh, int hd, float sgn) {
+    int h = hd / 2;
+    size_t n = (size_t)N * nh * h;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n; idx += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(idx % h);
+        size_t th = idx / h;                 // t * nh + head
+        int t = (int)(th / nh);
+        const float* c = cs + (size_t)pos[t] * hd;
+        float* xh = x + th * hd;
+        float a = xh[i], b = xh[i + h], sn = sgn * c[h + i];
+        xh[i] = a * c[i] - b * sn;
+        xh[i + h] = b * c[i] + a * sn;
+    }
+}
+void be_rope_forward(float* x, const int* pos, const float* cs, int N, int nh, int hd) {
+    if (N <= 0 || nh <= 0 || hd < 2) return;
+    rope_k<<<grid_for((size_t)N * nh * (hd / 2)), 256, 0, g_stream>>>(x, pos, cs, N, nh, hd, 1.0f);
+    CU_LAUNCHED("be_rope_forward");
+}
+void be_rope_backward(float* dx, const int* pos, const float* cs, int N, int nh, int hd) {
+    if (N <= 0 || nh <= 0 || hd < 2) return;
+    rope_k<<<grid_for((size_t)N * nh * (hd / 2)), 256, 0, g_stream>>>(dx, pos, cs, N, nh, hd, -1.0f);
+    CU_LAUNCHED("be_rope_backward");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// SwiGLU
+
+__global__ void swiglu_fwd_k(float* h, const float* g, const float* u, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float sg = 1.0f / (1.0f + expf(-g[i]));
+        h[i] = g[i] * sg * u[i];
+    }
+}
+__global__ void swiglu_bwd_k(float* dg, float* du, const float* dh, const float* g, const float* u, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float gi = g[i], s = 1.0f / (1.0f + expf(-gi));
+        float silu = gi * s, dhi = dh[i];
+        dg[i] = dhi * u[i] * s * (1.0f + gi * (1.0f - s));
+        du[i] = dhi * silu;
+    }
+}
+void be_swiglu_forward(float* h, const float* g, const float* u, size_t n) {
+    if (!n) return;
+    swiglu_fwd_k<<<grid_for(n), 256, 0, g_stream>>>(h, g, u, n);
+    CU_LAUNCHED("be_swiglu_forward");
+}
+void be_swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, size_t n) {
+    if (!n) return;
+    swiglu_bwd_k<<<grid_for(n), 256, 0, g_stream>>>(dg, du, dh, g, u, n);
+    CU_LAUNCHED("be_swiglu_backward");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// cross-entropy over a vocabulary slice: one block per row for the row-wise pieces
+
+__global__ void xent_lse_k(float* lse, const float* logits, int ld, int nv) {
+    const float* x = logits + (size_t)blockIdx.x * ld;
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < nv; j += blockDim.x) m = fmaxf(m, x[j]);
+    m = block_max(m);
+    double s = 0;
+    for (int j = threadIdx.x; j < nv; j += blockDim.x) s += (double)expf(x[j] - m);
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) lse[blockIdx.x] = nv > 0 ? m + (float)log(s) : -INFINITY;
+}
+void be_xent_lse(float* lse, const float* logits, int N, int ld, int nv) {
+    if (N <= 0) return;
+    xent_lse_k<<<N, 256, 0, g_stream>>>(lse, logits, ld, nv);
+    CU_LAUNCHED("be_xent_lse");
+}
+
+__global__ void xent_tl_k(float* tl, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    int t = targets[i] - v0;
+    tl[i] = (targets[i] >= 0 && t >= 0 && t < nv) ? logits[(size_t)i * ld + t] : 0.0f;
+}
+void be_xent_target_logit(float* tl, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
+    if (N <= 0) return;
+    xent_tl_k<<<cu_blocks(N, 256), 256, 0, g_stream>>>(tl, logits, targets, N, ld, nv, v0);
+    CU_LAUNCHED("be_xent_target_logit");
+}
+
+__global__ void xent_loss_k(float* losses, const float* lse, const float* tl, const int* targets, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) losses[i] = targets[i] >= 0 ? lse[i] - tl[i] : 0.0f;
+}
+void be_xent_loss(float* losses, const float* lse, const float* tl, const int* targets, int N) {
+    if (N <= 0) return;
+    xent_loss_k<<<cu_blocks(N, 256), 256, 0, g_stream>>>(losses, lse, tl, targets, N);
+    CU_LAUNCHED("be_xent_loss");
+}
+
+__global__ void xent_bwd_k(float* logits, const float* lse, const int* targets, int ld, int nv, int v0, float scale) {
+    int i = blockIdx.x;
+    float* x = logits + (size_t)i * ld;
+    int tg = targets[i];
+    if (tg < 0) {
+        for (int j = threadIdx.x; j < ld; j += blockDim.x) x[j] = 0.0f;
+        return;
+    }
+    float l = lse[i];
+    int t = tg - v0;
+    for (int j = threadIdx.x; j < ld; j += blockDim.x) {
+        float v = 0.0f;
+        if (j < nv) {
+            v = scale * expf(x[j] - l);
+            if (j == t) v -= scale;
+        }
+        x[j] = v;
+    }
+}
+void be_xent_backward(float* logits, const float* lse, const int* targets, int N, int ld, int nv, int v0, float scale) {
+    if (N <= 0) return;
+    xent_bwd_k<<<N, 256, 0, g_stream>>>(logits, lse, targets, ld, nv, v0, scale);
+    CU_LAUNCHED("be_xent_backward");
+}
+
+__global__ void row_max_k(float* mx, const float* logits, int ld, int nv) {
+    const float* x = logits + (size_t)blockIdx.x * ld;
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < nv; j += blockDim.x) m = fmaxf(m, x[j]);
+    m = block_max(m);
+    if (threadIdx.x == 0) mx[blockIdx.x] = m;
+}
+void be_row_max(float* mx, const float* logits, int N, int ld, int nv) {
+    if (N <= 0) return;
+    row_max_k<<<N, 256, 0, g_stream>>>(mx, logits, ld, nv);
+    CU_LAUNCHED("be_row_max");
+}
+
+__global__ void argmax_hit_k(float* hit, const float* mx, const float* tl, const int* targets, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) hit[i] = targets[i] >= 0 && tl[i] >= mx[i] ? 1.0f : 0.0f;
+}
+void be_argmax_hit(float* hit, const float* mx, const float* tl, const int* targets, int N) {
+    if (N <= 0) return;
+    argmax_hit_k<<<cu_blocks(N, 256), 256, 0, g_stream>>>(hit, mx, tl, targets, N);
+    CU_LAUNCHED("be_argmax_hit");
+}
+
+__global__ void exp_sub_k(float* x, const float* m, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) x[i] = x[i] == -INFINITY ? 0.0f : expf(x[i] - m[i]);
+}
+void be_exp_sub(float* x, const float* m, int N) {
+    if (N <= 0) return;
+    exp_sub_k<<<cu_blocks(N, 256), 256, 0, g_stream>>>(x, m, N);
+    CU_LAUNCHED("be_exp_sub");
+}
+
+__global__ void log_add_k(float* lse, const float* s, const float* m, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) lse[i] = m[i] + logf(s[i]);
+}
+void be_log_add(float* lse, const float* s, const float* m, int N) {
+    if (N <= 0) return;
+    log_add_k<<<cu_blocks(N, 256), 256, 0, g_stream>>>(lse, s, m, N);
+    CU_LAUNCHED("be_log_add");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// AdamW
+
+__global__ void adamw_k(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
+                        float eps, float wd, float bc1, float bc2, float gscale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float gi = g[i] * gscale;
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi; v[i] = vi;
+        p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i]);
+    }
+}
+void be_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
+              float eps, float wd, float bc1, float bc2, float gscale) {
+    if (!n) return;
+    adamw_k<<<grid_for(n), 256, 0, g_stream>>>(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, gscale);
+    CU_LAUNCHED("be_adamw");
+}

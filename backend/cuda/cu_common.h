@@ -1,0 +1,43 @@
+// cu_common.h — what the CUDA backend's own files share (C++ only; nothing outside backend/cuda/ includes it).
+//
+// One device per process, one compute stream: every kernel, copy and cuBLAS call of the backend is queued
+// on it, in order, so that the model graph's sequential semantics hold without any other synchronisation.
+// The device transport (comm/data_cuda.c) orders its communication stream against it with events.
+#pragma once
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend/backend.h"
+#include "comm/data_cuda.h"
+}
+
+// the compute stream (valid after the backend started)
+cudaStream_t cu_stream(void);
+
+// matmul precision (be_set_matmul_precision): the attention kernels follow it too (bf16 and tf32: bf16
+// tensor-core kernels; fp32: the fp32 kernels)
+enum { CU_BF16 = 0, CU_TF32 = 1, CU_FP32 = 2 };
+int cu_precision(void);
+
+// one line "cuda backend: <op>: <error string>" on stderr, exit(1)
+[[noreturn]] void cu_die(const char* op, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+// a failed CUDA call ends the process with one line naming the operation
+void cu_check_(cudaError_t e, const char* op);
+#define CU_CHECK(call, op) cu_check_((call), (op))
+// after a kernel launch: launch errors now, execution errors at the next synchronising call
+#define CU_LAUNCHED(op) cu_check_(cudaGetLastError(), (op))
+
+// Scratch in device memory, one growable buffer per slot, taken from the stream-ordered allocator (growing
+// never synchronises the device). Contents are undefined. A slot's pointer is valid until the next call
+// for the same slot with a larger size.
+enum { WS_RMS_DW, WS_EMB, WS_SUMSQ, WS_SUMSQ_TAB, WS_COPY,
+       WS_ATT_Q, WS_ATT_K, WS_ATT_V, WS_ATT_DO, WS_ATT_MM, WS_COUNT };
+void* cu_workspace(int slot, size_t bytes);
+
+// launch geometry helper
+static inline unsigned cu_blocks(size_t n, unsigned threads) {
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b);
+}

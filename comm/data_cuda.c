@@ -1,0 +1,299 @@
+// data_cuda.c — the data collectives and the ring hop of comm.h for the CUDA backend's device memory.
+//
+// Two transports, chosen once for the job (comm_set_transport, before the grid attaches its groups):
+//   nccl: one NCCL communicator per group (rank 0's id broadcast over the group's MPI communicator).
+//         Collectives run on the backend's compute stream, in order with its kernels; a ring hop is one
+//         NCCL group (send to next + receive from prev) on a communication stream ordered after the compute
+//         stream by an event, and comm_wait / a successful comm_test order the compute stream after the hop
+//         (the host does not block: the wait is the GPU's). NCCL refuses two ranks on one GPU.
+//   mpi:  staged through pinned host memory (device → host, MPI, host → device). Works with any placement,
+//         including several ranks on one GPU; the hop's MPI transfer overlaps the kernels queued after it
+//         (the send is copied to the host when comm_hop is called).
+// auto = nccl when every rank of the job has a GPU of its own, mpi otherwise.
+// Errors: a failed CUDA or NCCL call ends the job with one line naming the operation.
+#include "comm/comm_mpi.h"
+#include "comm/data_cuda.h"
+#include "comm/grid.h"
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { T_AUTO, T_NCCL, T_MPI };
+static int transport = T_AUTO;   // as asked; resolved to T_NCCL or T_MPI by the first attach
+static int resolved = -1;
+static cudaStream_t comm_stream;
+
+static void die(const char* op, const char* msg) {
+    fprintf(stderr, "comm (cuda): %s: %s\n", op, msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+static void cu(cudaError_t e, const char* op) { if (e != cudaSuccess) die(op, cudaGetErrorString(e)); }
+static void nc(ncclResult_t r, const char* op) { if (r != ncclSuccess) die(op, ncclGetErrorString(r)); }
+static cudaStream_t stream(void) { return (cudaStream_t)cuda_backend_stream(); }
+
+int comm_set_transport(const char* name, char* err, size_t errlen) {
+    if (!strcmp(name, "auto")) transport = T_AUTO;
+    else if (!strcmp(name, "nccl")) transport = T_NCCL;
+    else if (!strcmp(name, "mpi")) transport = T_MPI;
+    else { snprintf(err, errlen, "comm: transport '%s' must be auto, nccl or mpi", name); return 1; }
+    return 0;
+}
+
+// the first attach: start the backend on this rank's device (node-local rank), then pick the transport
+static int resolve(char* err, size_t errlen) {
+    MPI_Comm node;
+    int lr = 0, world = 1;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &lr);
+    MPI_Comm_free(&node);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (cuda_backend_start(lr, err, errlen)) return 1;
+    unsigned char* ids = malloc((size_t)world * 16);
+    if (!ids) { snprintf(err, errlen, "comm: out of memory"); return 1; }
+    unsigned char mine[16];
+    cuda_backend_device_uuid(mine);
+    ctl_allgather(group_world(), mine, ids, 16);
+    int shared = 0;
+    for (int i = 0; i < world && !shared; i++)
+        for (int j = i + 1; j < world && !shared; j++) shared = !memcmp(ids + 16 * i, ids + 16 * j, 16);
+    free(ids);
+    if (transport == T_NCCL && shared) {
+        snprintf(err, errlen, "comm: nccl cannot run two ranks on one GPU (this job has %d ranks on fewer GPUs); "
+                 "use --comm mpi or one rank per GPU", world);
+        return 1;
+    }
+    resolved = transport == T_MPI || (transport == T_AUTO && shared) ? T_MPI : T_NCCL;
+    if (resolved == T_NCCL) cu(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    return 0;
+}
+
+int comm_data_attach(Group* g, char* err, size_t errlen) {
+    if (resolved < 0 && resolve(err, errlen)) return 1;
+    if (resolved != T_NCCL || g->size == 1) return 0;
+    ncclUniqueId id;
+    if (g->rank == 0) nc(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    ctl_bcast(g, &id, sizeof id, 0);
+    ncclComm_t* c = malloc(sizeof *c);
+    if (!c) { snprintf(err, errlen, "comm: out of memory"); return 1; }
+    ncclResult_t r = ncclCommInitRank(c, g->size, id, g->rank);
+    if (r != ncclSuccess) {
+        snprintf(err, errlen, "comm: cannot make the NCCL communicator of the %s group (%d ranks): %s", g->name, g->size,
+                 ncclGetErrorString(r));
+        free(c);
+        return 1;
+    }
+    g->data = c;
+    return 0;
+}
+static ncclComm_t nccl_of(const Group* g) { return *(ncclComm_t*)g->data; }
+
+// ---- host staging (the mpi transport) ----
+static float* stage;        // pinned, grown on demand
+static size_t stage_n;
+static float* staged(size_t n) {
+    if (n > stage_n) {
+        if (stage) cudaFreeHost(stage);
+        stage_n = n + n / 4;
+        cu(cudaMallocHost((void**)&stage, stage_n * sizeof(float)), "cudaMallocHost (staging buffer)");
+    }
+    return stage;
+}
+static void d2h(float* h, const float* d, size_t n) {
+    cu(cudaMemcpyAsync(h, d, n * sizeof(float), cudaMemcpyDeviceToHost, stream()), "staging (device to host)");
+    cu(cudaStreamSynchronize(stream()), "staging (a queued kernel failed)");
+}
+static void h2d(float* d, const float* h, size_t n) {
+    cu(cudaMemcpyAsync(d, h, n * sizeof(float), cudaMemcpyHostToDevice, stream()), "staging (host to device)");
+    cu(cudaStreamSynchronize(stream()), "staging (host to device)");
+}
+static void staged_allreduce(const Group* g, float* buf, size_t n, MPI_Op op) {
+    float* h = staged(n);
+    d2h(h, buf, n);
+    mpi_allreduce(g, h, n, MPI_FLOAT, sizeof(float), op);
+    h2d(buf, h, n);
+}
+
+// ---- data collectives ----
+void comm_allreduce_sum(const Group* g, float* buf, size_t n) {
+    if (g->size == 1 || !n) return;
+    if (resolved == T_MPI) { staged_allreduce(g, buf, n, MPI_SUM); return; }
+    nc(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nccl_of(g), stream()), "ncclAllReduce (sum)");
+}
+void comm_allreduce_max(const Group* g, float* buf, size_t n) {
+    if (g->size == 1 || !n) return;
+    if (resolved == T_MPI) { staged_allreduce(g, buf, n, MPI_MAX); return; }
+    nc(ncclAllReduce(buf, buf, n, ncclFloat, ncclMax, nccl_of(g), stream()), "ncclAllReduce (max)");
+}
+void comm_broadcast(const Group* g, float* buf, size_t n, int root) {
+    if (g->size == 1 || !n) return;
+    if (resolved == T_MPI) {
+        float* h = staged(n);
+        if (g->rank == root) d2h(h, buf, n);
+        ctl_bcast(g, h, n * sizeof(float), root);
+        if (g->rank != root) h2d(buf, h, n);
+        return;
+    }
+    nc(ncclBroadcast(buf, buf, n, ncclFloat, root, nccl_of(g), stream()), "ncclBroadcast");
+}
+// Staged all-gather: the other parts zeroed, then summed (x + 0 is exact, so every part arrives unchanged).
+// Staged reduce-scatter: a sum over the whole buffer (the own part is what reduce-scatter defines).
+void comm_allgather(const Group* g, float* buf, size_t n) {
+    if (g->size == 1 || !n) return;
+    if (resolved == T_MPI) {
+        size_t all = (size_t)g->size * n;
+        float* h = staged(all);
+        d2h(h + (size_t)g->rank * n, buf + (size_t)g->rank * n, n);
+        memset(h, 0, (size_t)g->rank * n * sizeof(float));
+        memset(h + (size_t)(g->rank + 1) * n, 0, (all - (size_t)(g->rank + 1) * n) * sizeof(float));
+        mpi_allreduce(g, h, all, MPI_FLOAT, sizeof(float), MPI_SUM);
+        h2d(buf, h, all);
+        return;
+    }
+    nc(ncclAllGather(buf + (size_t)g->rank * n, buf, n, ncclFloat, nccl_of(g), stream()), "ncclAllGather");
+}
+void comm_reduce_scatter_sum(const Group* g, float* buf, size_t n) {
+    if (g->size == 1 || !n) return;
+    if (resolved == T_MPI) { staged_allreduce(g, buf, (size_t)g->size * n, MPI_SUM); return; }
+    nc(ncclReduceScatter(buf, buf + (size_t)g->rank * n, n, ncclFloat, ncclSum, nccl_of(g), stream()),
+       "ncclReduceScatter");
+}
+
+// ---- the ring hop ----
+// A request holds up to MAX_HOPS hops started since its last wait. nccl: one event per hop, recorded on the
+// communication stream after the hop's group. mpi: per hop a pinned send and receive buffer (kept and reused
+// by the request), the MPI requests of its messages, and the device address the received data goes to.
+#define MAX_HOPS 16
+#define MAX_MSG 64
+typedef struct {
+    cudaEvent_t done;                // nccl
+    const Group* g;                  // mpi
+    float *hsend, *hrecv, *drecv;
+    cudaEvent_t landed;              // recorded after the copy of hrecv to the device (hrecv is free again)
+    int landing;
+    size_t cap, n;
+    MPI_Request rq[MAX_MSG];
+    int nrq;
+} Hop;
+struct CommReq { Hop hop[MAX_HOPS]; int n; cudaEvent_t ready; };
+
+CommReq* comm_req_create(void) {
+    CommReq* r = calloc(1, sizeof *r);
+    if (!r) die("comm_req_create", "out of memory");
+    return r;
+}
+void comm_req_free(CommReq* r) {
+    if (!r) return;
+    comm_wait(r);
+    for (int i = 0; i < MAX_HOPS; i++) {
+        if (r->hop[i].done) cudaEventDestroy(r->hop[i].done);
+        if (r->hop[i].hsend) cudaFreeHost(r->hop[i].hsend);
+        if (r->hop[i].hrecv) cudaFreeHost(r->hop[i].hrecv);
+        if (r->hop[i].landed) cudaEventDestroy(r->hop[i].landed);
+    }
+    if (r->ready) cudaEventDestroy(r->ready);
+    free(r);
+}
+
+static Hop* next_hop(CommReq* r) {
+    if (r->n == MAX_HOPS) {
+        fprintf(stderr, "comm: more than %d transfers in flight on one request (wait before starting more)\n", MAX_HOPS);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return &r->hop[r->n++];
+}
+
+// the messages of one direction of a staged hop: at most mpi_max_count() floats each, matched in order
+static void post(const Group* g, Hop* h, float* buf, size_t n, int peer, int recv) {
+    size_t m = mpi_max_count();
+    for (size_t o = 0; o < n; o += m) {
+        if (h->nrq == MAX_MSG) die("comm_hop", "a hop longer than 32 messages of the MPI count limit");
+        int k = (int)(n - o < m ? n - o : m);
+        if (recv) MPI_Irecv(buf + o, k, MPI_FLOAT, peer, 0, g->comm, &h->rq[h->nrq++]);
+        else MPI_Isend(buf + o, k, MPI_FLOAT, peer, 0, g->comm, &h->rq[h->nrq++]);
+    }
+}
+
+void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r) {
+    Hop* h = next_hop(r);
+    int next = (g->rank + 1) % g->size, prev = (g->rank - 1 + g->size) % g->size;
+    h->n = n;
+    if (g->size == 1) {   // a ring of one: the block comes back to itself
+        cu(cudaMemcpyAsync(recv, send, n * sizeof(float), cudaMemcpyDeviceToDevice, stream()), "comm_hop (copy)");
+        h->nrq = 0; h->drecv = NULL;
+        if (resolved == T_NCCL) {
+            if (!h->done) cu(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming), "cudaEventCreate");
+            cu(cudaEventRecord(h->done, stream()), "cudaEventRecord");
+        }
+        return;
+    }
+    if (resolved == T_NCCL) {
+        if (!r->ready) cu(cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming), "cudaEventCreate");
+        if (!h->done) cu(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming), "cudaEventCreate");
+        cu(cudaEventRecord(r->ready, stream()), "cudaEventRecord");            // send after what wrote it
+        cu(cudaStreamWaitEvent(comm_stream, r->ready, 0), "cudaStreamWaitEvent");
+        nc(ncclGroupStart(), "ncclGroupStart");
+        nc(ncclSend(send, n, ncclFloat, next, nccl_of(g), comm_stream), "ncclSend (ring hop)");
+        nc(ncclRecv(recv, n, ncclFloat, prev, nccl_of(g), comm_stream), "ncclRecv (ring hop)");
+        nc(ncclGroupEnd(), "ncclGroupEnd (ring hop)");
+        cu(cudaEventRecord(h->done, comm_stream), "cudaEventRecord");
+        return;
+    }
+    if (n > h->cap) {
+        if (h->hsend) cudaFreeHost(h->hsend);
+        if (h->hrecv) cudaFreeHost(h->hrecv);
+        h->cap = n;
+        cu(cudaMallocHost((void**)&h->hsend, n * sizeof(float)), "cudaMallocHost (ring hop)");
+        cu(cudaMallocHost((void**)&h->hrecv, n * sizeof(float)), "cudaMallocHost (ring hop)");
+    }
+    if (h->landing) cu(cudaEventSynchronize(h->landed), "comm_hop (host to device)");   // hrecv free
+    h->landing = 0;
+    h->nrq = 0;
+    h->g = g;
+    h->drecv = recv;
+    post(g, h, h->hrecv, n, prev, 1);
+    d2h(h->hsend, send, n);
+    post(g, h, h->hsend, n, next, 0);
+}
+
+// a finished hop: the compute stream waits for it (nccl) or receives its data (mpi)
+static void land(Hop* h) {
+    if (resolved == T_NCCL) cu(cudaStreamWaitEvent(stream(), h->done, 0), "cudaStreamWaitEvent");
+    else if (h->drecv) {
+        cu(cudaMemcpyAsync(h->drecv, h->hrecv, h->n * sizeof(float), cudaMemcpyHostToDevice, stream()),
+           "comm_hop (host to device)");
+        if (!h->landed) cu(cudaEventCreateWithFlags(&h->landed, cudaEventDisableTiming), "cudaEventCreate");
+        cu(cudaEventRecord(h->landed, stream()), "cudaEventRecord");
+        h->landing = 1;
+    }
+}
+
+int comm_test(CommReq* r) {
+    for (int i = 0; i < r->n; i++) {
+        Hop* h = &r->hop[i];
+        if (resolved == T_NCCL) {
+            cudaError_t e = cudaEventQuery(h->done);
+            if (e == cudaErrorNotReady) return 0;
+            cu(e, "comm_test (the ring hop failed)");
+        } else if (h->nrq) {
+            int done = 0;
+            MPI_Testall(h->nrq, h->rq, &done, MPI_STATUSES_IGNORE);
+            if (!done) return 0;
+        }
+    }
+    for (int i = 0; i < r->n; i++) land(&r->hop[i]);
+    r->n = 0;
+    return 1;
+}
+
+void comm_wait(CommReq* r) {
+    for (int i = 0; i < r->n; i++) {
+        Hop* h = &r->hop[i];
+        if (resolved != T_NCCL && h->nrq) comm_watch_wait(h->g, h->nrq, h->rq, "ring hop", NULL);
+        land(h);
+    }
+    r->n = 0;
+}
