@@ -5,19 +5,12 @@
 # document, sorted depth-first walk, --doc-per dir, train/val partition, shard sizes, determinism,
 # refusal to overwrite, and one-line errors with exit status 1 for bad input.
 cd "$(dirname "$0")/.."
+source tests/lib.sh
 PREP=$PWD/build/prepare
-PY=/usr/bin/python3
-pass=0; fail=0
-ok()  { echo "ok   $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
-finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
-check() { local d=$1; shift; if "$@"; then ok "$d"; else bad "$d"; fi; }
 
 [ -x "$PREP" ] || { bad "build/prepare is not built"; finish; }
 "$PY" -c 'import numpy' 2>/dev/null || { bad "$PY has no numpy"; finish; }
 
-T=$(mktemp -d "${TMPDIR:-/tmp}/ringlm_test_prepare.XXXXXX")
-trap 'rm -rf "$T"' EXIT
 prep() { timeout 60 "$PREP" "$@"; }        # a hang (e.g. reading a fifo) fails instead of blocking
 
 # ---------------------------------------------------------------------------------------------------------
@@ -205,34 +198,26 @@ check "--force output is the fresh stream" ref exact "$T/d1" file 7 "$C"
 # bad input: exit 1, exactly one line on stderr starting "prepare: ", nothing on stdout, no shards
 mkdir -p "$T/only_binary/.git" && printf 'a\0b' > "$T/only_binary/x.bin" && printf 'x' > "$T/only_binary/.git/c"
 printf 'x' > "$T/a_file"
-expect_error() {                            # expect_error DESCRIPTION WORD ARGS...: WORD must be in the message
-    local desc=$1 word=$2; shift 2
-    prep "$@" > "$T/e_out" 2> "$T/e_err"; local rc=$?
-    if [ $rc -eq 1 ] && [ "$(wc -l < "$T/e_err")" -eq 1 ] && [ ! -s "$T/e_out" ] &&
-       grep -q '^prepare: ' "$T/e_err" && grep -qF -- "$word" "$T/e_err"; then
-        ok "$desc: $(cat "$T/e_err")"
-    else
-        bad "$desc: rc=$rc stderr=[$(cat "$T/e_err")] stdout=[$(head -c 200 "$T/e_out")]"
-    fi
-}
-expect_error "missing path"          "$T/nope"       --out "$T/e1" "$C" "$T/nope"
-expect_error "no documents"          "no documents"  --out "$T/e2" "$T/only_binary"
-expect_error "out dir under a file"  "a_file"        --out "$T/a_file/sub" "$C"
-expect_error "out dir is a file"     "a_file"        --out "$T/a_file" "$C"
-expect_error "val-frac 2"            "--val-frac"    --out "$T/e3" --val-frac 2 "$C"
-expect_error "val-frac abc"          "abc"           --out "$T/e3" --val-frac abc "$C"
-expect_error "val-frac -0.1"         "--val-frac"    --out "$T/e3" --val-frac -0.1 "$C"
-expect_error "shard-tokens 0"        "--shard-tokens" --out "$T/e3" --shard-tokens 0 "$C"
-expect_error "shard-tokens 3e9"      "--shard-tokens" --out "$T/e3" --shard-tokens 3000000000 "$C"
-expect_error "shard-tokens 10k"      "10k"           --out "$T/e3" --shard-tokens 10k "$C"
-expect_error "seed -1"               "--seed"        --out "$T/e3" --seed -1 "$C"
-expect_error "doc-per foo"           "foo"           --out "$T/e3" --doc-per foo "$C"
-expect_error "unknown option"        "--bogus"       --out "$T/e3" --bogus "$C"
-expect_error "option without value"  "--seed"        --out "$T/e3" "$C" --seed
-expect_error "no --out"              "--out"         "$C"
-expect_error "no PATH"               "PATH"          --out "$T/e3"
-expect_error "fifo as PATH"          "pipe"          --out "$T/e3" "$C/pipe"
-check "bad input wrote no output directory" eval '[ ! -e "$T/e1" ] && [ ! -e "$T/e2" ] && [ ! -e "$T/e3" ]'
+# prep_err DESCRIPTION WORD ARGS...: as expect_err (lib.sh) with exit status 1, the line starting "prepare: ", no stdout
+prep_err() { ERR_RC=1 ERR_ALSO='[ ! -s "$T/o" ] && grep -q "^prepare: " "$T/e"' expect_err "$1" "$2" 1 "$PREP" "${@:3}"; }
+prep_err "missing path"          "$T/nope"       --out "$T/eo1" "$C" "$T/nope"
+prep_err "no documents"          "no documents"  --out "$T/eo2" "$T/only_binary"
+prep_err "out dir under a file"  "a_file"        --out "$T/a_file/sub" "$C"
+prep_err "out dir is a file"     "a_file"        --out "$T/a_file" "$C"
+prep_err "val-frac 2"            "--val-frac"    --out "$T/eo3" --val-frac 2 "$C"
+prep_err "val-frac abc"          "abc"           --out "$T/eo3" --val-frac abc "$C"
+prep_err "val-frac -0.1"         "--val-frac"    --out "$T/eo3" --val-frac -0.1 "$C"
+prep_err "shard-tokens 0"        "--shard-tokens" --out "$T/eo3" --shard-tokens 0 "$C"
+prep_err "shard-tokens 3e9"      "--shard-tokens" --out "$T/eo3" --shard-tokens 3000000000 "$C"
+prep_err "shard-tokens 10k"      "10k"           --out "$T/eo3" --shard-tokens 10k "$C"
+prep_err "seed -1"               "--seed"        --out "$T/eo3" --seed -1 "$C"
+prep_err "doc-per foo"           "foo"           --out "$T/eo3" --doc-per foo "$C"
+prep_err "unknown option"        "--bogus"       --out "$T/eo3" --bogus "$C"
+prep_err "option without value"  "--seed"        --out "$T/eo3" "$C" --seed
+prep_err "no --out"              "--out"         "$C"
+prep_err "no PATH"               "PATH"          --out "$T/eo3"
+prep_err "fifo as PATH"          "pipe"          --out "$T/eo3" "$C/pipe"
+check "bad input wrote no output directory" eval '[ ! -e "$T/eo1" ] && [ ! -e "$T/eo2" ] && [ ! -e "$T/eo3" ]'
 
 # --help documents every option
 prep --help > "$T/help" 2>&1; rc=$?

@@ -4,14 +4,7 @@
 # the converted files (same losses as resuming from the original); corrupt, truncated, foreign and
 # incomplete files, an existing --out and bad options give one line and exit 1.
 cd "$(dirname "$0")/.."
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()  { echo "ok   $*"; pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }
-PY=/usr/bin/python3
-export OMP_NUM_THREADS=1
-MPI=(mpirun -q --oversubscribe); [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+source tests/lib.sh
 R=build/reshard
 [ -x $R ] || { bad "$R not built (make build/reshard)"; finish; }
 
@@ -19,11 +12,8 @@ R=build/reshard
 build/prepare --out "$T/data" --val-frac 0 model attention >/dev/null 2>"$T/prep.err" || { bad "prepare: $(cat "$T/prep.err")"; finish; }
 MODEL=(--vocab_size 257 --d_model 64 --n_layer 2 --n_head 8 --n_kv_head 4 --d_ff 96 --max_seq_len 128 --seq_len 64
        --batch_size 8 --micro_batch 1 --train_data "$T/data")
-train() {  # np out_dir log args...
-  local np=$1 out=$2 log=$3; shift 3
-  "${MPI[@]}" -np "$np" build/train "${MODEL[@]}" --out_dir "$out" "$@" >"$log" 2>&1
-}
-train 4 "$T/run" "$T/train.log" --max_steps 3 --tp 2 --cp 2 --ckpt_every 3 || { bad "training run: $(tail -3 "$T/train.log")"; finish; }
+CONF=/dev/null   # for train_run (lib.sh): no config file, the model is MODEL on the command line
+train_run run 4 "${MODEL[@]}" --max_steps 3 --tp 2 --cp 2 --ckpt_every 3 || finish
 C="$T/run/ckpt_00000003.h5"
 [ -f "$C" ] && ok "trainer wrote a tp 2 cp 2 checkpoint" || { bad "no checkpoint $C"; finish; }
 
@@ -53,25 +43,13 @@ $R --tp 4 --cp 2 --model-only --out "$T/mo.h5" "$C" >"$T/o" 2>"$T/e" && ok "conv
 
 $PY - "$C" "$T/tp4.h5" "$T/tp4_mpi.h5" "$T/bf16.h5" "$T/mo.h5" >"$T/py.out" 2>&1 <<'PYEOF' && ok "h5py: $(tail -1 "$T/py.out")" || bad "h5py checks: $(tail -5 "$T/py.out")"
 import sys, h5py, numpy as np
+sys.path.insert(0, "tests")
+from ckpt_check import xsum64 as xsum, datasets   # FORMAT.md's checksum; every dataset, by its absolute name
 src, fp, mpi, bf, mo = sys.argv[1:]
 np.seterr(over="ignore")
-G = np.uint64(0x9E3779B97F4A7C15)
-def mix64(x):
-    x = x + G
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-def xsum(a):   # FORMAT.md: sum of mix64(index * golden + bits) mod 2^64
-    bits = a.reshape(-1).view(np.uint32 if a.dtype == np.float32 else np.uint16).astype(np.uint64)
-    idx = np.arange(bits.size, dtype=np.uint64)
-    return int(np.sum(mix64(idx * G + bits), dtype=np.uint64))
 def bf16(a):   # round to nearest even
     u = a.view(np.uint32).astype(np.uint64)
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-def datasets(f):
-    out = {}
-    f.visititems(lambda n, o: out.__setitem__("/" + n, o) if isinstance(o, h5py.Dataset) else None)
-    return out
 tp = 4
 def want_chunk(name, shape, vocab_padded):
     if len(shape) == 1: return shape
@@ -118,28 +96,24 @@ $R --info "$T/bf16.h5" 2>&1 | grep -Eq "/model/model.layers.0.self_attn.o_proj.w
   && ok "--info shows bf16 and chunk dims" || bad "--info on bf16 file"
 
 # ---- the trainer resumes from converted files ----
-train 4 "$T/res_ref" "$T/res_ref.log" --max_steps 5 --tp 2 --cp 2 --resume "$C" || bad "resume from original: $(tail -2 "$T/res_ref.log")"
-train 8 "$T/res_tp4" "$T/res_tp4.log" --max_steps 5 --tp 4 --cp 2 --resume "$T/tp4.h5" || bad "resume tp 4: $(tail -2 "$T/res_tp4.log")"
+train_run res_ref 4 "${MODEL[@]}" --max_steps 5 --tp 2 --cp 2 --resume "$C"
+train_run res_tp4 8 "${MODEL[@]}" --max_steps 5 --tp 4 --cp 2 --resume "$T/tp4.h5"
 $PY - "$T/res_ref/metrics.jsonl" "$T/res_tp4/metrics.jsonl" <<'PYEOF' && ok "resume at tp 4 from the converted file: steps 4-5 losses equal the original's" || bad "resume losses differ"
 import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]; b = [json.loads(l) for l in open(sys.argv[2])]
 assert [r["step"] for r in a] == [r["step"] for r in b] == [4, 5], (a, b)
 for x, y in zip(a, b): assert abs(x["loss"] - y["loss"]) <= 1e-5 * abs(x["loss"]), (x["loss"], y["loss"])
 PYEOF
-train 8 "$T/res_bf16" "$T/res_bf16.log" --max_steps 5 --tp 4 --cp 2 --resume "$T/bf16.h5" \
-  && grep -q "^step     5/5" "$T/res_bf16.log" && ok "resume from the bf16 file" || bad "resume bf16: $(tail -2 "$T/res_bf16.log")"
-train 8 "$T/res_mo" "$T/res_mo.log" --max_steps 5 --tp 4 --cp 2 --resume "$T/mo.h5" && grep -q "^step     5/5" "$T/res_mo.log" \
-  && grep -q "moments start at zero" "$T/res_mo.log" && ok "resume from the model-only file (moments start at zero)" \
-  || bad "resume model-only: $(tail -2 "$T/res_mo.log")"
+if train_run res_bf16 8 "${MODEL[@]}" --max_steps 5 --tp 4 --cp 2 --resume "$T/bf16.h5"; then
+  grep -q "^step     5/5" "$T/res_bf16.out" && ok "resume from the bf16 file" || bad "resume bf16: $(tail -2 "$T/res_bf16.out")"
+fi
+if train_run res_mo 8 "${MODEL[@]}" --max_steps 5 --tp 4 --cp 2 --resume "$T/mo.h5"; then
+  grep -q "^step     5/5" "$T/res_mo.out" && grep -q "moments start at zero" "$T/res_mo.out" \
+    && ok "resume from the model-only file (moments start at zero)" || bad "resume model-only: $(tail -2 "$T/res_mo.out")"
+fi
 
 # ---- errors: one line on stderr, exit 1 ----
-expect_err() {  # name, pattern, np, args...
-  local name="$1" pat="$2" np="$3"; shift 3
-  if [ "$np" -eq 1 ]; then $R "$@" >"$T/o" 2>"$T/e"; else "${MPI[@]}" -np "$np" $R "$@" >"$T/o" 2>"$T/e"; fi
-  local rc=$? lines; lines=$(wc -l <"$T/e")
-  if [ $rc -eq 1 ] && [ "$lines" -eq 1 ] && grep -q -- "$pat" "$T/e"; then ok "$name: $(cat "$T/e")"
-  else bad "$name: exit $rc, $lines stderr lines: $(head -c 400 "$T/e")"; fi
-}
+reshard_err() { ERR_RC=1 expect_err "$1" "$2" "$3" $R "${@:4}"; }   # name pattern np args...: exit status 1
 cp "$C" "$T/flip.h5"
 $PY - "$T/flip.h5" <<'PYEOF' || bad "could not corrupt the copy"
 import sys, h5py
@@ -147,36 +121,36 @@ with h5py.File(sys.argv[1], "r") as f: off = f["/model/model.layers.0.self_attn.
 with open(sys.argv[1], "r+b") as f:
     f.seek(off + 100); b = f.read(4); f.seek(off + 100); f.write(bytes(x ^ 0xFF for x in b))
 PYEOF
-expect_err "--verify on flipped bytes" "checksum mismatch in /model/model.layers.0.self_attn.q_proj.weight" 1 --verify "$T/flip.h5"
-expect_err "--verify on flipped bytes (mpirun -np 3)" "flip.h5.*q_proj.weight" 3 --verify "$T/flip.h5"
+reshard_err "--verify on flipped bytes" "checksum mismatch in /model/model.layers.0.self_attn.q_proj.weight" 1 --verify "$T/flip.h5"
+reshard_err "--verify on flipped bytes (mpirun -np 3)" "flip.h5|q_proj.weight" 3 --verify "$T/flip.h5"
 $R --info "$T/flip.h5" 2>/dev/null | grep -Eq "q_proj.weight .* MISMATCH" && ok "--info shows MISMATCH" || bad "--info on flipped file"
-expect_err "convert a corrupt file" "checksum mismatch in /model/model.layers.0.self_attn.q_proj.weight" 2 --tp 4 --out "$T/flip_out.h5" "$T/flip.h5"
+reshard_err "convert a corrupt file" "checksum mismatch in /model/model.layers.0.self_attn.q_proj.weight" 2 --tp 4 --out "$T/flip_out.h5" "$T/flip.h5"
 [ ! -e "$T/flip_out.h5" ] && [ ! -e "$T/flip_out.h5.tmp" ] && ok "nothing written from a corrupt input" || bad "output left from a corrupt input"
 head -c $(( $(stat -c %s "$C") * 2 / 3 )) "$C" > "$T/trunc.h5"
-expect_err "truncated file" "cannot be opened as HDF5" 1 --verify "$T/trunc.h5"
-expect_err "truncated file (mpirun, convert)" "cannot be opened as HDF5" 2 --tp 4 --out "$T/t.h5" "$T/trunc.h5"
-expect_err "not HDF5" "cannot be opened as HDF5" 1 --info Makefile
-expect_err "missing file" "does not exist" 1 --verify "$T/nope.h5"
+reshard_err "truncated file" "cannot be opened as HDF5" 1 --verify "$T/trunc.h5"
+reshard_err "truncated file (mpirun, convert)" "cannot be opened as HDF5" 2 --tp 4 --out "$T/t.h5" "$T/trunc.h5"
+reshard_err "not HDF5" "cannot be opened as HDF5" 1 --info Makefile
+reshard_err "missing file" "does not exist" 1 --verify "$T/nope.h5"
 cp "$C" "$T/nodset.h5"
 $PY -c "import h5py,sys; f=h5py.File(sys.argv[1],'r+'); del f['/model/model.norm.weight']; f.close()" "$T/nodset.h5"
-expect_err "missing dataset (--verify)" "lacks the dataset /model/model.norm.weight" 1 --verify "$T/nodset.h5"
-expect_err "missing dataset (convert, mpirun)" "lacks the dataset /model/model.norm.weight" 3 --tp 4 --out "$T/n.h5" "$T/nodset.h5"
+reshard_err "missing dataset (--verify)" "lacks the dataset /model/model.norm.weight" 1 --verify "$T/nodset.h5"
+reshard_err "missing dataset (convert, mpirun)" "lacks the dataset /model/model.norm.weight" 3 --tp 4 --out "$T/n.h5" "$T/nodset.h5"
 $PY -c "import h5py,sys; f=h5py.File(sys.argv[1],'w'); f.attrs['format']=b'something-else'; f.close()" "$T/foreign.h5"
-expect_err "not a ringlm checkpoint" "not a ringlm checkpoint" 1 --info "$T/foreign.h5"
+reshard_err "not a ringlm checkpoint" "not a ringlm checkpoint" 1 --info "$T/foreign.h5"
 cp "$C" "$T/v2.h5"
 $PY -c "import h5py,sys,numpy as np; f=h5py.File(sys.argv[1],'r+'); f.attrs['format_version']=np.int64(2); f.close()" "$T/v2.h5"
-expect_err "unknown format_version" "format_version 2" 1 --verify "$T/v2.h5"
+reshard_err "unknown format_version" "format_version 2" 1 --verify "$T/v2.h5"
 cp "$T/tp4.h5" "$T/keep.h5"; cp "$T/keep.h5" "$T/keep.orig"
-expect_err "--out exists" "exists; pass --force" 1 --tp 2 --out "$T/keep.h5" "$C"
+reshard_err "--out exists" "exists; pass --force" 1 --tp 2 --out "$T/keep.h5" "$C"
 cmp -s "$T/keep.h5" "$T/keep.orig" && ok "the existing --out file is untouched" || bad "existing --out file modified"
 $R --tp 2 --force --out "$T/keep.h5" "$C" >/dev/null 2>"$T/e" && $PY -c "import h5py,sys; assert int(h5py.File(sys.argv[1],'r').attrs['saved_tp'])==2" "$T/keep.h5" \
   && ok "--force replaces it" || bad "--force: $(cat "$T/e")"
-expect_err "--tp not dividing n_head" "does not divide n_head = 8" 1 --tp 3 --out "$T/x.h5" "$C"
-expect_err "--tp not dividing n_kv_head (mpirun)" "does not divide n_kv_head = 4" 2 --tp 8 --out "$T/x.h5" "$C"
-expect_err "--tp 0" "--tp needs an integer >= 1" 1 --tp 0 --out "$T/x.h5" "$C"
-expect_err "--cp garbage" "--cp needs an integer >= 1, got 'two'" 1 --cp two --out "$T/x.h5" "$C"
-expect_err "--dtype fp16" "--dtype must be keep, fp32 or bf16" 1 --dtype fp16 --out "$T/x.h5" "$C"
-expect_err "unknown option" "unknown option '--bogus'" 1 --bogus "$C"
-expect_err "no mode" "nothing to do" 1 "$C"
+reshard_err "--tp not dividing n_head" "does not divide n_head = 8" 1 --tp 3 --out "$T/x.h5" "$C"
+reshard_err "--tp not dividing n_kv_head (mpirun)" "does not divide n_kv_head = 4" 2 --tp 8 --out "$T/x.h5" "$C"
+reshard_err "--tp 0" "--tp needs an integer >= 1" 1 --tp 0 --out "$T/x.h5" "$C"
+reshard_err "--cp garbage" "--cp needs an integer >= 1, got 'two'" 1 --cp two --out "$T/x.h5" "$C"
+reshard_err "--dtype fp16" "--dtype must be keep, fp32 or bf16" 1 --dtype fp16 --out "$T/x.h5" "$C"
+reshard_err "unknown option" "unknown option '--bogus'" 1 --bogus "$C"
+reshard_err "no mode" "nothing to do" 1 "$C"
 [ ! -e "$T/x.h5" ] && ok "no output from refused conversions" || bad "refused conversion wrote output"
 finish
