@@ -28,7 +28,7 @@ include backend/$(BACKEND)/backend.mk
 CFLAGS    := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -I. -I$(H5_INC) $(BACKEND_CFLAGS)
 LDLIBS    := $(BACKEND_LDLIBS) -L$(H5_LIB) -Wl,-rpath,$(H5_LIB) -lhdf5 -fopenmp -lm
 
-.PHONY: all cuda test demo deps bench clean print-lib-src
+.PHONY: all cuda gpu-bundle test demo deps bench clean print-lib-src
 .SECONDARY:
 all: $(PROGRAMS) $(TEST_BIN)
 
@@ -45,6 +45,8 @@ $(BD)/reshard: $(BD)/obj/tools/reshard.o $(LIB_OBJ)
 $(BD)/eval: $(BD)/obj/eval/eval.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/bench_attention: $(BD)/obj/tools/bench_attention.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(LDLIBS)
+$(BD)/bench_kernels: $(BD)/obj/tools/bench_kernels.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/sgemm_peak: $(BD)/obj/tools/sgemm_peak.o $(BD)/obj/common/util.o
 	$(CC) $^ -o $@ $(LDLIBS)
@@ -64,6 +66,10 @@ print-lib-src:
 # installs missing Debian packages (as root; otherwise prints the apt-get command)
 deps:
 	@bash tools/install_deps.sh
+
+# everything tools/gpu_check.sh needs on a GPU machine, in build/gpu_bundle/ (see that script)
+gpu-bundle:
+	@bash tools/gpu_check.sh prepare
 
 test: deps
 	@$(MAKE) --no-print-directory all

@@ -11,7 +11,7 @@ CUDA_LIB        := $(CUDA_HOME)/lib64
 BACKEND_SRC     := backend/cuda/backend_cuda.cu backend/cuda/attn_cuda.cu comm/data_cuda.c
 BACKEND_CFLAGS  := -I$(CUDA_HOME)/include
 BACKEND_LDLIBS  := -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublasLt -lcublas -lnccl -lcudart -lstdc++
-PROGRAMS        := $(addprefix $(BD)/,train eval)
+PROGRAMS        := $(addprefix $(BD)/,train eval bench_kernels)
 TEST_BIN        := $(BD)/tests/test_cuda
 
 $(BD)/obj/%.o: %.cu $(HEADERS)

@@ -23,6 +23,7 @@
 extern "C" {
 #include "backend/attention.h"
 #include "tests/gpu/be_table.h"
+#include "tests/gpu/compare.h"
 #include "tests/testutil.h"
 void attn_emu_set_precision(int p);
 }
@@ -38,26 +39,8 @@ static std::vector<float> rnd(size_t n, float amp) {
     return x;
 }
 
-// max |a - r| / max |r|; NaN anywhere fails
-static double rel_err(const std::vector<float>& a, const std::vector<float>& r) {
-    double md = 0, mr = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        double d = fabs((double)a[i] - r[i]);
-        if (!(d <= md)) md = d;
-        if (fabs(r[i]) > mr) mr = fabs(r[i]);
-    }
-    return md / (mr + 1e-30);
-}
-// lse: -inf must match exactly; finite: |diff| / max(1, |ref|)
-static double lse_err(const std::vector<float>& a, const std::vector<float>& r) {
-    double worst = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        if (std::isinf(r[i]) || std::isinf(a[i])) { if (a[i] != r[i]) return INFINITY; continue; }
-        double d = fabs((double)a[i] - r[i]) / fmax(1.0, fabs(r[i]));
-        if (!(d <= worst)) worst = d;
-    }
-    return worst;
-}
+static double rel_err(const std::vector<float>& a, const std::vector<float>& r) { return cmp_rel(a.data(), r.data(), a.size()); }
+static double lse_err(const std::vector<float>& a, const std::vector<float>& r) { return cmp_lse(a.data(), r.data(), a.size()); }
 
 enum { POS_SAME, POS_CHUNKS, POS_SHUFFLED };
 struct Case { const char* name; int Tq, Tk, nh, nkv, hd, mask, pos; };

@@ -9,6 +9,7 @@
 #include "backend/attention.h"
 #include "backend/backend.h"
 #include "tests/gpu/be_table.h"
+#include "tests/gpu/compare.h"
 #include "tests/testutil.h"
 #include <math.h>
 #include <stdint.h>
@@ -30,27 +31,8 @@ static float* dup(const float* x, size_t n) { float* y = malloc((n ? n : 1) * si
 static void* up(const void* h, size_t bytes) { void* d = be_alloc(bytes); be_upload(d, h, bytes); return d; }
 static float* down(const void* d, size_t n) { float* h = malloc((n ? n : 1) * sizeof(float)); be_download(h, d, n * sizeof(float)); return h; }
 
-// max |a - r| / max |r|; NaN anywhere fails
-static double rel(const float* a, const float* r, size_t n) {
-    double md = 0, mr = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - r[i]);
-        if (!(d <= md)) md = d;
-        if (fabs(r[i]) > mr) mr = fabs(r[i]);
-    }
-    return md / (mr + 1e-30);
-}
-static double lse_err(const float* a, const float* r, size_t n) {
-    double w = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isinf(r[i]) || isinf(a[i])) { if (a[i] != r[i]) return INFINITY; continue; }
-        double d = fabs((double)a[i] - r[i]) / fmax(1.0, fabs(r[i]));
-        if (!(d <= w)) w = d;
-    }
-    return w;
-}
 // the CUDA result in device memory d against the CPU result h
-static double cmp(const void* d, const float* h, size_t n) { float* g = down(d, n); double e = rel(g, h, n); free(g); return e; }
+static double cmp(const void* d, const float* h, size_t n) { float* g = down(d, n); double e = cmp_rel(g, h, n); free(g); return e; }
 
 static void test_matmul(const char* prec, double tol) {
     int m = 37, n = 53, k = 71;
@@ -230,7 +212,7 @@ static void test_attention(const Case* c, const char* prec, int fp32) {
         attn_block_forward(Do, Dl, Dq, Dqp, Tq, Dk + ko, Dv + ko, Dkp + j0s[b], ns[b], nh, nkv, hd, sc, c->mask);
     }
     float* gl = down(Dl, nl);
-    double eo = cmp(Do, o, nq), el = lse_err(gl, l, nl);
+    double eo = cmp(Do, o, nq), el = cmp_lse(gl, l, nl);
     CHECK(eo <= to && el <= to, "attention %s %s forward: out %.2e lse %.2e (tol %.0e)", prec, c->name, eo, el, to);
     // backward from the CPU's (out, lse), both sides
     be_upload(Do, o, nq * 4); be_upload(Dl, l, nl * 4);
@@ -249,7 +231,7 @@ static void test_attention(const Case* c, const char* prec, int fp32) {
     float *gq = down(Ddq, nq), *gk = down(Ddk, nk), *gv = down(Ddv, nk);
     for (size_t i = 0; i < nq; i++) { gq[i] -= dq0[i]; dq[i] -= dq0[i]; }   // compare the contributions
     for (size_t i = 0; i < nk; i++) { gk[i] -= dk0[i]; dk[i] -= dk0[i]; gv[i] -= dv0[i]; dv[i] -= dv0[i]; }
-    double eq = rel(gq, dq, nq), ek = rel(gk, dk, nk), ev = rel(gv, dv, nk);
+    double eq = cmp_rel(gq, dq, nq), ek = cmp_rel(gk, dk, nk), ev = cmp_rel(gv, dv, nk);
     CHECK(eD <= 1e-5 && eq <= tg && ek <= tg && ev <= tg, "attention %s %s backward: D %.2e dq %.2e dk %.2e dv %.2e (tol %.0e)",
           prec, c->name, eD, eq, ek, ev, tg);
     free(q); free(k); free(v); free(dout); free(qp); free(kp); free(o); free(l); free(gl); free(D);
@@ -267,7 +249,7 @@ static void test_merge(void) {
     float *D1 = up(o1, n * 4), *D2 = up(o2, n * 4), *E1 = up(l1, nl * 4), *E2 = up(l2, nl * 4);
     cpu->attn_merge(o1, l1, o2, l2, Tq, nh, hd); attn_merge(D1, E1, D2, E2, Tq, nh, hd);
     float* gl = down(E1, nl);
-    double e = cmp(D1, o1, n), el = lse_err(gl, l1, nl);
+    double e = cmp(D1, o1, n), el = cmp_lse(gl, l1, nl);
     CHECK(e <= 1e-6 && el <= 1e-6, "attn_merge (with -inf on either side): out %.2e lse %.2e", e, el);
     free(o1); free(o2); free(l1); free(l2); free(gl); be_free(D1); be_free(D2); be_free(E1); be_free(E2);
 }

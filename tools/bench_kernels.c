@@ -1,0 +1,118 @@
+// bench_kernels.c — the backend's matmul peak and its attention block kernels alone, timed on the backend's own
+// clock (be_timer: CUDA events on a GPU). Backend-neutral: built for every backend (build/bench_kernels,
+// build/cuda/bench_kernels).
+//   bench_kernels [--precision bf16|tf32|fp32] [--gemm N] [--T 8192,16384] [--hd 64,128] [--heads NH] [--kv NKV]
+//                 [--reps R]
+// Prints one line "matmul N^3 <precision>: X TFLOP/s" (median of R), then a markdown table: per head_dim and T,
+// causal attention of one sequence as one block call, forward and backward TFLOP/s (median of R).
+// FLOPs counted causally: forward 4 * T^2/2 * hd * nh, backward 2.5 x forward (FlashAttention's convention).
+#include "backend/attention.h"
+#include "backend/backend.h"
+#include "common/util.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void* rand_dev(size_t n, float amp, unsigned seed) {
+    float* h = malloc(n * sizeof(float));
+    if (!h) { fprintf(stderr, "bench_kernels: out of host memory\n"); exit(1); }
+    for (size_t i = 0; i < n; i++) { seed = seed * 1664525u + 1013904223u; h[i] = amp * ((float)(seed >> 8) / 8388608.0f - 1.0f); }
+    void* d = be_alloc(n * sizeof(float));
+    be_upload(d, h, n * sizeof(float));
+    free(h);
+    return d;
+}
+static int parse_list(const char* s, int* out, int max) {
+    int n = 0;
+    while (*s && n < max) {
+        char* e;
+        long v = strtol(s, &e, 10);
+        if (e == s || v <= 0) return -1;
+        out[n++] = (int)v;
+        s = *e == ',' ? e + 1 : e;
+        if (*e && *e != ',') return -1;
+    }
+    return n;
+}
+// seconds of one region on the backend's clock
+static double timed_region(BeTimer* t) { BeTimes r = be_timer_read(t); return r.wall_s; }
+
+int main(int argc, char** argv) {
+    const char* prec = "bf16";
+    int gemm = 8192, reps = 5, nh = 16, nkv = 4, Ts[16] = { 8192, 16384, 32768, 65536 }, nT = 4, hds[4] = { 64, 128 }, nhd = 2;
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        if (i + 1 >= argc) { fprintf(stderr, "bench_kernels: option %s needs a value\n", a); return 1; }
+        const char* v = argv[++i];
+        if (!strcmp(a, "--precision")) prec = v;
+        else if (!strcmp(a, "--gemm")) gemm = atoi(v);
+        else if (!strcmp(a, "--reps")) reps = atoi(v);
+        else if (!strcmp(a, "--heads")) nh = atoi(v);
+        else if (!strcmp(a, "--kv")) nkv = atoi(v);
+        else if (!strcmp(a, "--T")) { if ((nT = parse_list(v, Ts, 16)) <= 0) { fprintf(stderr, "bench_kernels: --T '%s' must be a list of sizes\n", v); return 1; } }
+        else if (!strcmp(a, "--hd")) { if ((nhd = parse_list(v, hds, 4)) <= 0) { fprintf(stderr, "bench_kernels: --hd '%s' must be a list of sizes\n", v); return 1; } }
+        else { fprintf(stderr, "bench_kernels: unknown option '%s'\n", a); return 1; }
+    }
+    if (reps < 1 || gemm < 0 || nh < 1 || nkv < 1 || nh % nkv) { fprintf(stderr, "bench_kernels: bad --reps, --gemm, --heads or --kv\n"); return 1; }
+    char err[512];
+    if (be_init(0, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+    if (be_set_matmul_precision(prec)) { fprintf(stderr, "bench_kernels: --precision '%s' must be bf16, tf32 or fp32\n", prec); return 1; }
+    attn_init(128);
+    printf("backend %s, matmul precision %s%s\n", be_name(), prec, strcmp(be_name(), "cpu") ? "" : " (the CPU computes fp32)");
+    double* t = malloc((size_t)reps * sizeof(double));
+    if (gemm > 0) {
+        size_t n = (size_t)gemm * gemm;
+        float *A = rand_dev(n, 1, 1), *B = rand_dev(n, 1, 2), *C = be_alloc(n * sizeof(float));
+        be_matmul(C, A, B, gemm, gemm, gemm, 0, 0, 1, 0);   // warm-up
+        for (int r = 0; r < reps; r++) {
+            BeTimer* tm = be_timer_create(1e30);
+            be_timer_begin(tm);
+            be_matmul(C, A, B, gemm, gemm, gemm, 0, 0, 1, 0);
+            be_timer_end(tm);
+            t[r] = timed_region(tm);
+            be_timer_free(tm);
+        }
+        double s = median(t, reps);
+        printf("matmul %d^3 %s: %.3g TFLOP/s (median of %d, random data)\n", gemm, prec, 2.0 * gemm * gemm * (double)gemm / s / 1e12, reps);
+        be_free(A); be_free(B); be_free(C);
+    }
+    printf("\n| head_dim | T | heads (kv) | forward ms | forward TFLOP/s | backward ms | backward TFLOP/s |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int h = 0; h < nhd; h++)
+        for (int ti = 0; ti < nT; ti++) {
+            int T = Ts[ti], hd = hds[h];
+            size_t nq = (size_t)T * nh * hd, nk = (size_t)T * nkv * hd, nl = (size_t)T * nh;
+            float *q = rand_dev(nq, 1, 3), *k = rand_dev(nk, 1, 4), *v = rand_dev(nk, 1, 5), *dout = rand_dev(nq, 1, 6);
+            float *out = be_alloc(nq * 4), *lse = be_alloc(nl * 4), *D = be_alloc(nl * 4);
+            float *dq = be_alloc(nq * 4), *dk = be_alloc(nk * 4), *dv = be_alloc(nk * 4);
+            int* hp = malloc((size_t)T * sizeof(int));
+            for (int i = 0; i < T; i++) hp[i] = i;
+            int* pos = be_alloc((size_t)T * sizeof(int));
+            be_upload(pos, hp, (size_t)T * sizeof(int));
+            float sc = 1.0f / sqrtf((float)hd);
+            double* tb = malloc((size_t)reps * sizeof(double));
+            for (int r = 0; r <= reps; r++) {   // the first round warms up
+                BeTimer *f = be_timer_create(1e30), *b = be_timer_create(1e30);
+                be_timer_begin(f);
+                attn_forward_begin(out, lse, T, nh, hd);
+                attn_block_forward(out, lse, q, pos, T, k, v, pos, T, nh, nkv, hd, sc, ATTN_MASK_CAUSAL);
+                be_timer_end(f);
+                be_timer_begin(b);
+                attn_backward_begin(D, dout, out, T, nh, hd);
+                attn_block_backward(dq, dk, dv, dout, q, lse, D, pos, T, k, v, pos, T, nh, nkv, hd, sc, ATTN_MASK_CAUSAL);
+                be_timer_end(b);
+                if (r) { t[r - 1] = timed_region(f); tb[r - 1] = timed_region(b); }
+                be_timer_free(f); be_timer_free(b);
+            }
+            double fl = 4.0 * T * (double)T / 2 * hd * nh, sf = median(t, reps), sb = median(tb, reps);
+            printf("| %d | %d | %d (%d) | %.2f | %.3g | %.2f | %.3g |\n", hd, T, nh, nkv, sf * 1e3, fl / sf / 1e12, sb * 1e3,
+                   2.5 * fl / sb / 1e12);
+            fflush(stdout);
+            free(hp); free(tb);
+            void* all[] = { q, k, v, dout, out, lse, D, dq, dk, dv, pos };
+            for (size_t i = 0; i < sizeof all / sizeof *all; i++) be_free(all[i]);
+        }
+    free(t);
+    return 0;
+}
