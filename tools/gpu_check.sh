@@ -81,7 +81,7 @@ run() {
   export LD_LIBRARY_PATH="$L:$L/openblas-openmp:$L/hdf5/openmpi:$L/openmpi/lib:/usr/local/cuda/lib64$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export OPAL_PREFIX=$root/usr OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=4 RINGLM_CUDA_MEMORY=1
-  local MPIRUN=("$root/usr/bin/mpirun" --oversubscribe -x LD_LIBRARY_PATH -x OPAL_PREFIX -x OMPI_MCA_pml -x OMPI_MCA_btl)
+  local MPIRUN=("$root/usr/bin/orterun" --oversubscribe -x LD_LIBRARY_PATH -x OPAL_PREFIX -x OMPI_MCA_pml -x OMPI_MCA_btl)
   local C=$G/cuda DATA="$G/data/train_*.bin"
   { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
     date -u +"date: %Y-%m-%d %H:%M UTC"; } | tee "$OUT/machine.txt"
