@@ -56,9 +56,12 @@ static const Key KEYS[] = {
     K(verify_attention, T_INT, 0, "0", "every N steps compare ring attention with one-process attention (0: off)"),
     K(ckpt_every, T_INT, 0, "0", "save a checkpoint every N steps (0: only the final one); OUT_DIR/ckpt_STEP.h5"),
     K(keep_last, T_INT, 0, "3", "keep the newest K checkpoints (0: keep all)"),
+    K(save_final, T_INT, 0, "1", "save a checkpoint at the end of the run (0: no final save, e.g. for benchmarks)"),
     K(ckpt_io, T_STR, 0, "collective", "checkpoint data transfers: collective (MPI-IO aggregation, for parallel file systems) | independent"),
     K(comm, T_STR, 0, "auto", "data transport between ranks: auto (the backend's: CPU mpi, GPU nccl) | mpi (a GPU stages through host memory) | nccl"),
+    K(recompute, T_STR, 0, "none", "activation recomputation: none | mlp (norm2 + SwiGLU) | qkv (also norm1, q, k, v) | full (the whole layer from its input; the ring rotates K/V again)"),
     K(matmul_precision, T_STR, 0, "bf16", "GPU matmuls: bf16 | tf32 tensor cores (fp32 accumulation) | fp32; the CPU backend always computes fp32"),
+    K(timeout_s, T_FLOAT, 0, "600", "watchdog: a collective or ring transfer that waits longer aborts the job naming the ranks that did not arrive (0: off)"),
     K(resume, T_STR, 0, "", "resume from a checkpoint file, a directory (its latest) or 'latest' (out_dir's)"),
     K(dump_weights, T_STR, 0, "", "write the final weights and last gradients to this file (tests' RLMDUMP1 format; empty: off)"),
 };
@@ -85,7 +88,13 @@ static int set_key(Config* c, const Key* k, const char* v, const char* origin, c
     case T_FLOAT: {
         double x = strtod(v, &end);
         if (end == v || *end || errno || !isfinite(x)) goto bad;
-        *(float*)base = (float)x;
+        float f = (float)x;   // the value that will be used: finite after the cast too (|x| <= 3.4e38)
+        if (!isfinite(f)) {
+            ERR("config: %s: key '%s' has invalid value '%s' (out of the float range: at most 3.4e38 in magnitude)",
+                origin, k->name, v);
+            return 1;
+        }
+        *(float*)base = f;
         return 0;
     }
     case T_STR:
@@ -180,10 +189,13 @@ int config_validate(const Config* c, char* err, size_t errlen) {
         FAIL("seq_len = %d is not divisible by %s%d (cp = %d, %s layout)", c->seq_len,
              parts == 2 * c->cp ? "2 * cp = " : "cp = ", parts, c->cp, c->cp_layout);
     if (c->ckpt_every < 0 || c->keep_last < 0) FAIL("ckpt_every and keep_last must be >= 0");
+    if (c->save_final != 0 && c->save_final != 1) FAIL("save_final = %d must be 0 or 1", c->save_final);
     if (strcmp(c->ckpt_io, "collective") && strcmp(c->ckpt_io, "independent"))
         FAIL("ckpt_io = '%s' must be collective or independent", c->ckpt_io);
     if (strcmp(c->comm, "auto") && strcmp(c->comm, "mpi") && strcmp(c->comm, "nccl"))
         FAIL("comm = '%s' must be auto, mpi or nccl", c->comm);
+    if (recompute_mode(c->recompute) < 0)
+        FAIL("recompute = '%s' must be none, mlp, qkv or full", c->recompute);
     if (strcmp(c->matmul_precision, "bf16") && strcmp(c->matmul_precision, "tf32") && strcmp(c->matmul_precision, "fp32"))
         FAIL("matmul_precision = '%s' must be bf16, tf32 or fp32", c->matmul_precision);
     if (c->zero != 0 && c->zero != 1) FAIL("zero = %d must be 0 or 1", c->zero);
@@ -229,4 +241,10 @@ int config_key_kind(const char* key) {
 
 void config_each_key(void (*fn)(const char* key, int is_model, void* ctx), void* ctx) {
     for (int i = 0; i < NKEYS; i++) fn(KEYS[i].name, KEYS[i].model, ctx);
+}
+
+int recompute_mode(const char* name) {
+    static const char* names[] = { "none", "mlp", "qkv", "full" };
+    for (int i = 0; i < 4; i++) if (!strcmp(name, names[i])) return i;
+    return -1;
 }

@@ -25,8 +25,11 @@ typedef struct {
     int zero;                       // 1: ZeRO-1, AdamW moments sharded over the dp x cp group
     int verify_attention;           // every N steps check ring attention against one process (0: off)
     int ckpt_every, keep_last;      // checkpoint every N steps (0: only at the end); keep the newest K
+    int save_final;                 // 1: save at the end of the run (default)
     char ckpt_io[16];               // collective | independent MPI-IO data transfers for checkpoints
     char comm[16];                  // data transport: auto | mpi | nccl
+    float timeout_s;                // watchdog: abort the job when a collective waits longer (0: off)
+    char recompute[8];              // none | mlp | qkv | full (see recompute_mode)
     char matmul_precision[16];      // bf16 | tf32 | fp32 (tensor-core matmuls on a GPU; the CPU is always fp32)
     char resume[CFG_STR];           // resume from: a checkpoint file, a directory (its latest), or 'latest'
     char dump_weights[CFG_STR];     // at the end, write the final weights here (test dump format)
@@ -53,3 +56,11 @@ int config_key_kind(const char* key);
 int config_get(const Config* c, const char* key, char* buf, size_t n);
 // Call fn for every key name (in table order).
 void config_each_key(void (*fn)(const char* key, int is_model, void* ctx), void* ctx);
+
+// Activation recomputation, from least to most: RECOMPUTE_NONE keeps every layer's activations;
+// MLP recomputes norm2 and the SwiGLU inputs/output (g, u, h: the largest tensors) in the backward; QKV also
+// norm1 and q, k, v (kept: the residual, attention output and LSE, the mid residual; no communication to
+// redo); FULL keeps only each layer's input and recomputes the whole layer (attention included: the ring
+// rotates K/V again, TP all-reduces again). -1 for an unknown name.
+enum { RECOMPUTE_NONE, RECOMPUTE_MLP, RECOMPUTE_QKV, RECOMPUTE_FULL };
+int recompute_mode(const char* name);

@@ -3,6 +3,7 @@
 #include "backend/backend.h"
 #include "model/rope.h"
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,17 +34,42 @@ static float* carve(Carver* c, size_t n) {
     return p;
 }
 
+// Which tensors a layer keeps depends on the recompute mode: the residual always; q, k, v (and norm1) unless
+// qkv or full; the attention output, LSE and mid residual unless full; norm2 and the SwiGLU tensors only
+// with none. What is not kept lives in one shared working set (one layer's worth), written by the forward
+// and rewritten by the recomputation in the backward. Memory: layers x kept + one working set + scratch.
+enum { G_RES, G_QKV, G_ATT, G_MLP };
+static int kept(int group, int rc) {
+    return group == G_RES || (group == G_QKV && rc < RECOMPUTE_QKV) || (group == G_ATT && rc < RECOMPUTE_FULL) ||
+           (group == G_MLP && rc == RECOMPUTE_NONE);
+}
+static void plan_layers(Model* m, Carver* c) {
+    size_t N = m->N, C = m->C, Hq = (size_t)m->nh * m->hd, Hk = (size_t)m->nkv * m->hd, F = m->F;
+    struct { size_t off, n; int group; } t[] = {
+        { offsetof(LayerActs, res), N * C, G_RES },  { offsetof(LayerActs, ln1), N * C, G_QKV },
+        { offsetof(LayerActs, rstd1), N, G_QKV },    { offsetof(LayerActs, q), N * Hq, G_QKV },
+        { offsetof(LayerActs, k), N * Hk, G_QKV },   { offsetof(LayerActs, v), N * Hk, G_QKV },
+        { offsetof(LayerActs, att), N * Hq, G_ATT }, { offsetof(LayerActs, lse), N * m->nh, G_ATT },
+        { offsetof(LayerActs, mid), N * C, G_ATT },  { offsetof(LayerActs, ln2), N * C, G_MLP },
+        { offsetof(LayerActs, rstd2), N, G_MLP },    { offsetof(LayerActs, g), N * F, G_MLP },
+        { offsetof(LayerActs, u), N * F, G_MLP },    { offsetof(LayerActs, h), N * F, G_MLP },
+    };
+    int nt = sizeof t / sizeof *t, rc = m->recompute;
+    size_t start = c->used;
+    float* work[sizeof t / sizeof *t];
+    for (int i = 0; i < nt; i++) work[i] = kept(t[i].group, rc) ? NULL : carve(c, t[i].n);
+    m->act_work = (c->used - start) * sizeof(float);
+    start = c->used;
+    for (int l = 0; l < m->L; l++)
+        for (int i = 0; i < nt; i++)
+            *(float**)((char*)&m->acts[l] + t[i].off) = kept(t[i].group, rc) ? carve(c, t[i].n) : work[i];
+    m->act_kept = (c->used - start) * sizeof(float);
+}
+
 static size_t plan_activations(Model* m, float* base) {
     Carver cv = { base, 0 }, *c = &cv;
     size_t N = m->N, C = m->C, Hq = (size_t)m->nh * m->hd, Hk = (size_t)m->nkv * m->hd, F = m->F;
-    for (int l = 0; l < m->L; l++) {
-        LayerActs* a = &m->acts[l];
-        a->res = carve(c, N * C);  a->ln1 = carve(c, N * C); a->rstd1 = carve(c, N);
-        a->q = carve(c, N * Hq);   a->k = carve(c, N * Hk);  a->v = carve(c, N * Hk);
-        a->att = carve(c, N * Hq); a->lse = carve(c, N * m->nh);
-        a->mid = carve(c, N * C);  a->ln2 = carve(c, N * C); a->rstd2 = carve(c, N);
-        a->g = carve(c, N * F);    a->u = carve(c, N * F);   a->h = carve(c, N * F);
-    }
+    plan_layers(m, c);
     m->res_final = carve(c, N * C); m->lnf = carve(c, N * C); m->rstdf = carve(c, N);
     m->dres = carve(c, N * C); m->proj = carve(c, N * C);
     m->dq = carve(c, N * Hq); m->dk = carve(c, N * Hk); m->dv = carve(c, N * Hk);
@@ -63,15 +89,11 @@ static void* host_alloc(size_t n, size_t size) {
     return p;
 }
 
-void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGroups* g) {
+// Dimensions, the parameter table and the activation plan of one rank, without allocating backend memory
+// (pointers stay NULL): what model_build allocates, and what the capacity planner (model/plan.c) reports.
+void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp_rank, int cp, size_t shard) {
     memset(m, 0, sizeof *m);
-    const Group *tp_g = g ? g->tp : NULL, *cp_g = g ? g->cp : NULL;
     m->cfg = *cfg;
-    m->tp_g = tp_g;
-    be_set_matmul_precision(cfg->matmul_precision);   // validated with the config
-    int tp = tp_g ? group_size(tp_g) : 1, tp_rank = tp_g ? group_rank(tp_g) : 0;
-    int cp = cp_g ? group_size(cp_g) : 1, cp_rank = cp_g ? group_rank(cp_g) : 0;
-    int layout = ring_layout_parse(cfg->cp_layout);
     m->tp = tp; m->tp_rank = tp_rank;
     m->C = cfg->d_model; m->L = cfg->n_layer; m->hd = cfg->d_model / cfg->n_head;
     m->V = cfg->vocab_size;
@@ -91,12 +113,24 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
     int head_rows = be_tuning()->head_rows;
     m->lm_chunk = m->N < head_rows ? (int)m->N : head_rows;
     m->rope_npos = cfg->max_seq_len;
+    m->arena = (m->pt.total + shard - 1) / shard * shard;
+    m->recompute = recompute_mode(cfg->recompute);   // validated with the config
+    m->acts = host_alloc(m->L, sizeof(LayerActs));
+    m->act_bytes = plan_activations(m, NULL) * sizeof(float);
+}
+
+void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGroups* g) {
+    const Group *tp_g = g ? g->tp : NULL, *cp_g = g ? g->cp : NULL;
+    int tp = tp_g ? group_size(tp_g) : 1, tp_rank = tp_g ? group_rank(tp_g) : 0;
+    int cp = cp_g ? group_size(cp_g) : 1, cp_rank = cp_g ? group_rank(cp_g) : 0;
+    model_shape(m, cfg, B, seq_len, tp, tp_rank, cp, g && g->shard ? (size_t)group_size(g->shard) : 1);
+    m->tp_g = tp_g;
+    be_set_matmul_precision(cfg->matmul_precision);   // validated with the config
+    int layout = ring_layout_parse(cfg->cp_layout);
     m->lpos = host_alloc(m->T, sizeof(int));
     ring_positions(layout, cp, cp_rank, seq_len, m->lpos);
     if (cp > 1) { ring_init(&m->ring, cp_g, layout, seq_len, B, m->nkv * m->hd); m->have_ring = 1; }
 
-    size_t pad = g && g->shard ? (size_t)group_size(g->shard) : 1;
-    m->arena = (m->pt.total + pad - 1) / pad * pad;
     m->params = be_alloc(m->arena * sizeof(float));
     m->grads = be_alloc(m->arena * sizeof(float));
     float* host = host_alloc(m->pt.total, sizeof(float));
@@ -106,9 +140,6 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
     bind_weights(m, &m->w, m->params);
     bind_weights(m, &m->dw, m->grads);
 
-    m->acts = calloc(m->L, sizeof(LayerActs));
-    size_t n = plan_activations(m, NULL);
-    m->act_bytes = n * sizeof(float);
     m->act_arena = be_alloc(m->act_bytes);
     plan_activations(m, m->act_arena);
 
@@ -236,30 +267,64 @@ static void linear_backward(float* dx, float* dW, const float* dy, const float* 
     if (dx) be_matmul(dx, dy, W, (int)N, in, out, 0, 0, 1.0f, beta_dx);
 }
 
-static void layer_forward(Model* m, int l, float* out) {
+// the layer in three parts, so that the backward can recompute what its mode did not keep (the same calls
+// in the same order: recomputed values are bit-identical to the forward's)
+static void qkv_forward(Model* m, int l) {            // ln1, q, k, v (RoPE applied)
     LayerW* w = &m->w.layer[l];
     LayerActs* a = &m->acts[l];
     long N = m->N;
-    int C = m->C, Hq = m->nh * m->hd, Hk = m->nkv * m->hd, F = m->F;
+    int C = m->C, Hq = m->nh * m->hd, Hk = m->nkv * m->hd;
     be_rmsnorm_forward(a->ln1, a->rstd1, a->res, w->ln1, N, C, m->cfg.norm_eps);
     linear_forward(a->q, a->ln1, w->wq, N, C, Hq);
     linear_forward(a->k, a->ln1, w->wk, N, C, Hk);
     linear_forward(a->v, a->ln1, w->wv, N, C, Hk);
     be_rope_forward(a->q, m->pos, m->rope, N, m->nh, m->hd);
     be_rope_forward(a->k, m->pos, m->rope, N, m->nkv, m->hd);
+}
+static void att_forward(Model* m, int l) {            // att, lse; mid = res + att Wo^T
+    LayerW* w = &m->w.layer[l];
+    LayerActs* a = &m->acts[l];
+    long N = m->N;
+    int C = m->C, Hq = m->nh * m->hd;
     attention_forward(m, a);
     linear_forward(m->proj, a->att, w->wo, N, Hq, C);            // o = att Wo^T (row-parallel under TP)
     tp_sum(m, m->proj, (size_t)N * C);
     be_copy(a->mid, a->res, N * C * sizeof(float));
     be_add(a->mid, m->proj, N * C);
+}
+static void mlp_inputs_forward(Model* m, int l) {     // ln2, g, u, h
+    LayerW* w = &m->w.layer[l];
+    LayerActs* a = &m->acts[l];
+    long N = m->N;
+    int C = m->C, F = m->F;
     be_rmsnorm_forward(a->ln2, a->rstd2, a->mid, w->ln2, N, C, m->cfg.norm_eps);
     linear_forward(a->g, a->ln2, w->wg, N, C, F);
     linear_forward(a->u, a->ln2, w->wu, N, C, F);
     be_swiglu_forward(a->h, a->g, a->u, (size_t)N * F);
-    linear_forward(m->proj, a->h, w->wd, N, F, C);               // down (row-parallel under TP)
-    tp_sum(m, m->proj, (size_t)N * C);
-    be_copy(out, a->mid, N * C * sizeof(float));
-    be_add(out, m->proj, N * C);
+}
+
+static void layer_forward(Model* m, int l, float* out) {
+    LayerActs* a = &m->acts[l];
+    long N = m->N;
+    qkv_forward(m, l);
+    att_forward(m, l);
+    mlp_inputs_forward(m, l);
+    linear_forward(m->proj, a->h, m->w.layer[l].wd, N, m->F, m->C);   // down (row-parallel under TP)
+    tp_sum(m, m->proj, (size_t)N * m->C);
+    be_copy(out, a->mid, N * m->C * sizeof(float));
+    be_add(out, m->proj, N * m->C);
+}
+
+// before layer l's backward: recompute the activations its mode did not keep
+static void layer_recompute(Model* m, int l) {
+    int rc = m->recompute;
+    if (rc >= RECOMPUTE_QKV) qkv_forward(m, l);
+    if (rc >= RECOMPUTE_FULL) att_forward(m, l);
+    if (rc >= RECOMPUTE_MLP) mlp_inputs_forward(m, l);
+}
+
+void model_attention_inputs(Model* m, int l) {
+    if (m->recompute >= RECOMPUTE_QKV) qkv_forward(m, l);
 }
 
 // LM head + cross-entropy over row chunks (the [N, V] logits never exist at once; under TP each rank
@@ -323,6 +388,7 @@ double model_forward(Model* m, float grad_scale, float* logits_out) {
 // backward: dres holds d(loss)/d(residual stream) flowing down the layers
 
 static void layer_backward(Model* m, int l) {
+    layer_recompute(m, l);
     LayerW* w = &m->w.layer[l];
     LayerW* dw = &m->dw.layer[l];
     LayerActs* a = &m->acts[l];

@@ -57,6 +57,8 @@ typedef struct {
     // activations: one allocation carved into named tensors
     float* act_arena;
     size_t act_bytes;          // planned activation + scratch memory of this rank
+    int recompute;             // RECOMPUTE_* (config.h): what the layers keep
+    size_t act_kept, act_work; // bytes: the layers' kept activations; the shared working set of one layer
     LayerActs* acts;           // [n_layer]
     float *res_final, *lnf, *rstdf;      // [N, C], [N, C], [N]
     // scratch shared by all layers. proj: a row-parallel projection's output before the residual add
@@ -86,6 +88,9 @@ typedef struct {
 // down_proj row-parallel followed by an all-reduce over tp_g; embedding and LM head are vocab-parallel
 // with a vocab-parallel cross-entropy (the [tokens x vocab] logits never exist on one rank).
 void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGroups* g);
+// The same shapes, table and activation plan for TP rank tp_rank of tp, a ring of cp, arenas padded to a
+// multiple of shard — sizes only, no backend memory (m->acts is allocated; free it and m->pt after use).
+void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp_rank, int cp, size_t shard);
 void model_free(Model* m);
 
 // Set the batch: tokens, targets (-1 = ignored) and positions, each [B*T] host int32 (this rank's tokens).
@@ -113,6 +118,10 @@ const float* model_token_losses(const Model* m);
 const float* model_token_hits(const Model* m);
 // Matmul FLOPs per token for throughput (6 * matmul params + 6 * n_layer * T * C, see README)
 double model_flops_per_token(const Config* c, int seq_len);
+
+// Make layer l's attention inputs (q, k, v after RoPE) current when the recompute mode does not keep them
+// (a forward leaves the last layer's in the shared working set; a backward leaves layer 0's).
+void model_attention_inputs(Model* m, int l);
 
 // Ring statistics so far (zero without a ring); 1 when the model has a ring.
 int model_ring_stats(const Model* m, RingStats* st);

@@ -78,6 +78,7 @@ VerifyResult model_verify_attention(Model* m, const Group* world, int step) {
     int Tl = m->T, P = R->P, T = Tl * P, hd = m->hd;
     int group = m->nh / m->nkv, nq = group < 4 ? group : 4;   // query heads of KV head 0
     float scale = 1.0f / sqrtf((float)hd);
+    model_attention_inputs(m, 0);
     LayerActs* a = &m->acts[0];
     AttnSet s;
     set_alloc(&s, Tl, nq, hd);
