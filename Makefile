@@ -46,6 +46,8 @@ $(BD)/eval: $(BD)/obj/eval/eval.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/bench_attention: $(BD)/obj/tools/bench_attention.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
+$(BD)/plan: $(BD)/obj/tools/plan.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/bench_kernels: $(BD)/obj/tools/bench_kernels.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/sgemm_peak: $(BD)/obj/tools/sgemm_peak.o $(BD)/obj/common/util.o

@@ -62,7 +62,8 @@ void ring_free(Ring* R) {
     memset(R, 0, sizeof *R);
 }
 
-size_t ring_buffer_bytes(const Ring* R) { return (size_t)4 * 2 * R->Tl * R->Hk * sizeof(float); }
+size_t ring_buffer_bytes_for(int Tl, int Hk) { return (size_t)4 * 2 * Tl * Hk * sizeof(float); }
+size_t ring_buffer_bytes(const Ring* R) { return ring_buffer_bytes_for(R->Tl, R->Hk); }
 
 RingStats ring_stats(const Ring* R) {
     BeTimes c = be_timer_read(R->compute), w = be_timer_read(R->wait);

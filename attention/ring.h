@@ -61,6 +61,8 @@ void ring_set_positions(Ring* R, const int* local_pos);
 RingStats ring_stats(const Ring* R);
 // Bytes of the ring's buffers.
 size_t ring_buffer_bytes(const Ring* R);
+// the same for a ring chunk of Tl tokens of K/V width Hk (the planner)
+size_t ring_buffer_bytes_for(int Tl, int Hk);
 
 // Sequence b of the micro-batch: q [Tl, nh*hd], k, v [Tl, nkv*hd] -> out [Tl, nh*hd], lse [Tl, nh] (overwritten).
 void ring_attention_forward(Ring* R, int b, float* out, float* lse, const float* q, const float* k, const float* v,

@@ -18,6 +18,10 @@
 int be_init(int local_rank, char* err, size_t errlen);
 const char* be_name(void);
 void be_sync(void);   // wait until every queued kernel and copy has finished
+// Bytes of backend memory this process can still allocate, when node_ranks processes of its node share
+// the node (CPU: the host's MemAvailable / node_ranks; a GPU: the device's free memory, divided among the
+// ranks that share the device). For the capacity check before the arenas are allocated.
+double be_memory_available(int node_ranks);
 
 // Sizes that are the backend's tuning, not the model's: the model and the ring ask, never assume.
 typedef struct {

@@ -174,6 +174,16 @@ int be_init(int local_rank, char* err, size_t errlen) {
 
 const char* be_name(void) { return "cuda"; }
 
+double be_memory_available(int node_ranks) {
+    need_started("be_memory_available");
+    size_t fr = 0, tot = 0;
+    CU_CHECK(cudaMemGetInfo(&fr, &tot), "be_memory_available (cudaMemGetInfo)");
+    int n = 1;
+    cudaGetDeviceCount(&n);
+    int share = node_ranks > n && n > 0 ? (node_ranks + n - 1) / n : 1;   // ranks per device
+    return (double)fr / share;
+}
+
 void be_sync(void) {
     need_started("be_sync");
     CU_CHECK(cudaStreamSynchronize(g_stream), "be_sync (a queued kernel or copy failed)");

@@ -46,3 +46,4 @@
 #define be_xent_target_logit cpu_be_xent_target_logit
 #define be_zero cpu_be_zero
 #define BeTimer CpuBeTimer
+#define be_memory_available cpu_be_memory_available

@@ -1,0 +1,82 @@
+// plan.c — the capacity planner (see plan.h).
+#include "model/plan.h"
+#include "model/model.h"
+#include "optim/adamw.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char* err, size_t errlen) {
+    memset(p, 0, sizeof *p);
+    int parts = strcmp(c0->cp_layout, "zigzag") == 0 ? 2 * l->cp : l->cp;
+    if (l->tp < 1 || l->cp < 1 || l->dp < 1 || l->micro_batch < 1 || seq_len % parts ||
+        c0->batch_size % (l->micro_batch * l->dp) || c0->n_kv_head % l->tp) {
+        snprintf(err, errlen, "plan: tp %d, cp %d, dp %d, micro_batch %d do not divide seq_len %d (into %d chunks), "
+                 "batch_size %d or n_kv_head %d", l->tp, l->cp, l->dp, l->micro_batch, seq_len, parts,
+                 c0->batch_size, c0->n_kv_head);
+        return 1;
+    }
+    Config c = *c0;
+    c.seq_len = seq_len;
+    if (c.max_seq_len < seq_len) c.max_seq_len = seq_len;   // the RoPE table covers the sequence
+    int shard = l->dp * l->cp;
+    Model m;
+    model_shape(&m, &c, l->micro_batch, seq_len, l->tp, 0, l->cp, (size_t)shard);
+    size_t own, lo, hi;
+    if (l->zero && shard > 1) zero_shard(m.pt.total, m.arena, shard, 0, &own, &lo, &hi);
+    else own = m.pt.total;
+    double N = (double)m.N, C = m.C, Hk = (double)m.nkv * m.hd, Tl = m.T, L = m.L;
+    p->params = p->grads = (double)m.arena * 4;
+    p->moments = 2.0 * own * 4;
+    p->acts_kept = (double)m.act_kept;
+    p->acts_work = (double)m.act_work;
+    p->acts_scratch = (double)m.act_bytes - m.act_kept - m.act_work;
+    p->ring = l->cp > 1 ? (double)ring_buffer_bytes_for((int)Tl, (int)Hk) : 0;
+    if (!strcmp(l->backend, "cuda")) {   // cuBLAS workspace + bf16 copies of q, k, v, dO padded to 64 / 128
+        // and the CUDA backend's LM-head chunk (4096 rows) where this build's backend plans another
+        long rows = m.N < 4096 ? m.N : 4096;
+        p->acts_scratch += ((double)rows - m.lm_chunk) * m.Vl * 4;
+        double hdp = m.hd <= 64 ? 64 : 128;
+        p->workspace = 32.0 * 1048576 + 2.0 * N * hdp * (2 * m.nh + 2 * m.nkv) + 4.0 * C * 1024;
+    }
+    p->total = p->params + p->grads + p->moments + p->acts_kept + p->acts_work + p->acts_scratch + p->ring + p->workspace;
+    // communication per step
+    p->accum = c.batch_size / (l->micro_batch * l->dp);
+    int P = l->cp, rc = m.recompute;
+    double hop = 2.0 * Tl * Hk * 4;   // K and V of one sequence's chunk
+    double hops = P > 1 ? (P - 1) + (P - 1) + P + (rc == RECOMPUTE_FULL ? P - 1 : 0) : 0;
+    p->ring_sent = p->accum * (double)l->micro_batch * L * hops * hop;
+    double ar = 1 + L * (4 + (rc == RECOMPUTE_FULL ? 1 : 0)) + 1;   // embedding, 2 fwd + 2 bwd per layer, head
+    p->tp_payload = l->tp > 1 ? p->accum * ar * N * C * 4 : 0;
+    p->dp_payload = shard > 1 ? (double)m.arena * 4 : 0;
+    // FLOPs: the model's (6 x matmul params + attention) and the recomputed forward parts, per rank
+    double tokens = (double)c.batch_size * seq_len, world = (double)l->tp * l->cp * l->dp;
+    p->flops_model = model_flops_per_token(&c, seq_len) * tokens / world;
+    double Cg = c.d_model, hdg = (double)c.d_model / c.n_head, Fg = c.d_ff;
+    double qkv = 2 * Cg * hdg * (c.n_head + 2.0 * c.n_kv_head), mlp = 4 * Cg * Fg, att = 2.0 * seq_len * Cg + 2 * hdg * c.n_head * Cg;
+    double extra = rc >= RECOMPUTE_MLP ? mlp : 0;
+    if (rc >= RECOMPUTE_QKV) extra += qkv;
+    if (rc >= RECOMPUTE_FULL) extra += att;
+    p->flops_exec = p->flops_model + extra * c.n_layer * tokens / world;
+    // one hop against the attention work of one block pair (zigzag: half of a full Tl x Tl block)
+    p->hop_xfer_s = P > 1 ? hop / (l->link_gbs * 1e9) : 0;
+    p->hop_compute_s = 2.0 * Tl * Tl * m.hd * m.nh / (l->tflops * 1e12);
+    free(m.acts);
+    params_free(&m.pt);
+    return 0;
+}
+
+int plan_longest(const Config* c, const PlanLayout* l, const char* mode, double mem_bytes, int limit) {
+    Config cm = *c;
+    snprintf(cm.recompute, sizeof cm.recompute, "%s", mode);
+    int unit = (strcmp(c->cp_layout, "zigzag") == 0 ? 2 * l->cp : l->cp) * 128;
+    char err[256];
+    Plan p;
+    int lo = 0, hi = limit / unit;   // in units: lo fits (or 0), the answer is in [lo, hi]
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (!plan_step(&p, &cm, l, mid * unit, err, sizeof err) && p.total <= mem_bytes) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo * unit;
+}

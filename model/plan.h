@@ -1,0 +1,39 @@
+// plan.h — the capacity planner: the memory, communication and FLOPs of one training step per rank, from
+// the same parameter table and activation plan that model_build allocates (model_shape) and the same ZeRO
+// arithmetic as the optimizer (zero_shard). build/plan prints it; build/train checks it before allocating.
+#pragma once
+#include <stddef.h>
+#include "model/config.h"
+
+typedef struct {
+    int tp, cp, dp, zero, micro_batch;   // the layout (micro_batch sequences per forward)
+    const char* backend;                 // "cpu" | "cuda": the backend's workspace estimate
+    double link_gbs;                     // ring link bandwidth per direction, GB/s
+    double tflops;                       // attention compute rate, TFLOP/s
+} PlanLayout;
+
+typedef struct {
+    // bytes per rank
+    double params, grads, moments;       // the arenas (moments after ZeRO-1)
+    double acts_kept;                    // every layer's kept activations
+    double acts_work;                    // the one-layer working set of recomputed tensors
+    double acts_scratch;                 // gradients in flight, LM-head chunk, RoPE table, batch
+    double ring;                         // K/V and dK/dV double buffers
+    double workspace;                    // the backend's own (CUDA: cuBLAS + bf16 attention copies; CPU ~0)
+    double total;
+    // per step per rank
+    double ring_sent;                    // bytes this rank sends around its ring (forward + backward + recompute)
+    double tp_payload;                   // bytes all-reduced over the TP group (traffic ~ 2 (tp-1)/tp x this)
+    double dp_payload;                   // bytes of gradients reduced over dp x cp (+ as many all-gathered under ZeRO)
+    double flops_model, flops_exec;      // model FLOPs (6N + attention) and executed with recomputation
+    // one ring hop: its transfer time at link_gbs and the attention work it overlaps at tflops
+    double hop_xfer_s, hop_compute_s;
+    int accum;                           // micro-batches per step per rank
+} Plan;
+
+// seq_len tokens per sequence, c->batch_size sequences per step, c->recompute. 0, or 1 with one line in err
+// (a layout that does not divide the config).
+int plan_step(Plan* p, const Config* c, const PlanLayout* l, int seq_len, char* err, size_t errlen);
+// The longest seq_len (a multiple of the layout's chunking, at most limit) whose plan fits in mem_bytes
+// with recompute mode `mode`; 0 when none fits.
+int plan_longest(const Config* c, const PlanLayout* l, const char* mode, double mem_bytes, int limit);

@@ -1,0 +1,113 @@
+// plan.c — build/plan: what one training step needs per rank, before running it.
+//   build/plan -c CONFIG [--key value ...] [--dp N] [--device h200|cpu] [--memory_gib G] [--link_gbs B]
+//              [--tflops F] [--json]
+// Config keys (tp, cp, zero, micro_batch, seq_len, recompute, ...) come from the config and the command line
+// as for build/train; --dp is the data-parallel degree (train takes it from the world size). --device picks
+// the defaults: h200 (139 GiB usable, NVLink 450 GB/s per direction, attention at 350 TFLOP/s, the CUDA
+// backend's workspace) or cpu (this machine's MemTotal, 10 GB/s shared memory, 0.05 TFLOP/s).
+// Prints per rank: parameters, gradients, AdamW moments (after ZeRO-1), activations kept, the one-layer
+// working set, scratch, ring buffers, backend workspace, the total against the memory; the longest seq_len
+// that fits for each recompute mode; per step: ring, TP and DP bytes, FLOPs, and one ring hop's transfer
+// against the attention it overlaps. The numbers are model_shape's — the plan model_build allocates.
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/plan.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static double mem_total(void) {
+    FILE* f = fopen("/proc/meminfo", "r");
+    double kb = 0;
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemTotal: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+static int positive(const char* opt, const char* v, double* out) {
+    char* e;
+    double x = strtod(v, &e);
+    if (e == v || *e || !(x > 0) || x > 1e12) { fprintf(stderr, "plan: %s '%s' must be a positive number\n", opt, v); return 0; }
+    *out = x;
+    return 1;
+}
+
+int main(int argc, char** argv) {
+    Config c;
+    char err[1024];
+    config_defaults(&c);
+    const char* device = "h200";
+    double mem = 0, link = 0, tflops = 0, dp = 1;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: build/plan -c CONFIG [--key value ...] [--dp N] [--device h200|cpu] [--memory_gib G] "
+                   "[--link_gbs B] [--tflops F] [--json]\n");
+            return 0;
+        }
+        if (i + 1 >= argc) { fprintf(stderr, "plan: option %s needs a value\n", a); return 1; }
+        const char* v = argv[++i];
+        if (!strcmp(a, "-c")) { if (config_load_file(&c, v, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; } }
+        else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "h200") && strcmp(v, "cpu")) { fprintf(stderr, "plan: --device '%s' must be h200 or cpu\n", v); return 1; }
+            device = v;
+        }
+        else if (!strcmp(a, "--memory_gib")) { if (!positive(a, v, &mem)) return 1; mem *= GIB; }
+        else if (!strcmp(a, "--link_gbs")) { if (!positive(a, v, &link)) return 1; }
+        else if (!strcmp(a, "--tflops")) { if (!positive(a, v, &tflops)) return 1; }
+        else if (!strcmp(a, "--dp")) { if (!positive(a, v, &dp) || dp != (int)dp) { fprintf(stderr, "plan: --dp '%s' must be a positive integer\n", v); return 1; } }
+        else if (!strncmp(a, "--", 2)) { if (config_set(&c, a + 2, v, "command line", err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; } }
+        else { fprintf(stderr, "plan: unexpected argument '%s'\n", a); return 1; }
+    }
+    int gpu = !strcmp(device, "h200");
+    if (!mem) mem = gpu ? 139 * GIB : mem_total();
+    if (!link) link = gpu ? 450 : 10;
+    if (!tflops) tflops = gpu ? 350 : 0.05;
+    if (config_validate(&c, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+    PlanLayout l = { c.tp, c.cp, (int)dp, c.zero, c.micro_batch, gpu ? "cuda" : "cpu", link, tflops };
+    Plan p;
+    if (plan_step(&p, &c, &l, c.seq_len, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+    static const char* modes[] = { "none", "mlp", "qkv", "full" };
+    int longest[4];
+    for (int i = 0; i < 4; i++) longest[i] = plan_longest(&c, &l, modes[i], mem, 1 << 24);
+    if (json) {
+        printf("{\"seq_len\": %d, \"params\": %.0f, \"grads\": %.0f, \"moments\": %.0f, \"acts_kept\": %.0f, "
+               "\"acts_work\": %.0f, \"acts_scratch\": %.0f, \"ring\": %.0f, \"workspace\": %.0f, \"total\": %.0f, "
+               "\"memory\": %.0f, \"ring_sent\": %.0f, \"tp_payload\": %.0f, \"dp_payload\": %.0f, \"flops_model\": %.6g, "
+               "\"flops_exec\": %.6g, \"hop_xfer_s\": %.6g, \"hop_compute_s\": %.6g, \"longest\": {\"none\": %d, "
+               "\"mlp\": %d, \"qkv\": %d, \"full\": %d}}\n", c.seq_len, p.params, p.grads, p.moments, p.acts_kept,
+               p.acts_work, p.acts_scratch, p.ring, p.workspace, p.total, mem, p.ring_sent, p.tp_payload,
+               p.dp_payload, p.flops_model, p.flops_exec, p.hop_xfer_s, p.hop_compute_s, longest[0], longest[1],
+               longest[2], longest[3]);
+        return 0;
+    }
+    printf("plan: d_model %d, %d layers, vocab %d, seq_len %d; tp %d x cp %d (%s) x dp %d, zero %d, micro_batch %d, "
+           "recompute %s; device %s (%.1f GiB)\n", c.d_model, c.n_layer, c.vocab_size, c.seq_len, c.tp, c.cp,
+           c.cp_layout, (int)dp, c.zero, c.micro_batch, c.recompute, device, mem / GIB);
+    struct { const char* what; double v; } rows[] = {
+        { "parameters", p.params }, { "gradients", p.grads }, { "AdamW moments", p.moments },
+        { "activations kept (all layers)", p.acts_kept }, { "working set (one layer, recomputed)", p.acts_work },
+        { "scratch (gradients in flight, LM-head chunk, RoPE)", p.acts_scratch }, { "ring buffers", p.ring },
+        { "backend workspace", p.workspace } };
+    printf("\nper rank                                              GiB\n");
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) printf("  %-50s %9.3f\n", rows[i].what, rows[i].v / GIB);
+    printf("  %-50s %9.3f  %s (%.1f GiB available)\n", "total", p.total / GIB, p.total <= mem ? "fits" : "DOES NOT FIT",
+           mem / GIB);
+    printf("\nlongest seq_len that fits this layout: none %d, mlp %d, qkv %d, full %d\n", longest[0], longest[1],
+           longest[2], longest[3]);
+    printf("\nper step per rank (%d micro-batches): ring sends %.3f GiB, TP all-reduces %.3f GiB, DP/ZeRO reduces %.3f GiB%s;\n"
+           "  %.3f TFLOP model, %.3f TFLOP executed (recomputation included)\n", p.accum, p.ring_sent / GIB,
+           p.tp_payload / GIB, p.dp_payload / GIB, c.zero && dp * c.cp > 1 ? " (reduce-scatter) + the same all-gathered" : "",
+           p.flops_model / 1e12, p.flops_exec / 1e12);
+    if (c.cp > 1)
+        printf("ring hop: %.3f ms transfer at %.0f GB/s against %.3f ms of attention at %.3g TFLOP/s: %s\n",
+               p.hop_xfer_s * 1e3, link, p.hop_compute_s * 1e3, tflops,
+               p.hop_xfer_s <= p.hop_compute_s ? "hidden" : "exposed (the ring is too fine for this link)");
+    return 0;
+}
