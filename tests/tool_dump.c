@@ -1,7 +1,11 @@
 // tool_dump.c — runs one forward/backward/AdamW step of a config on a fixed random batch and dumps
 // everything the independent PyTorch reference (tests/ref_model.py) checks. Format: see ref_model.py.
 //   build/tests/tool_dump -c CONFIG --out FILE [--key value ...]
+//   build/tests/tool_dump --ckpt CKPT.h5 --out FILE [--key value ...]   the checkpoint's config and parameters
+//                                        (instead of the seed's init); keys given override training keys
 #include "backend/backend.h"
+#include "checkpoint/ckpt.h"
+#include "comm/grid.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/rope.h"
@@ -20,14 +24,22 @@ int main(int argc, char** argv) {
     char err[1024];
     config_defaults(&c);
     const char* path = NULL;
+    const char* ckpt = NULL;
+    for (int i = 1; i + 1 < argc; i += 2) if (!strcmp(argv[i], "--ckpt")) ckpt = argv[i + 1];
+    if (ckpt) {   // MPI only for the checkpoint reader (a singleton run, no mpirun needed)
+        grid_mpi_init(&argc, &argv);
+        ckpt_init();
+        if (ckpt_read_config(ckpt, &c, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+    }
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) { fprintf(stderr, "tool_dump: option %s needs a value\n", argv[i]); return 1; }
+        if (!strcmp(argv[i], "--ckpt")) continue;
         if (!strcmp(argv[i], "-c")) { if (config_load_file(&c, argv[i + 1], err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; } }
         else if (!strcmp(argv[i], "--out")) path = argv[i + 1];
         else if (!strncmp(argv[i], "--", 2)) { if (config_set(&c, argv[i] + 2, argv[i + 1], "command line", err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; } }
         else { fprintf(stderr, "tool_dump: unexpected argument '%s'\n", argv[i]); return 1; }
     }
-    if (!path) { fprintf(stderr, "usage: tool_dump -c CONFIG --out FILE [--key value ...]\n"); return 1; }
+    if (!path) { fprintf(stderr, "usage: tool_dump -c CONFIG | --ckpt CKPT.h5 --out FILE [--key value ...]\n"); return 1; }
     if (config_validate(&c, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     out = dump_open(path);
     if (!out) { perror(path); return 1; }
@@ -36,6 +48,13 @@ int main(int argc, char** argv) {
     if (be_init(0, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     Model m;
     model_build(&m, &c, B, T, NULL);
+    if (ckpt) {
+        Grid g;
+        TrainState ts;
+        if (grid_build(&g, 1, 1, err, sizeof err) || ckpt_load(ckpt, &m, NULL, &g, &ts, NULL, err, sizeof err, NULL, 0)) {
+            fprintf(stderr, "%s\n", err); return 1;
+        }
+    }
     // a fixed batch: random tokens; sequence b starts at position 3b (positions are an explicit input);
     // one ignored target per sequence after the first
     int *tok = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int)), *pos = malloc(N * sizeof(int));
@@ -87,5 +106,6 @@ int main(int argc, char** argv) {
     dump_arena(&m, "after", m.params);
     fclose(out);
     printf("tool_dump: wrote %s (loss %.6f over %d targets)\n", path, loss, valid);
+    if (ckpt) grid_exit(0);
     return 0;
 }
