@@ -1,5 +1,6 @@
 // util.c — see util.h.
 #include "common/util.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,4 +21,15 @@ int ends_with(const char* s, const char* suffix) {
 double median(double* x, int n) {
     qsort(x, (size_t)n, sizeof(double), cmp_double);
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+double meminfo_bytes(const char* field) {
+    FILE* f = fopen("/proc/meminfo", "r");
+    double kb = 0;
+    char line[256];
+    size_t n = strlen(field);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && line[n] == ':') { kb = atof(line + n + 1); break; }
+    if (f) fclose(f);
+    return kb * 1024;
 }

@@ -26,3 +26,5 @@ int cmp_str(const void* a, const void* b);        // qsort comparator for an arr
 int cmp_double(const void* a, const void* b);     // qsort comparator for an array of double
 int ends_with(const char* s, const char* suffix);
 double median(double* x, int n);                  // sorts x in place
+// a field of /proc/meminfo ("MemTotal", "MemAvailable") in bytes; 0 when it cannot be read
+double meminfo_bytes(const char* field);

@@ -10,6 +10,7 @@
 // that fits for each recompute mode; per step: ring, TP and DP bytes, FLOPs, and one ring hop's transfer
 // against the attention it overlaps. The numbers are model_shape's — the plan model_build allocates.
 #include "backend/backend.h"
+#include "common/util.h"
 #include "model/config.h"
 #include "model/plan.h"
 #include <stdio.h>
@@ -18,15 +19,6 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-static double mem_total(void) {
-    FILE* f = fopen("/proc/meminfo", "r");
-    double kb = 0;
-    char line[256];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemTotal: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb * 1024;
-}
 
 static int positive(const char* opt, const char* v, double* out) {
     char* e;
@@ -66,7 +58,7 @@ int main(int argc, char** argv) {
         else { fprintf(stderr, "plan: unexpected argument '%s'\n", a); return 1; }
     }
     int gpu = !strcmp(device, "h200");
-    if (!mem) mem = gpu ? 139 * GIB : mem_total();
+    if (!mem) mem = gpu ? 139 * GIB : meminfo_bytes("MemTotal");
     if (!link) link = gpu ? 450 : 10;
     if (!tflops) tflops = gpu ? 350 : 0.05;
     if (config_validate(&c, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }

@@ -27,14 +27,9 @@ int be_init(int local_rank, char* err, size_t errlen) {
 void be_sync(void) {}   // every kernel has finished when it returns
 
 double be_memory_available(int node_ranks) {
-    FILE* f = fopen("/proc/meminfo", "r");
-    double kb = 0;
-    char line[256];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    if (kb <= 0) return 1e30;   // unknown: no limit
-    return kb * 1024.0 / (node_ranks > 0 ? node_ranks : 1);
+    double avail = meminfo_bytes("MemAvailable");
+    if (avail <= 0) return 1e30;   // unknown: no limit
+    return avail / (node_ranks > 0 ? node_ranks : 1);
 }
 
 // ---- timers: wall clock and the CPU time of all threads ----
