@@ -20,6 +20,7 @@
 // HDF5 limits a chunk to 4 GiB: a taller chunk is cut into equal row parts until it fits.
 #include "checkpoint/ckpt.h"
 #include "checkpoint/h5util.h"
+#include "checkpoint/validate.h"
 #include "comm/grid.h"
 #include "common/files.h"
 #include "common/util.h"
@@ -61,7 +62,8 @@ static const char* USAGE =
 "                 vocabulary rows [ceil(rows_padded/tp), cols], o/down [rows, cols/tp], norms and other\n"
 "                 replicated tensors whole. The input's checksums are verified while it is read (a mismatch\n"
 "                 aborts and nothing is written); the output's are computed for what is stored. NEW.tmp is\n"
-"                 written and renamed to NEW at the end; CKPT is never modified.\n"
+"                 reserved on disk, written, read back against its checksums and renamed to NEW at the\n"
+"                 end; CKPT is never modified (an --out whose NEW.tmp would be CKPT is refused).\n"
 "\n"
 "convert options:\n"
 "  --tp N         target tensor-parallel degree: must divide n_head, n_kv_head and d_ff (default 1)\n"
@@ -74,8 +76,9 @@ static const char* USAGE =
 "  --force        replace an existing NEW (otherwise an error)\n"
 "  -h, --help     this text\n"
 "\n"
-"Errors (missing or truncated file, not HDF5, not a ringlm checkpoint, another format_version, a missing\n"
-"dataset, a checksum mismatch, bad options, NEW exists) are one line on stderr and exit status 1.\n"
+"Errors (missing or truncated file, not HDF5, corrupt HDF5 metadata, not a ringlm checkpoint, another\n"
+"format_version, step/data_cursor/tokens_seen/adam_t out of range or altered, a missing dataset, a checksum\n"
+"mismatch, bad options, NEW exists, not enough space for NEW) are one line on stderr and exit status 1.\n"
 "Environment: RINGLM_RESHARD_BLOCK_BYTES (default 67108864) bounds the fp32 bytes of one unit of work\n"
 "(a row block); HDF5_USE_FILE_LOCKING overrides the tool's choice of no HDF5 file locking.\n";
 
@@ -201,34 +204,29 @@ static void read_key(const char* key, int is_model, void* vctx) {
     CfgCtx* x = vctx;
     char v[CFG_STR + 32];
     if (x->bad) return;
-    if (h5_attr_read_str(x->g, key, v, sizeof v)) {   // a missing training key keeps its default
-        if (is_model) x->bad = FAIL("reshard: '%s' lacks the model config key /config:%s", x->path, key);
+    int rc = h5_attr_read_str(x->g, key, v, sizeof v);
+    if (rc) {   // a missing training key keeps its default
+        if (is_model || rc == -2) x->bad = FAIL("reshard: '%s' %s the %sconfig key /config:%s", x->path,
+                                                rc == -1 ? "lacks" : "has a malformed", is_model ? "model " : "", key);
         return;
     }
     char err[1024];
     if (config_set(x->c, key, v, "checkpoint /config", err, sizeof err)) x->bad = FAIL("reshard: '%s': %s", x->path, err);
 }
 
-// the root attributes and /config (into k->c)
+// the root attributes (checked: checkpoint/validate.h) and /config (into k->c)
 static int read_header(Ckpt* k) {
-    char fmt[64] = "";
-    long long ver = -1;
-    if (h5_attr_read_str(k->f, "format", fmt, sizeof fmt) || strcmp(fmt, CKPT_FORMAT))
-        return FAIL("reshard: '%s' is not a ringlm checkpoint (attribute 'format' is %s%s%s)", k->path, fmt[0] ? "'" : "",
-                    fmt[0] ? fmt : "missing or not a fixed-length string", fmt[0] ? "'" : "");
-    if (h5_attr_read_i64(k->f, "format_version", &ver) || ver != CKPT_VERSION)
-        return FAIL("reshard: '%s' has format_version %lld; this build reads version %d", k->path, ver, CKPT_VERSION);
-    const char* names[4] = { "step", "data_cursor", "tokens_seen", "adam_t" };
-    long long* vals[4] = { &k->step, &k->cursor, &k->tokens, &k->adam_t };
-    for (int i = 0; i < 4; i++)
-        if (h5_attr_read_i64(k->f, names[i], vals[i])) return FAIL("reshard: '%s' lacks the attribute '%s'", k->path, names[i]);
+    CkptState s;
+    char err[2048];
+    if (ckpt_read_state(k->f, "reshard", k->path, &s, err, sizeof err)) return FAIL("%s", err);
+    k->step = s.step; k->cursor = s.cursor; k->tokens = s.tokens; k->adam_t = s.adam_t;
     if (!h5_exists(k->f, "/config")) return FAIL("reshard: '%s' lacks the group /config", k->path);
     config_defaults(&k->c);
     CfgCtx x = { H5Gopen2(k->f, "/config", H5P_DEFAULT), &k->c, 0, k->path };
+    if (x.g < 0) return FAIL("reshard: '%s': the group /config cannot be opened (corrupt file)", k->path);
     config_each_key(read_key, &x);
     H5Gclose(x.g);
     if (x.bad) return 1;
-    char err[1024];
     if (config_validate(&k->c, err, sizeof err)) return FAIL("reshard: '%s' holds an invalid /config: %s", k->path, err);
     return 0;
 }
@@ -237,26 +235,32 @@ static int read_header(Ckpt* k) {
 static int describe(Ckpt* k, Dset* d) {
     hid_t fs = H5Dget_space(d->in), ft = H5Dget_type(d->in), pl = H5Dget_create_plist(d->in);
     hsize_t dims[2] = { 0, 1 };
-    d->ndim = H5Sget_simple_extent_ndims(fs);
-    if (d->ndim == 1 || d->ndim == 2) H5Sget_simple_extent_dims(fs, dims, NULL);
+    d->ndim = fs < 0 ? -1 : H5Sget_simple_extent_ndims(fs);
+    if ((d->ndim == 1 || d->ndim == 2) && H5Sget_simple_extent_dims(fs, dims, NULL) < 0) d->ndim = -1;
     d->rows = (long)dims[0]; d->cols = d->ndim == 2 ? (long)dims[1] : 1;
-    H5T_class_t cl = H5Tget_class(ft);
-    size_t sz = H5Tget_size(ft);
+    H5T_class_t cl = ft < 0 ? H5T_NO_CLASS : H5Tget_class(ft);
+    size_t sz = ft < 0 ? 0 : H5Tget_size(ft);
     d->bf16 = cl == H5T_INTEGER && sz == 2;
     int fp32 = cl == H5T_FLOAT && sz == 4;
-    d->chunked = H5Pget_layout(pl) == H5D_CHUNKED;
-    if (d->chunked) H5Pget_chunk(pl, 2, d->chunk);
-    d->has_sum = h5_attr_read_u64(d->in, "checksum", &d->want) == 0;
-    H5Sclose(fs); H5Tclose(ft); H5Pclose(pl);
+    H5D_layout_t lay = pl < 0 ? H5D_LAYOUT_ERROR : H5Pget_layout(pl);
+    d->chunked = lay == H5D_CHUNKED;
+    if (d->chunked && H5Pget_chunk(pl, 2, d->chunk) < 0) lay = H5D_LAYOUT_ERROR;
+    int rc = h5_attr_read_u64(d->in, "checksum", &d->want);
+    d->has_sum = rc == 0;
+    if (fs >= 0) H5Sclose(fs);
+    if (ft >= 0) H5Tclose(ft);
+    if (pl >= 0) H5Pclose(pl);
+    if (fs < 0 || ft < 0 || lay == H5D_LAYOUT_ERROR) return FAIL("reshard: '%s': %s is malformed (corrupt file)", k->path, d->path);
+    if (rc == -2) return FAIL("reshard: '%s': %s has a malformed checksum attribute (a uint64 expected)", k->path, d->path);
     if (d->ndim != 1 && d->ndim != 2) return FAIL("reshard: '%s': %s has %d dimensions (1 or 2 expected)", k->path, d->path, d->ndim);
     if (!d->bf16 && !fp32) return FAIL("reshard: '%s': %s is neither fp32 nor bf16 (uint16)", k->path, d->path);
     return 0;
 }
 
 static int open_dataset(Ckpt* k, Dset* d) {
+    d->in = d->out = H5I_INVALID_HID;
     if (!h5_exists(k->f, d->path)) return FAIL("reshard: '%s' lacks the dataset %s", k->path, d->path);
     d->in = H5Dopen2(k->f, d->path, H5P_DEFAULT);
-    d->out = H5I_INVALID_HID;
     if (d->in < 0) return FAIL("reshard: '%s': cannot open %s (corrupt file?)", k->path, d->path);
     return describe(k, d);
 }
@@ -300,8 +304,8 @@ static herr_t visit(hid_t obj, const char* name, const H5O_info_t* info, void* v
 }
 static int open_extras(Ckpt* k) {
     Walk w = { k, NULL, 0, 0 };
-    H5Ovisit2(k->f, H5_INDEX_NAME, H5_ITER_INC, visit, &w, H5O_INFO_BASIC);
-    int bad = 0;
+    int bad = H5Ovisit2(k->f, H5_INDEX_NAME, H5_ITER_INC, visit, &w, H5O_INFO_BASIC) < 0
+              && FAIL("reshard: '%s': its objects cannot be listed (corrupt file)", k->path);
     if (w.n) k->d = realloc(k->d, (k->nd + w.n) * sizeof(Dset));
     for (int i = 0; i < w.n && !bad; i++) {
         Dset* d = &k->d[k->nd++];
@@ -314,8 +318,22 @@ static int open_extras(Ckpt* k) {
     return bad;
 }
 
-// open CKPT on every rank and check it is a complete ringlm checkpoint; exits (one line) otherwise
-static void open_ckpt(Ckpt* k, const char* path) {
+static void close_ckpt(Ckpt* k) {
+    for (int i = 0; i < k->nd; i++) {
+        if (k->d[i].in >= 0) H5Dclose(k->d[i].in);
+        if (k->d[i].out >= 0) H5Dclose(k->d[i].out);
+        k->d[i].in = k->d[i].out = H5I_INVALID_HID;
+    }
+    free(k->d);
+    k->d = NULL; k->nd = 0;
+    if (k->f >= 0) H5Fclose(k->f);
+    k->f = H5I_INVALID_HID;
+}
+
+// open CKPT on every rank and check it is a complete ringlm checkpoint (collective); 0, or 1 with msg on
+// every rank and nothing left open. `check`: first the structure check of the whole file (rank 0, in a
+// child process: checkpoint/validate.h).
+static int open_ckpt_rc(Ckpt* k, const char* path, int check) {
     memset(k, 0, sizeof *k);
     k->path = path;
     k->f = H5I_INVALID_HID;
@@ -323,28 +341,19 @@ static void open_ckpt(Ckpt* k, const char* path) {
     int bad = 0;
     if (stat(path, &st)) bad = FAIL("reshard: '%s' does not exist", path);
     else if (!S_ISREG(st.st_mode)) bad = FAIL("reshard: '%s' is not a regular file", path);
-    grid_check(W, bad, msg);
+    if (sync_fail(bad)) return 1;
+    if (check && group_rank(W) == 0) bad = ckpt_check_file("reshard", path, msg, sizeof msg);
+    if (sync_fail(bad)) return 1;
     hid_t fapl = file_access();
-    k->f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
+    k->f = fapl < 0 ? H5I_INVALID_HID : H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (fapl >= 0) H5Pclose(fapl);
     bad = k->f < 0 && FAIL("reshard: '%s' cannot be opened as HDF5 (not an HDF5 file, truncated or corrupt)", path);
-    grid_check(W, bad, msg);
-    bad = read_header(k);
-    grid_check(W, bad, msg);
-    bad = open_expected(k);
-    grid_check(W, bad, msg);
-    bad = open_extras(k);
-    grid_check(W, bad, msg);
+    if (!sync_fail(bad) && !sync_fail(read_header(k)) && !sync_fail(open_expected(k)) && !sync_fail(open_extras(k))) return 0;
+    close_ckpt(k);
+    return 1;
 }
-
-static void close_ckpt(Ckpt* k) {
-    for (int i = 0; i < k->nd; i++) {
-        if (k->d[i].in >= 0) H5Dclose(k->d[i].in);
-        if (k->d[i].out >= 0) H5Dclose(k->d[i].out);
-    }
-    free(k->d);
-    if (k->f >= 0) H5Fclose(k->f);
-}
+// the same, exiting (one line) on failure
+static void open_ckpt(Ckpt* k, const char* path) { if (open_ckpt_rc(k, path, 1)) grid_check(W, 1, msg); }
 
 // ---- units of work -----------------------------------------------------------------------------------
 
@@ -401,11 +410,11 @@ static uint64_t xsum_u16(const uint16_t* x, long long n, uint64_t i0) {
     return s;
 }
 
-// the file dataspace of dataset `ds` with rows [r0, r1) selected
+// the file dataspace of dataset `ds` with rows [r0, r1) selected (H5I_INVALID_HID on an HDF5 error)
 static hid_t rows_space(hid_t ds, long cols, long r0, long r1) {
     hid_t fs = H5Dget_space(ds);
     hsize_t start[2] = { (hsize_t)r0, 0 }, count[2] = { (hsize_t)(r1 - r0), (hsize_t)cols };
-    H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+    if (fs >= 0 && H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0) { H5Sclose(fs); return H5I_INVALID_HID; }
     return fs;
 }
 
@@ -413,20 +422,23 @@ static hid_t rows_space(hid_t ds, long cols, long r0, long r1) {
 // has the selection's shape: otherwise HDF5 maps a chunked dataset's elements to chunks one at a time.
 static int rows_io(int write, hid_t ds, hid_t memtype, long cols, long r0, long r1, void* buf) {
     hid_t fs = rows_space(ds, cols, r0, r1);
+    if (fs < 0) return -1;
     hsize_t dims[2] = { (hsize_t)(r1 - r0), (hsize_t)cols };
-    hid_t ms = H5Screate_simple(H5Sget_simple_extent_ndims(fs), dims, NULL);
-    herr_t rc = write ? H5Dwrite(ds, memtype, ms, fs, H5P_DEFAULT, buf) : H5Dread(ds, memtype, ms, fs, H5P_DEFAULT, buf);
-    H5Sclose(ms); H5Sclose(fs);
+    int nd = H5Sget_simple_extent_ndims(fs);
+    hid_t ms = nd < 1 ? H5I_INVALID_HID : H5Screate_simple(nd, dims, NULL);
+    herr_t rc = ms < 0 ? -1 : write ? H5Dwrite(ds, memtype, ms, fs, H5P_DEFAULT, buf) : H5Dread(ds, memtype, ms, fs, H5P_DEFAULT, buf);
+    if (ms >= 0) H5Sclose(ms);
+    H5Sclose(fs);
     return rc < 0 ? -1 : 0;
 }
 
 // One unit: read it, add its checksum terms to *sin; when converting store it as d->out_bf16 says and
-// add the stored values' terms to *sout. Returns 0 or -1 (an I/O error).
+// add the stored values' terms to *sout. Returns 0, -1 (reading failed) or -2 (writing failed).
 static int do_unit(const Dset* d, const Unit* u, int convert, uint64_t* sin, uint64_t* sout) {
     long long n = (long long)(u->r1 - u->r0) * d->cols;
     uint64_t i0 = (uint64_t)u->r0 * d->cols;
     void* in = malloc((size_t)n * (d->bf16 ? 2 : 4));
-    if (!in) return -1;
+    if (!in) { fprintf(stderr, "reshard: out of memory\n"); exit(1); }
     int rc = rows_io(0, d->in, d->bf16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT, d->cols, u->r0, u->r1, in);
     uint64_t s = 0;
     if (!rc) s = d->bf16 ? xsum_u16(in, n, i0) : xsum_f32(in, n, i0);
@@ -445,7 +457,7 @@ static int do_unit(const Dset* d, const Unit* u, int convert, uint64_t* sin, uin
         out = o;
     }
     *sout += s;
-    rc = rows_io(1, d->out, d->out_bf16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT, d->cols, u->r0, u->r1, out);
+    rc = rows_io(1, d->out, d->out_bf16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT, d->cols, u->r0, u->r1, out) ? -2 : 0;
     if (out != in) free(out);
     free(in);
     return rc;
@@ -453,16 +465,18 @@ static int do_unit(const Dset* d, const Unit* u, int convert, uint64_t* sin, uin
 
 // Every rank does its units; then sin[i] (and sout[i]) hold dataset i's whole checksum on every rank.
 // Returns 1 (msg) when an I/O error happened on any rank.
-static int run_units(Ckpt* k, int convert, uint64_t* sin, uint64_t* sout) {
+static int run_units(Ckpt* k, int convert, uint64_t* sin, uint64_t* sout, const char* out) {
     int nu;
     Unit* u = plan_units(k->d, k->nd, convert, group_size(W), &nu);
     int bad = 0;
     for (int i = 0; i < nu && !bad; i++) {
         if (u[i].rank != group_rank(W)) continue;
         const Dset* d = &k->d[u[i].d];
-        if (do_unit(d, &u[i], convert, &sin[u[i].d], &sout[u[i].d]))
-            bad = FAIL("reshard: '%s': %s %s rows [%ld, %ld) failed (truncated file or disk full?)", k->path,
-                       convert ? "copying" : "reading", d->path, u[i].r0, u[i].r1);
+        int rc = do_unit(d, &u[i], convert, &sin[u[i].d], &sout[u[i].d]);
+        if (rc == -1)
+            bad = FAIL("reshard: '%s': reading %s rows [%ld, %ld) failed (truncated or corrupt file?)", k->path, d->path, u[i].r0, u[i].r1);
+        else if (rc)
+            bad = FAIL("reshard: writing %s rows [%ld, %ld) to '%s' failed (disk full?)", d->path, u[i].r0, u[i].r1, out);
     }
     free(u);
     ctl_sum_u64(W, sin, k->nd);
@@ -493,8 +507,7 @@ static void print_info(const Ckpt* k, const uint64_t* sums) {
     printf("optimizer     %s\n", k->have_opt ? "AdamW moments (/optimizer/m, /optimizer/v)" : "none (model-only)");
     printf("config (model keys):\n");
     KeyPrint kp = { H5Gopen2(k->f, "/config", H5P_DEFAULT) };
-    config_each_key(print_key, &kp);
-    H5Gclose(kp.g);
+    if (kp.g >= 0) { config_each_key(print_key, &kp); H5Gclose(kp.g); }
     int w = 8;
     for (int i = 0; i < k->nd; i++) if ((int)strlen(k->d[i].path) > w) w = (int)strlen(k->d[i].path);
     printf("datasets (%d):\n  %-*s  %-12s  %-5s  %-18s  %s\n", k->nd, w, "name", "shape", "dtype", "chunking", "checksum");
@@ -539,7 +552,7 @@ static int inspect(const Opts* o) {
     open_ckpt(&k, o->in);
     uint64_t* sums = calloc(k.nd, sizeof(uint64_t));
     uint64_t* unused = calloc(k.nd, sizeof(uint64_t));
-    int bad = run_units(&k, 0, sums, unused);
+    int bad = run_units(&k, 0, sums, unused, NULL);
     if (bad) { close_ckpt(&k); grid_check(W, 1, msg); }
     if (o->mode == MODE_INFO && group_rank(W) == 0) print_info(&k, sums);
     fflush(stdout);
@@ -568,9 +581,14 @@ static int check_target(const Ckpt* k, const Opts* o) {
     return 0;
 }
 
-// rank 0: NEW must not exist (unless --force) and must not be CKPT itself
+// rank 0: NEW must not exist (unless --force) and must not be CKPT itself; nor may NEW.tmp, which is
+// written first (and a stale one removed), be CKPT
 static int check_out(const Opts* o) {
-    struct stat si, so;
+    struct stat si, so, st;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", o->out);
+    if (!strcmp(tmp, o->in) || (!stat(o->in, &si) && !stat(tmp, &st) && si.st_dev == st.st_dev && si.st_ino == st.st_ino))
+        return FAIL("reshard: --out '%s' would be written as '%s', which is the input checkpoint; choose another --out", o->out, tmp);
     if (stat(o->out, &so)) return 0;
     if (!stat(o->in, &si) && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
         return FAIL("reshard: --out '%s' is the input checkpoint; write somewhere else", o->out);
@@ -605,17 +623,21 @@ static herr_t copy_attr(hid_t src, const char* name, const H5A_info_t* info, voi
     (void)info;
     AttrCopy* x = vctx;
     for (int i = 0; x->skip && x->skip[i]; i++) if (!strcmp(name, x->skip[i])) return 0;
-    hid_t a = H5Aopen(src, name, H5P_DEFAULT), t = H5Aget_type(a), s = H5Aget_space(a);
-    hssize_t n = H5Sget_select_npoints(s);
-    void* buf = calloc((size_t)(n > 0 ? n : 1), H5Tget_size(t));
+    hid_t a = H5Aopen(src, name, H5P_DEFAULT);
+    hid_t t = a < 0 ? H5I_INVALID_HID : H5Aget_type(a), s = a < 0 ? H5I_INVALID_HID : H5Aget_space(a);
+    hssize_t n = s < 0 ? -1 : H5Sget_select_npoints(s);
+    size_t es = t < 0 ? 0 : H5Tget_size(t);
+    void* buf = n >= 0 && es ? calloc((size_t)(n > 0 ? n : 1), es) : NULL;
     hid_t b = H5I_INVALID_HID;
-    if (H5Aread(a, t, buf) < 0 || (b = H5Acreate2(x->dst, name, t, s, H5P_DEFAULT, H5P_DEFAULT)) < 0 || H5Awrite(b, t, buf) < 0)
-        x->bad = 1;
-    if (H5Tdetect_class(t, H5T_VLEN) > 0 || H5Tis_variable_str(t) > 0) H5Dvlen_reclaim(t, s, H5P_DEFAULT, buf);
-    if (b >= 0) H5Aclose(b);
+    int read = buf && H5Aread(a, t, buf) >= 0;
+    if (!read || (b = H5Acreate2(x->dst, name, t, s, H5P_DEFAULT, H5P_DEFAULT)) < 0 || H5Awrite(b, t, buf) < 0) x->bad = 1;
+    if (read && (H5Tdetect_class(t, H5T_VLEN) > 0 || H5Tis_variable_str(t) > 0)) H5Dvlen_reclaim(t, s, H5P_DEFAULT, buf);
+    if (b >= 0 && H5Aclose(b) < 0) x->bad = 1;
     free(buf);
-    H5Sclose(s); H5Tclose(t); H5Aclose(a);
-    return 0;
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    if (a >= 0) H5Aclose(a);
+    return x->bad ? -1 : 0;
 }
 static int copy_attrs(hid_t src, hid_t dst, const char* const* skip) {
     AttrCopy x = { dst, skip, 0 };
@@ -633,14 +655,14 @@ static int write_header(const Ckpt* k, const Opts* o, hid_t f) {
     bad |= h5_attr_write_i64(f, "saved_dp", o->dp);
     bad |= h5_attr_write_i64(f, "saved_zero", 0);
     hid_t src = H5Gopen2(k->f, "/config", H5P_DEFAULT), dst = H5Gcreate2(f, "/config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    bad |= dst < 0 || copy_attrs(src, dst, NULL);
-    H5Gclose(src);
-    if (dst >= 0) H5Gclose(dst);
+    bad |= src < 0 || dst < 0 || copy_attrs(src, dst, NULL);
+    if (src >= 0) H5Gclose(src);
+    if (dst >= 0 && H5Gclose(dst) < 0) bad = 1;
     int with_opt = k->have_opt && !o->model_only;
     const char* groups[4] = { "/model", "/optimizer", "/optimizer/m", "/optimizer/v" };
     for (int i = 0; i < (with_opt ? 4 : 1); i++) {
         hid_t g = H5Gcreate2(f, groups[i], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        if (g < 0) bad = 1; else H5Gclose(g);
+        if (g < 0 || H5Gclose(g) < 0) bad = 1;
     }
     return bad;
 }
@@ -649,19 +671,30 @@ static int write_header(const Ckpt* k, const Opts* o, hid_t f) {
 static int create_dataset(hid_t f, Dset* d) {
     hsize_t dims[2] = { (hsize_t)d->rows, (hsize_t)d->cols };
     hid_t sp = H5Screate_simple(d->ndim, dims, NULL), pl = H5Pcreate(H5P_DATASET_CREATE);
-    H5Pset_chunk(pl, d->ndim, d->out_chunk);
-    H5Pset_alloc_time(pl, H5D_ALLOC_TIME_EARLY);
-    H5Pset_fill_time(pl, H5D_FILL_TIME_NEVER);
-    d->out = H5Dcreate2(f, d->path, d->out_bf16 ? H5T_STD_U16LE : H5T_IEEE_F32LE, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
-    H5Pclose(pl); H5Sclose(sp);
-    if (d->out < 0) return 1;
+    int bad = sp < 0 || pl < 0 || H5Pset_chunk(pl, d->ndim, d->out_chunk) < 0 || H5Pset_alloc_time(pl, H5D_ALLOC_TIME_EARLY) < 0
+              || H5Pset_fill_time(pl, H5D_FILL_TIME_NEVER) < 0;
+    if (!bad) d->out = H5Dcreate2(f, d->path, d->out_bf16 ? H5T_STD_U16LE : H5T_IEEE_F32LE, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+    if (pl >= 0) H5Pclose(pl);
+    if (sp >= 0) H5Sclose(sp);
+    if (bad || d->out < 0) return 1;
     return h5_attr_write_str(d->out, "dtype", d->out_bf16 ? "bf16" : "fp32") != 0;
 }
 
+// bytes to reserve for the output: every dataset's allocated chunks (edge chunks whole) and room for the
+// metadata (object headers, chunk indexes, attributes)
+static long long output_bytes(const Ckpt* k) {
+    long long b = 256LL << 10;
+    for (int i = 0; i < k->nd; i++) {
+        const Dset* d = &k->d[i];
+        long long c0 = (long long)d->out_chunk[0], c1 = d->ndim == 2 ? (long long)d->out_chunk[1] : 1;
+        long long n0 = (d->rows + c0 - 1) / c0, n1 = (d->cols + c1 - 1) / c1;
+        b += n0 * n1 * (c0 * c1 * (d->out_bf16 ? 2 : 4) + 128) + 4096;
+    }
+    return b;
+}
 
-// rank 0: NEW.tmp -> NEW, durably
+// rank 0: NEW.tmp (fsynced) -> NEW, durably
 static int publish(const char* tmp, const char* out) {
-    if (fsync_path(tmp)) return FAIL("reshard: cannot fsync '%s': %s", tmp, strerror(errno));
     if (rename(tmp, out)) return FAIL("reshard: cannot rename '%s' to '%s': %s", tmp, out, strerror(errno));
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", out);
@@ -695,35 +728,75 @@ static void check_convert(Ckpt* k, const Opts* o) {
     grid_check(W, group_rank(W) == 0 && check_out(o), msg);
 }
 
-// Write the output file `tmp` (collective): header, datasets, data, checksums. 1 (msg, every rank) when
-// anything failed, including a checksum mismatch in the input. Closes the input.
-static int write_output(Ckpt* k, const Opts* o, const char* tmp) {
-    if (group_rank(W) == 0) unlink(tmp);               // a stale one from a killed run
-    ctl_barrier(W);
+// Write the output file `tmp` (collective): reserve its space, header, datasets, data, checksums, close.
+// sout[i] receives the checksum of output dataset i (named paths[i]). 1 (msg, every rank) when anything
+// failed, including a checksum mismatch in the input. Closes the input.
+static int write_output(Ckpt* k, const Opts* o, const char* tmp, char (*paths)[256], uint64_t* sout) {
+    int r0 = group_rank(W) == 0, bad = 0;
+    if (r0) unlink(tmp);                                // a stale one from a killed run (check_out: not CKPT)
+    char err[2048];
+    long long need = output_bytes(k);
+    if (r0 && ckpt_reserve("reshard", tmp, need, 1, err, sizeof err)) bad = FAIL("%s", err);
+    if (sync_fail(bad)) { close_ckpt(k); return 1; }
     hid_t fapl = file_access();
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    H5Pclose(fapl);
+    hid_t f = fapl < 0 ? H5I_INVALID_HID : H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (fapl >= 0) H5Pclose(fapl);
     if (sync_fail(f < 0 && FAIL("reshard: cannot create '%s' (directory missing or not writable?)", tmp))) {
         if (f >= 0) H5Fclose(f);
         close_ckpt(k);
         return 1;
     }
-    int bad = write_header(k, o, f);
-    for (int i = 0; i < k->nd; i++) bad |= create_dataset(f, &k->d[i]);
-    if (bad) (void)FAIL("reshard: cannot create the datasets of '%s' (disk full?)", tmp);
-    uint64_t* sin = calloc(k->nd, sizeof(uint64_t));
-    uint64_t* sout = calloc(k->nd, sizeof(uint64_t));
+    if (r0 && ckpt_reserve("reshard", tmp, need, 0, err, sizeof err)) bad = FAIL("%s", err);
     bad = sync_fail(bad);
-    if (!bad) bad = run_units(k, 1, sin, sout);
+    if (!bad) {
+        bad = write_header(k, o, f);
+        for (int i = 0; i < k->nd; i++) bad |= create_dataset(f, &k->d[i]);
+        bad = sync_fail(bad && FAIL("reshard: cannot create the datasets of '%s' (disk full?)", tmp));
+    }
+    uint64_t* sin = calloc(k->nd, sizeof(uint64_t));
+    if (!bad) bad = run_units(k, 1, sin, sout, tmp);
     for (int i = 0; i < k->nd && !bad; i++)     // the sums are the same on every rank
         if (sin[i] != k->d[i].want)
             bad = FAIL("reshard: '%s': checksum mismatch in %s (the input is corrupt); nothing written", k->path, k->d[i].path);
     for (int i = 0; i < k->nd && !bad; i++)
         bad = h5_attr_write_u64(k->d[i].out, "checksum", sout[i]) != 0 &&
               FAIL("reshard: writing the checksum of %s in '%s' failed (disk full?)", k->d[i].path, tmp);
-    free(sin); free(sout);
+    for (int i = 0; i < k->nd; i++) memcpy(paths[i], k->d[i].path, 256);
+    free(sin);
+    bad = sync_fail(bad);
+    // a failed output is deleted anyway: its space goes back first, so that closing it (HDF5 writes the
+    // metadata then, on every rank together) cannot fail for lack of space
+    if (bad && r0 && truncate(tmp, 0)) {}
+    ctl_barrier(W);
     close_ckpt(k);                              // the output datasets too
     if (H5Fclose(f) < 0) bad = bad || FAIL("reshard: closing '%s' failed (disk full?)", tmp);
+    return sync_fail(bad);
+}
+
+// The closed output, fsynced, opened again and read in full: every dataset's stored checksum must match
+// its data and what was written (sout). 0, or 1 with msg on every rank.
+static int verify_output(const char* tmp, int nd, char (*paths)[256], const uint64_t* sout) {
+    int bad = 0;
+    if (group_rank(W) == 0) {
+        struct stat sb;   // releases what was reserved beyond the end, then fsync
+        if (stat(tmp, &sb) || truncate(tmp, sb.st_size) || fsync_path(tmp)) bad = FAIL("reshard: cannot fsync '%s': %s", tmp, strerror(errno));
+    }
+    if (sync_fail(bad)) return 1;
+    Ckpt v;
+    if (open_ckpt_rc(&v, tmp, 0)) {
+        char e[2048];
+        snprintf(e, sizeof e, "%.2000s", msg);
+        return FAIL("reshard: the output did not verify after writing (%s); it was removed", e);
+    }
+    uint64_t* sums = calloc(v.nd + 1, sizeof(uint64_t));
+    uint64_t* unused = calloc(v.nd + 1, sizeof(uint64_t));
+    bad = run_units(&v, 0, sums, unused, NULL);
+    if (!bad && v.nd != nd) bad = FAIL("reshard: '%s' holds %d datasets after writing, %d were written; it was removed", tmp, v.nd, nd);
+    for (int i = 0; i < v.nd && !bad; i++)
+        if (strcmp(v.d[i].path, paths[i]) || !v.d[i].has_sum || v.d[i].want != sums[i] || sums[i] != sout[i])
+            bad = FAIL("reshard: %s in '%s' reads back other values than were written; it was removed", v.d[i].path, tmp);
+    free(sums); free(unused);
+    close_ckpt(&v);
     return sync_fail(bad);
 }
 
@@ -741,14 +814,18 @@ static int convert(const Opts* o) {
     int nd = k.nd, have_opt = k.have_opt && !o->model_only;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", o->out);
-    int bad = write_output(&k, o, tmp);
+    char (*paths)[256] = calloc(nd + 1, 256);
+    uint64_t* sout = calloc(nd + 1, sizeof(uint64_t));
+    int bad = write_output(&k, o, tmp, paths, sout);
+    if (!bad) bad = verify_output(tmp, nd, paths, sout);
     if (!bad && group_rank(W) == 0) bad = publish(tmp, o->out);
     bad = sync_fail(bad);
     if (bad && group_rank(W) == 0) unlink(tmp);
+    free(paths); free(sout);
     grid_check(W, bad, msg);
     if (group_rank(W) == 0) {
         printf("reshard: %s -> %s: layout tp %d cp %d dp %d, %s, %s; %d datasets, %lld elements, %.2f MiB; "
-               "input checksums ok (%d rank%s, %.2f s)\n", o->in, o->out, o->tp, o->cp, o->dp,
+               "input checksums ok, output verified (%d rank%s, %.2f s)\n", o->in, o->out, o->tp, o->cp, o->dp,
                o->dtype == DT_BF16 ? "model bf16" : o->dtype == DT_FP32 ? "model fp32" : "model dtype kept",
                have_opt ? "with optimizer state" : "model only (no optimizer state)", nd, elems,
                bytes / 1048576.0, group_size(W), group_size(W) > 1 ? "s" : "", now_s() - t0);
