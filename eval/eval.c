@@ -68,8 +68,10 @@ static void usage(FILE* f) {
         "  --log_buckets          buckets [0,1) [1,2) [2,4) ... instead\n"
         "  --stride S             sliding windows every S tokens, only new tokens scored (YaRN protocol)\n"
         "  --doc_len D            with --stride: score the first D tokens of each document (default 4 L)\n"
-        "  --eod ID               end-of-document token (default 256 for the byte tokenizer's vocab 257;\n"
-        "                         -1: no documents, consecutive windows of the stream)\n"
+        "  --eod ID               end-of-document (separator) token of the data, e.g. the one tools/prepare_hf\n"
+        "                         printed (default 256 for the byte tokenizer's vocab 257, else -1; -1: no\n"
+        "                         documents, consecutive windows of the stream); --passkey starts its documents\n"
+        "                         with it\n"
         "  --rope SPEC            add a RoPE setting: none | linear:F | yarn:F[:L] (original length L);\n"
         "                         repeat to compare settings of one checkpoint on one plot\n"
         "  --rope_scaling S --rope_factor F --rope_original_max_seq_len L --rope_theta B\n"
@@ -344,6 +346,28 @@ static int series_docs(const Args* a, const Grid* g, Loader* ld, int eod, long l
     return nd;
 }
 
+// the end-of-document (separator) token of a series: --eod ID, else the byte tokenizer's 256 for vocab 257, else
+// none (-1: consecutive windows; perplexity notes it once). Passkey documents are byte-level text and need a
+// separator. A separator outside the checkpoint's vocabulary ends the job with one line.
+static int series_eod(const Args* a, const Grid* g, const Config* c, const char* ckpt, int passkey) {
+    static int noted;
+    int eod = a->eod == -2 ? (c->vocab_size == 257 ? 256 : -1) : a->eod, fail = 0;
+    if (eod >= c->vocab_size) {
+        snprintf(msg, sizeof msg, "eval: --eod %d is not a token of checkpoint %s (vocab_size %d)", eod, ckpt, c->vocab_size);
+        fail = 1;
+    } else if (passkey && (eod < 0 || c->vocab_size < 127)) {
+        snprintf(msg, sizeof msg, "eval: --passkey writes byte-level text (token = byte value) after a separator token; "
+                 "checkpoint %s has vocab_size %d, not the byte tokenizer's 257: give --eod ID (its separator) if its "
+                 "tokens 0..255 are bytes", ckpt, c->vocab_size);
+        fail = 1;
+    } else if (!passkey && eod < 0 && a->eod == -2 && g->rank == 0 && !noted++)
+        printf("note: checkpoint %s has vocab_size %d (not the byte tokenizer's 257) and no --eod was given: the data "
+               "is scored as consecutive windows, not documents; --eod ID (the separator tools/prepare_hf printed) "
+               "splits documents\n", ckpt, c->vocab_size);
+    grid_check(g->world_g, fail, msg);
+    return eod;
+}
+
 // score one document: its first T targets, or sliding windows over its first doc_len tokens (model
 // positions are window positions; losses are booked at document positions). 0, or 1 on a read error.
 static int score_doc(const Args* a, Net* n, Loader* ld, long long start, int32_t* win, unsigned char* score,
@@ -376,7 +400,7 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
     int fail = loader_open(&ld, a->data, 1, c.vocab_size, 0, 0);
     if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
     grid_check(g->world_g, fail, msg);
-    int eod = a->eod == -2 ? (c.vocab_size == 257 ? 256 : -1) : a->eod;
+    int eod = series_eod(a, g, &c, ckpt, 0);
     Doc* docs = NULL;
     int nd = series_docs(a, g, &ld, eod, span + 1, &docs);
     memset(sum, 0, span * sizeof(double)); memset(cnt, 0, span * sizeof(double));
@@ -459,6 +483,7 @@ static void eval_passkey(const Args* a, const Grid* g) {
         Net n;
         net_open(&n, a->ckpts[0], a, &a->ropes[0], g, T, &c);
         n.m.want_hits = 1;
+        int sep = series_eod(a, g, &c, a->ckpts[0], 1);   // token 0 of every passkey document
         int32_t* doc = malloc((T + 1) * sizeof(int32_t));
         int* tokens = malloc((T + 1) * sizeof(int));
         unsigned char* score = calloc(T, 1);
@@ -470,6 +495,7 @@ static void eval_passkey(const Args* a, const Grid* g) {
                 int needle;
                 uint64_t seed = (uint64_t)a->seed * 1000003ULL + (uint64_t)li * 7919ULL + (uint64_t)di * 104729ULL + t;
                 fail = passkey_make(seed, T + 1, a->depths[di], tokens, key, &needle);
+                tokens[0] = sep;
                 if (fail) snprintf(msg, sizeof msg, "eval: passkey length %d is too short for the needle and question", T);
                 grid_check(world, fail, msg);
                 for (int i = 0; i <= T; i++) doc[i] = tokens[i];
