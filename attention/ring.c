@@ -49,6 +49,8 @@ void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk) {
     R->B = B;
     R->pos_host = calloc((size_t)R->P * B * R->Tl, sizeof(int));
     R->pos_dev = be_alloc((size_t)R->P * B * R->Tl * sizeof(int));
+    R->doc_host = calloc((size_t)R->P * B * R->Tl, sizeof(int));
+    R->doc_dev = be_alloc((size_t)R->P * B * R->Tl * sizeof(int));
     R->xfer_s = calibrate(R);
     R->compute = be_timer_create(0);
     R->wait = be_timer_create(R->xfer_s);
@@ -57,6 +59,7 @@ void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk) {
 void ring_free(Ring* R) {
     for (int i = 0; i < 2; i++) { be_free(R->kv[i]); be_free(R->dkv[i]); }
     free(R->pos_host); be_free(R->pos_dev);
+    free(R->doc_host); be_free(R->doc_dev);
     be_timer_free(R->compute); be_timer_free(R->wait);
     comm_req_free(R->rq);
     memset(R, 0, sizeof *R);
@@ -68,30 +71,46 @@ size_t ring_buffer_bytes(const Ring* R) { return ring_buffer_bytes_for(R->Tl, R-
 RingStats ring_stats(const Ring* R) {
     BeTimes c = be_timer_read(R->compute), w = be_timer_read(R->wait);
     return (RingStats){ .compute_s = c.wall_s, .work_s = c.work_s, .wait_s = w.wall_s, .xfer_s = R->xfer_s,
-                        .exposed_s = w.clamped_s, .transfers = w.regions, .blocks = R->blocks };
+                        .exposed_s = w.clamped_s, .transfers = w.regions, .blocks = R->blocks,
+                        .skipped = R->pairs[0], .unmasked = R->pairs[1], .masked = R->pairs[2] };
 }
 
-void ring_set_positions(Ring* R, const int* local_pos) {
+void ring_set_positions(Ring* R, const int* local_pos, const int* local_doc) {
     size_t n = (size_t)R->B * R->Tl;
     ctl_allgather(R->g, local_pos, R->pos_host, n * sizeof(int));
     be_upload(R->pos_dev, R->pos_host, (size_t)R->P * n * sizeof(int));
+    R->docs = local_doc != NULL;
+    if (!R->docs) return;
+    ctl_allgather(R->g, local_doc, R->doc_host, n * sizeof(int));
+    be_upload(R->doc_dev, R->doc_host, (size_t)R->P * n * sizeof(int));
 }
 
 // positions of rank j's tokens of sequence b
 static size_t pos_at(const Ring* R, int j, int b) { return ((size_t)j * R->B + b) * R->Tl; }
 
-// ---- what to compute for a (query segment, key segment) pair, from positions ----
+// ---- what to compute for a (query segment, key segment) pair, from positions and document ids ----
 enum { SKIP = 0, NOMASK = 1, CAUSAL = 2 };
-static int classify(const int* qp, const int* kp, int n) {
-    int qmin = qp[0], qmax = qp[0], kmin = kp[0], kmax = kp[0];
-    for (int i = 1; i < n; i++) {
-        if (qp[i] < qmin) qmin = qp[i];
-        if (qp[i] > qmax) qmax = qp[i];
-        if (kp[i] < kmin) kmin = kp[i];
-        if (kp[i] > kmax) kmax = kp[i];
-    }
+static void min_max(const int* x, int n, int* mn, int* mx) {
+    *mn = *mx = x[0];
+    for (int i = 1; i < n; i++) { if (x[i] < *mn) *mn = x[i]; if (x[i] > *mx) *mx = x[i]; }
+}
+// qd, kd: document ids, or NULL (one document). A visible pair needs kpos <= qpos and the same document, so
+// disjoint ranges of either rule out every pair; no pair is masked when every key is at or before every
+// query and all of both segments is one document.
+static int classify(const int* qp, const int* kp, const int* qd, const int* kd, int n) {
+    int qmin, qmax, kmin, kmax;
+    min_max(qp, n, &qmin, &qmax);
+    min_max(kp, n, &kmin, &kmax);
     if (qmax < kmin) return SKIP;
-    if (qmin >= kmax) return NOMASK;
+    int one_doc = 1;
+    if (qd) {
+        int qdmin, qdmax, kdmin, kdmax;
+        min_max(qd, n, &qdmin, &qdmax);
+        min_max(kd, n, &kdmin, &kdmax);
+        if (qdmax < kdmin || kdmax < qdmin) return SKIP;
+        one_doc = qdmin == qdmax && kdmin == kdmax && qdmin == kdmin;
+    }
+    if (qmin >= kmax && one_doc) return NOMASK;
     return CAUSAL;
 }
 
@@ -112,25 +131,34 @@ static void compute_block(Work* w, int backward) {
     const int* kpos = R->pos_dev + pos_at(R, w->src, w->b);
     const int* qpos_h = R->pos_host + pos_at(R, R->r, w->b);
     const int* kpos_h = R->pos_host + pos_at(R, w->src, w->b);
+    const int* qdoc = R->docs ? R->doc_dev + pos_at(R, R->r, w->b) : NULL;
+    const int* kdoc = R->docs ? R->doc_dev + pos_at(R, w->src, w->b) : NULL;
+    const int* qdoc_h = R->docs ? R->doc_host + pos_at(R, R->r, w->b) : NULL;
+    const int* kdoc_h = R->docs ? R->doc_host + pos_at(R, w->src, w->b) : NULL;
     be_timer_begin(R->compute);
     for (int a = 0; a < R->nseg; a++)
         for (int b = 0; b < R->nseg; b++) {
             int q0 = a * R->seg, k0 = b * R->seg;
-            int cls = classify(qpos_h + q0, kpos_h + k0, R->seg);
+            int cls = classify(qpos_h + q0, kpos_h + k0, qdoc_h ? qdoc_h + q0 : NULL, kdoc_h ? kdoc_h + k0 : NULL, R->seg);
+            R->pairs[cls]++;
             if (cls == SKIP) continue;
             int mask = cls == CAUSAL ? ATTN_MASK_CAUSAL : ATTN_MASK_NONE;
+            // an unmasked pair is one document: the kernels need no document ids for it
+            const int* qd = cls == CAUSAL && qdoc ? qdoc + q0 : NULL;
+            const int* kd = cls == CAUSAL && kdoc ? kdoc + k0 : NULL;
             for (int i0 = q0; i0 < q0 + R->seg; i0 += R->qrows) {
                 int n = q0 + R->seg - i0 < R->qrows ? q0 + R->seg - i0 : R->qrows;
+                const int* qdi = qd ? qd + (i0 - q0) : NULL;
                 if (!backward)
                     attn_block_forward(w->out + (size_t)i0 * Hq, w->olse + (size_t)i0 * w->nh,
-                                       w->q + (size_t)i0 * Hq, qpos + i0, n,
-                                       w->k + (size_t)k0 * Hk, w->v + (size_t)k0 * Hk, kpos + k0, R->seg,
+                                       w->q + (size_t)i0 * Hq, qpos + i0, qdi, n,
+                                       w->k + (size_t)k0 * Hk, w->v + (size_t)k0 * Hk, kpos + k0, kd, R->seg,
                                        w->nh, w->nkv, w->hd, w->scale, mask);
                 else
                     attn_block_backward(w->dq + (size_t)i0 * Hq, w->dk + (size_t)k0 * Hk, w->dv + (size_t)k0 * Hk,
                                         w->dout + (size_t)i0 * Hq, w->q + (size_t)i0 * Hq,
-                                        w->lse + (size_t)i0 * w->nh, w->D + (size_t)i0 * w->nh, qpos + i0, n,
-                                        w->k + (size_t)k0 * Hk, w->v + (size_t)k0 * Hk, kpos + k0, R->seg,
+                                        w->lse + (size_t)i0 * w->nh, w->D + (size_t)i0 * w->nh, qpos + i0, qdi, n,
+                                        w->k + (size_t)k0 * Hk, w->v + (size_t)k0 * Hk, kpos + k0, kd, R->seg,
                                         w->nh, w->nkv, w->hd, w->scale, mask);
                 R->blocks++;
                 if (w->polling) comm_test(R->rq);

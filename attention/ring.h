@@ -10,9 +10,11 @@
 // Layouts (which tokens a rank holds; positions are explicit, so the kernels only see positions):
 //   zigzag (default): the sequence is cut into 2P chunks; rank r holds chunks r and 2P-1-r (balanced).
 //   contiguous:       rank r holds chunk r of P (rank P-1 does ~2x the average work).
-// Work is decided from positions, per pair of (query segment, key segment) — segments are the layout's
-// chunks: a pair is skipped when every key is later than every query, computed without mask when every key
-// is at or before every query, and with the causal mask otherwise. No fully masked block is computed.
+// Work is decided from positions and, with document masking, document ids, per pair of (query segment, key
+// segment) — segments are the layout's chunks: a pair is skipped when every key is later than every query or
+// (documents) the id ranges of the two are disjoint — a key segment wholly from earlier documents —, computed
+// without mask when every key is at or before every query and both hold one and the same document, and with
+// the mask (causal, and documents) otherwise. No fully masked block is computed.
 #pragma once
 #include "comm/comm.h"
 
@@ -28,6 +30,7 @@ typedef struct {   // totals since ring_init, on the backend's clock
     double exposed_s;           // communication not hidden: per wait, min(wait, xfer_s)
     long long transfers;        // block transfers waited for (forward + backward)
     long long blocks;           // kernel calls
+    long long skipped, unmasked, masked;   // (query segment, key segment) pairs so decided (forward + backward)
 } RingStats;
 
 typedef struct {
@@ -40,8 +43,12 @@ typedef struct {
     float *kv[2], *dkv[2];      // [2 * Tl * Hk]: k rows then v rows, double-buffered
     int* pos_host;              // [P, B, Tl] positions of every ring rank's tokens of each sequence
     int* pos_dev;               // backend copy
+    int docs;                   // document masking: the last ring_set_positions gave document ids
+    int* doc_host;              // [P, B, Tl] document ids of every ring rank's tokens (docs = 1)
+    int* doc_dev;               // backend copy
     double xfer_s;              // calibrated time of one un-overlapped hop
     long long blocks;           // kernel calls
+    long long pairs[3];         // segment pairs skipped, computed without mask, computed with the mask
     BeTimer *compute, *wait;    // attention kernels; waits for hops (clamped at xfer_s)
     CommReq* rq;                // the hops in flight
 } Ring;
@@ -55,8 +62,10 @@ int ring_layout_parse(const char* s);
 // Collective over the ring; calibrates xfer_s.
 void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk);
 void ring_free(Ring* R);
-// Exchange the positions of this rank's tokens, host [B, Tl], with the whole ring (once per micro-batch).
-void ring_set_positions(Ring* R, const int* local_pos);
+// Exchange the positions of this rank's tokens, host [B, Tl], and their document ids (host [B, Tl], or NULL:
+// no document masking; every rank of the ring must agree on which) with the whole ring (once per micro-batch).
+// Positions need only increase within a document (attention.h).
+void ring_set_positions(Ring* R, const int* local_pos, const int* local_doc);
 // Totals so far (reads the backend's timers: call at step boundaries, not inside the step).
 RingStats ring_stats(const Ring* R);
 // Bytes of the ring's buffers.

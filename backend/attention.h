@@ -9,8 +9,16 @@
 //   out, dout    [Tq, nh  * hd]
 //   lse, D       [Tq, nh]         log-sum-exp (natural log) of the scaled logits, per row and head
 //   qpos [Tq], kpos [Tk]          absolute token positions (never implied by the row index)
-// Logits are S = scale * q.k. Mask modes: ATTN_MASK_NONE, ATTN_MASK_CAUSAL (key j visible to query i iff
-// kpos[j] <= qpos[i]). A sub-range of query rows is passed by offsetting q/out/lse/dq/dout/D pointers.
+//   qdoc [Tq], kdoc [Tk]          document ids (document masking), or both NULL: one document
+// Logits are S = scale * q.k. Key j is visible to query i iff
+//   (mask == ATTN_MASK_NONE || kpos[j] <= qpos[i])  &&  (qdoc == NULL || kdoc[j] == qdoc[i])
+// (mask modes: ATTN_MASK_NONE, ATTN_MASK_CAUSAL). Document ids are only compared for equality; positions only
+// need to increase within a document (RoPE positions that restart at each document work). Tiles whose
+// position or document ranges exclude every pair are skipped, so ids that increase along the sequence (the
+// index of the document in a packed window) also save the work of cross-document tiles. A query row whose
+// visible set is empty in a block is left unchanged (never NaN); one that sees no key at all keeps lse = -inf
+// and out = 0, and contributes nothing to dq/dk/dv. A sub-range of query rows is passed by offsetting
+// q/out/lse/dq/dout/D/qpos/qdoc pointers.
 //
 // The kernels never allocate after attn_init(); they use per-thread scratch planned there.
 // All pointers are backend ("device") memory; on the CPU backend that is host memory.
@@ -28,8 +36,8 @@ void attn_forward_begin(float* out, float* lse, int Tq, int nh, int hd);
 // numerically stable LSE merge (a row with no visible key in the block is left unchanged; a row that has
 // seen no key anywhere keeps out = 0, lse = -inf). Blocks may arrive in any order.
 void attn_block_forward(float* out, float* lse,
-                        const float* q, const int* qpos, int Tq,
-                        const float* k, const float* v, const int* kpos, int Tk,
+                        const float* q, const int* qpos, const int* qdoc, int Tq,
+                        const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,
                         int nh, int nkv, int hd, float scale, int mask);
 
 // D[i,h] = sum_d dout[i,h,d] * out[i,h,d] — per-row scalar of the backward pass (needs the FINAL out).
@@ -39,8 +47,8 @@ void attn_backward_begin(float* D, const float* dout, const float* out, int Tq, 
 // dq += ..., dk += ..., dv += ... (fp32 accumulation; each block's contribution is independent).
 void attn_block_backward(float* dq, float* dk, float* dv,
                          const float* dout, const float* q, const float* lse, const float* D,
-                         const int* qpos, int Tq,
-                         const float* k, const float* v, const int* kpos, int Tk,
+                         const int* qpos, const int* qdoc, int Tq,
+                         const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,
                          int nh, int nkv, int hd, float scale, int mask);
 
 // Merge a partial result (o2, lse2) into (o1, lse1) in place: both over disjoint key sets. Exact, any order;

@@ -9,7 +9,11 @@
 // L + 1 tokens; each contributes its first L targets, position p in the context = p-th target. With
 // --stride S (sliding windows, the YaRN paper's protocol) documents are scored up to --doc_len tokens with
 // windows of L tokens every S tokens, only the tokens new to a window scored; positions are then positions
-// in the document. Buckets: --bucket W (fixed width) or --log_buckets (powers of two).
+// in the document. With --doc_mask the data is scored as packed windows instead — consecutive windows of L + 1
+// tokens of the stream, as training sees them — with attention kept inside each document (documents start at the
+// eod token), each target booked at its position in its document (the context it sees). Buckets: --bucket W
+// (fixed width) or --log_buckets (powers of two). Each bucket also gets the standard error of its mean loss
+// over the documents (packed: windows) that have tokens in it, in the CSV and as a shaded band in the SVG.
 #include "backend/backend.h"
 #include "checkpoint/ckpt.h"
 #include "comm/grid.h"
@@ -47,6 +51,7 @@ typedef struct {
     Rope ropes[MAX_SERIES]; int nrope;
     const char* overrides[NOVERRIDE];   // --rope_scaling / --rope_factor / ... (NULL: as saved), every series
     const char* data; int seq_len, docs, bucket, log_buckets, stride, doc_len, eod, force;
+    int doc_mask, doc_positions;        // packed windows with document masking; RoPE restarts (-1: the checkpoint's)
     int tp, cp; char layout[16]; const char* comm;
     const char* out; const char* name;
     int passkey, trials; long long seed;
@@ -67,6 +72,10 @@ static void usage(FILE* f) {
         "  --bucket W             fixed-width position buckets of W tokens (default: L/16)\n"
         "  --log_buckets          buckets [0,1) [1,2) [2,4) ... instead\n"
         "  --stride S             sliding windows every S tokens, only new tokens scored (YaRN protocol)\n"
+        "  --doc_mask             score packed windows (consecutive windows of the stream, as in training; --docs\n"
+        "                         counts windows) with attention kept inside each document (starting at --eod);\n"
+        "                         positions are positions in the document; --doc_positions 0|1 restarts RoPE\n"
+        "                         positions at each document (default: as the checkpoint was trained)\n"
         "  --doc_len D            with --stride: score the first D tokens of each document (default 4 L)\n"
         "  --eod ID               end-of-document (separator) token of the data, e.g. the one tools/prepare_hf\n"
         "                         printed (default 256 for the byte tokenizer's vocab 257, else -1; -1: no\n"
@@ -121,7 +130,7 @@ static int to_int(const char* s, int* v) { char* e; long x = strtol(s, &e, 10); 
 
 static int parse_args(int argc, char** argv, Args* a) {
     memset(a, 0, sizeof *a);
-    a->docs = 16; a->eod = -2; a->tp = 1; a->cp = 1; snprintf(a->layout, sizeof a->layout, "zigzag");
+    a->docs = 16; a->eod = -2; a->doc_positions = -1; a->tp = 1; a->cp = 1; snprintf(a->layout, sizeof a->layout, "zigzag");
     a->out = "out/eval"; a->name = "ppl"; a->trials = 4; a->seed = 1; a->comm = "auto";
     int lens[3] = { 256, 512, 1024 };
     for (int i = 0; i < 3; i++) a->lens[i] = lens[i];
@@ -134,6 +143,7 @@ static int parse_args(int argc, char** argv, Args* a) {
         if (!strcmp(k, "--log_buckets")) { a->log_buckets = 1; continue; }
         if (!strcmp(k, "--force")) { a->force = 1; continue; }
         if (!strcmp(k, "--passkey")) { a->passkey = 1; continue; }
+        if (!strcmp(k, "--doc_mask")) { a->doc_mask = 1; continue; }
         if (!strncmp(k, "--", 2) && i + 1 >= argc) { snprintf(msg, sizeof msg, "eval: option '%s' needs a value (see --help)", k); return 1; }
         const char* v = argv[i + 1];
         int bad = 0;
@@ -146,6 +156,7 @@ static int parse_args(int argc, char** argv, Args* a) {
         else if (!strcmp(k, "--stride")) bad = to_int(v, &a->stride) || a->stride <= 0;
         else if (!strcmp(k, "--doc_len")) bad = to_int(v, &a->doc_len) || a->doc_len <= 0;
         else if (!strcmp(k, "--eod")) bad = to_int(v, &a->eod) || a->eod < -1;
+        else if (!strcmp(k, "--doc_positions")) bad = to_int(v, &a->doc_positions) || a->doc_positions < 0 || a->doc_positions > 1;
         else if (!strcmp(k, "--tp")) bad = to_int(v, &a->tp) || a->tp <= 0;
         else if (!strcmp(k, "--cp")) bad = to_int(v, &a->cp) || a->cp <= 0;
         else if (!strcmp(k, "--cp_layout")) { snprintf(a->layout, sizeof a->layout, "%s", v); bad = ring_layout_parse(v) < 0; }
@@ -191,6 +202,8 @@ static int parse_args(int argc, char** argv, Args* a) {
     if (!a->passkey && a->bucket > (a->stride ? (a->doc_len ? a->doc_len : 4 * a->seq_len) : a->seq_len)) {
         snprintf(msg, sizeof msg, "eval: --bucket %d is larger than the context %d", a->bucket, a->seq_len); return 1;
     }
+    if (a->doc_mask && a->stride) { snprintf(msg, sizeof msg, "eval: --doc_mask (packed windows) and --stride exclude each other"); return 1; }
+    if (a->doc_positions >= 0 && !a->doc_mask) { snprintf(msg, sizeof msg, "eval: --doc_positions needs --doc_mask"); return 1; }
     if (a->stride && a->stride > a->seq_len) { snprintf(msg, sizeof msg, "eval: --stride %d exceeds --seq_len %d", a->stride, a->seq_len); return 1; }
     if (!a->doc_len) a->doc_len = 4 * a->seq_len;
     if (a->stride && a->doc_len < a->seq_len) { snprintf(msg, sizeof msg, "eval: --doc_len %d is shorter than --seq_len %d", a->doc_len, a->seq_len); return 1; }
@@ -209,6 +222,7 @@ static void apply_rope(Config* c, const Rope* r) {
 }
 
 typedef struct { Model m; int Tl; } Net;
+static int series_eod(const Args* a, const Grid* g, const Config* c, const char* ckpt, int passkey);
 
 // build the model for contexts of T tokens and load the checkpoint's parameters (collective)
 static void net_open(Net* n, const char* ckpt, const Args* a, const Rope* r, const Grid* g, int T, Config* c_out) {
@@ -222,6 +236,13 @@ static void net_open(Net* n, const char* ckpt, const Args* a, const Rope* r, con
     for (int o = 0; o < NOVERRIDE; o++)   // values were checked by the parser
         if (a->overrides[o]) config_set(&c, ALLOW[o], a->overrides[o], "command line", msg, sizeof msg);
     apply_rope(&c, r);
+    if (a->doc_mask) {   // packed windows, attention inside documents (RoPE restarts as trained, unless given)
+        c.eod = series_eod(a, g, &c, path, 0);
+        c.doc_mask = 1;
+        if (a->doc_positions >= 0) c.doc_positions = a->doc_positions;
+    } else {
+        c.doc_mask = 0; c.doc_positions = 0;
+    }
     c.seq_len = T;
     if (c.max_seq_len < T) c.max_seq_len = T;
     c.tp = a->tp; c.cp = a->cp; snprintf(c.cp_layout, sizeof c.cp_layout, "%s", a->layout);
@@ -243,9 +264,9 @@ static void net_open(Net* n, const char* ckpt, const Args* a, const Rope* r, con
 static void net_close(Net* n) { model_free(&n->m); }
 
 // run one context window: win[0..T] tokens (T+1), score[t] = whether target t counts; adds this rank's
-// scored losses (and greedy hits) into sum/cnt/hit at index base + t
+// scored losses (and greedy hits) into sum/cnt/hit at index base + t (book: base + book[t] instead, or NULL)
 static void run_window(Net* n, const int32_t* win, const unsigned char* score, double* sum, double* cnt,
-                       double* hit, long long base) {
+                       double* hit, long long base, const int* book) {
     model_set_windows(&n->m, win, 0, score);
     model_forward(&n->m, 0.0f, NULL);
     const float* l = model_token_losses(&n->m);
@@ -253,9 +274,10 @@ static void run_window(Net* n, const int32_t* win, const unsigned char* score, d
     const int *pos = model_positions(&n->m), *tgt = model_targets(&n->m);
     for (int i = 0; i < n->Tl; i++) {
         if (tgt[i] < 0) continue;
-        sum[base + pos[i]] += l[i];
-        cnt[base + pos[i]] += 1;
-        if (hit) hit[base + pos[i]] += h[i];
+        long long at = base + (book ? book[pos[i]] : pos[i]);
+        sum[at] += l[i];
+        cnt[at] += 1;
+        if (hit) hit[at] += h[i];
     }
 }
 
@@ -346,12 +368,26 @@ static int series_docs(const Args* a, const Grid* g, Loader* ld, int eod, long l
     return nd;
 }
 
+// --doc_mask: consecutive windows of seq_len + 1 tokens of the stream (window i starts at i * seq_len, as training's
+// sequences), at most --docs of them (0: all); collective: no window ends the job with one line
+static int packed_windows(const Args* a, const Grid* g, Loader* ld, Doc** docs) {
+    long long n = (ld->n_tokens - 1) / a->seq_len;
+    if (a->docs && n > a->docs) n = a->docs;
+    if (n <= 0)
+        snprintf(msg, sizeof msg, "eval: data '%s' has %lld tokens, fewer than one window of %d + 1", a->data,
+                 (long long)ld->n_tokens, a->seq_len);
+    grid_check(g->world_g, n <= 0, msg);
+    *docs = malloc((size_t)n * sizeof(Doc));
+    for (long long i = 0; i < n; i++) { (*docs)[i].start = i * a->seq_len; (*docs)[i].len = a->seq_len + 1; }
+    return (int)n;
+}
+
 // the end-of-document (separator) token of a series: --eod ID, else the byte tokenizer's 256 for vocab 257, else
 // none (-1: consecutive windows; perplexity notes it once). Passkey documents are byte-level text and need a
 // separator. A separator outside the checkpoint's vocabulary ends the job with one line.
 static int series_eod(const Args* a, const Grid* g, const Config* c, const char* ckpt, int passkey) {
     static int noted;
-    int eod = a->eod == -2 ? (c->vocab_size == 257 ? 256 : -1) : a->eod, fail = 0;
+    int eod = a->eod == -2 ? config_eod(c) : a->eod, fail = 0;   // default: the checkpoint's eod key
     if (eod >= c->vocab_size) {
         snprintf(msg, sizeof msg, "eval: --eod %d is not a token of checkpoint %s (vocab_size %d)", eod, ckpt, c->vocab_size);
         fail = 1;
@@ -371,18 +407,25 @@ static int series_eod(const Args* a, const Grid* g, const Config* c, const char*
 // score one document: its first T targets, or sliding windows over its first doc_len tokens (model
 // positions are window positions; losses are booked at document positions). 0, or 1 on a read error.
 static int score_doc(const Args* a, Net* n, Loader* ld, long long start, int32_t* win, unsigned char* score,
-                     double* sum, double* cnt) {
+                     double* sum, double* cnt, int eod, int* book) {
     int T = a->seq_len, fail = 0;
+    if (a->doc_mask) {   // a packed window: each target booked at its position in its document
+        fail |= loader_read(ld, start, T + 1, win);
+        memset(score, 1, T);
+        for (int t = 0, s = 0; t < T; t++) { if (win[t] == eod) s = t; book[t] = t - s; }
+        run_window(n, win, score, sum, cnt, NULL, 0, book);
+        return fail;
+    }
     if (!a->stride) {
         fail |= loader_read(ld, start, T + 1, win);
         memset(score, 1, T);
-        run_window(n, win, score, sum, cnt, NULL, 0);
+        run_window(n, win, score, sum, cnt, NULL, 0, NULL);
         return fail;
     }
     for (long long w = 0; w + T <= a->doc_len; w += a->stride) {
         fail |= loader_read(ld, start + w, T + 1, win);
         for (int t = 0; t < T; t++) score[t] = w == 0 || t >= T - a->stride;
-        run_window(n, win, score, sum, cnt, NULL, w);
+        run_window(n, win, score, sum, cnt, NULL, w, NULL);
     }
     return fail;
 }
@@ -400,31 +443,51 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
     int fail = loader_open(&ld, a->data, 1, c.vocab_size, 0, 0);
     if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
     grid_check(g->world_g, fail, msg);
-    int eod = series_eod(a, g, &c, ckpt, 0);
+    int eod = a->doc_mask ? c.eod : series_eod(a, g, &c, ckpt, 0);
     Doc* docs = NULL;
-    int nd = series_docs(a, g, &ld, eod, span + 1, &docs);
+    int nd = a->doc_mask ? packed_windows(a, g, &ld, &docs) : series_docs(a, g, &ld, eod, span + 1, &docs);
     memset(sum, 0, span * sizeof(double)); memset(cnt, 0, span * sizeof(double));
     int32_t* win = malloc((T + 1) * sizeof(int32_t));
     unsigned char* score = malloc(T);
+    int* book = malloc(T * sizeof(int));
+    // per unit (document, or packed window) and bucket: NLL sums and token counts, for the standard errors
+    int nb = b->n;
+    double *usum = calloc((size_t)nd * nb, sizeof(double)), *ucnt = calloc((size_t)nd * nb, sizeof(double));
+    double *dsum = malloc(span * sizeof(double)), *dcnt = malloc(span * sizeof(double));
     char what[256];
     snprintf(what, sizeof what, "eval series %d/%d", s + 1, ns);
     for (int j = 0; j < nd; j++) {
-        if (j % g->dp == g->dp_rank)   // documents are dealt round-robin to the data-parallel replicas
-            fail |= score_doc(a, &n, &ld, docs[j].start, win, score, sum, cnt);
+        if (j % g->dp == g->dp_rank) {   // documents are dealt round-robin to the data-parallel replicas
+            memset(dsum, 0, span * sizeof(double)); memset(dcnt, 0, span * sizeof(double));
+            fail |= score_doc(a, &n, &ld, docs[j].start, win, score, dsum, dcnt, eod, book);
+            for (long long p = 0; p < span; p++) {
+                if (!dcnt[p]) continue;
+                sum[p] += dsum[p]; cnt[p] += dcnt[p];
+                int k = bucket_of(b, p);
+                if (k >= 0) { usum[(size_t)j * nb + k] += dsum[p]; ucnt[(size_t)j * nb + k] += dcnt[p]; }
+            }
+        }
         progress(g->rank, what, j + 1, nd, t0);
     }
     if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
     grid_check(g->world_g, fail, msg);
     ctl_sum_f64(g->dpcp_g, sum, span);
     ctl_sum_f64(g->dpcp_g, cnt, span);
+    ctl_sum_f64(g->dpcp_g, usum, (size_t)nd * nb);
+    ctl_sum_f64(g->dpcp_g, ucnt, (size_t)nd * nb);
     char label[128];
     series_label(a, s, ckpt, r, label, sizeof label);
     series_init(se, b, label);
     for (long long p = 0; p < span; p++) series_add(se, b, p, sum[p], (long long)cnt[p]);
+    for (int j = 0; j < nd; j++)
+        for (int k = 0; k < nb; k++) series_add_unit(se, k, usum[(size_t)j * nb + k], ucnt[(size_t)j * nb + k]);
+    free(usum); free(ucnt); free(dsum); free(dcnt); free(book);
     Config saved;
     if (g->rank == 0) {
-        printf("series %d: %s — %d documents at context %d (%s)\n", s + 1, se->label, nd, T,
-               a->stride ? "sliding windows" : "first tokens of each document");
+        printf("series %d: %s — %d %s at context %d (%s)\n", s + 1, se->label, nd, a->doc_mask ? "windows" : "documents", T,
+               a->doc_mask ? (c.doc_positions ? "packed windows, document-masked, RoPE positions restarted per document"
+                                              : "packed windows, document-masked")
+                           : a->stride ? "sliding windows" : "first tokens of each document");
         if (!ckpt_read_config_quiet(ckpt, &saved) && T > saved.seq_len && !strcmp(c.rope_scaling, "none"))
             printf("note: context %d exceeds the trained %d with plain RoPE; perplexity usually rises past %d "
                    "(compare --rope yarn:%d:%d)\n", T, saved.seq_len, saved.seq_len,
@@ -457,7 +520,8 @@ static void eval_ppl(const Args* a, const Grid* g) {
         report_table(stdout, &b, series, ns);
         fail = report_csv(csv, &b, series, ns, msg, sizeof msg);
         char title[256];
-        snprintf(title, sizeof title, "perplexity by position (context %d%s)", T, a->stride ? ", sliding windows" : "");
+        snprintf(title, sizeof title, "perplexity by position (context %d%s)", T,
+                 a->doc_mask ? ", packed windows, document-masked" : a->stride ? ", sliding windows" : "");
         if (!fail) fail = report_svg_ppl(svg, &b, series, ns, title, a->log_buckets, msg, sizeof msg);
         if (!fail) printf("wrote %s and %s\n", csv, svg);
     }
@@ -502,7 +566,7 @@ static void eval_passkey(const Args* a, const Grid* g) {
                 memset(score, 0, T);
                 for (int i = T - PASSKEY_DIGITS; i < T; i++) score[i] = 1;   // the answer digits
                 memset(sum, 0, T * sizeof(double)); memset(cnt, 0, T * sizeof(double)); memset(hit, 0, T * sizeof(double));
-                run_window(&n, doc, score, sum, cnt, hit, 0);
+                run_window(&n, doc, score, sum, cnt, hit, 0, NULL);
                 ctl_sum_f64(g->cp_g, hit, T);
                 int all = 1;
                 for (int i = T - PASSKEY_DIGITS; i < T; i++) all &= hit[i] > 0.5;

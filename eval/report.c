@@ -73,7 +73,11 @@ int series_init(Series* s, const Buckets* b, const char* label) {
     size_t n = b->n > 0 ? (size_t)b->n : 1;
     s->nll_sum = (double*)calloc(n, sizeof(double));
     s->count = (long long*)calloc(n, sizeof(long long));
-    if (!s->nll_sum || !s->count) { series_free(s); return 1; }
+    s->units = (long long*)calloc(n, sizeof(long long));
+    s->u_ss = (double*)calloc(n, sizeof(double));
+    s->u_sc = (double*)calloc(n, sizeof(double));
+    s->u_cc = (double*)calloc(n, sizeof(double));
+    if (!s->nll_sum || !s->count || !s->units || !s->u_ss || !s->u_sc || !s->u_cc) { series_free(s); return 1; }
     return 0;
 }
 
@@ -84,14 +88,31 @@ void series_add(Series* s, const Buckets* b, long long pos, double nll, long lon
     s->count[i] += n;
 }
 
+void series_add_unit(Series* s, int i, double nll, double n) {
+    if (n == 0) return;
+    s->units[i]++;
+    s->u_ss[i] += nll * nll;
+    s->u_sc[i] += nll * n;
+    s->u_cc[i] += n * n;
+}
+
 void series_free(Series* s) {
-    free(s->nll_sum); free(s->count);
-    s->nll_sum = NULL; s->count = NULL;
+    free(s->nll_sum); free(s->count); free(s->units); free(s->u_ss); free(s->u_sc); free(s->u_cc);
+    s->nll_sum = NULL; s->count = NULL; s->units = NULL; s->u_ss = s->u_sc = s->u_cc = NULL;
 }
 
 double bucket_ppl(const Series* s, int i) {
     if (s->count[i] == 0) return NAN;
     return exp(s->nll_sum[i] / (double)s->count[i]);
+}
+
+double bucket_se(const Series* s, int i) {
+    long long U = s->units ? s->units[i] : 0;
+    if (U < 2 || s->count[i] == 0) return NAN;
+    double N = (double)s->count[i], m = s->nll_sum[i] / N;
+    double ss = s->u_ss[i] - 2 * m * s->u_sc[i] + m * m * s->u_cc[i];   // sum_u (s_u - m n_u)^2
+    if (ss < 0) ss = 0;                                                 // rounding
+    return sqrt((double)U / (double)(U - 1) * ss) / N;
 }
 
 static void series_total(const Series* s, int nb, double* sum, long long* count) {
@@ -224,17 +245,22 @@ void report_table(FILE* f, const Buckets* b, const Series* s, int ns) {
 int report_csv(const char* path, const Buckets* b, const Series* s, int ns, char* err, size_t errlen) {
     FILE* f = open_out(path, err, errlen);
     if (!f) return 1;
-    fprintf(f, "series,bucket_lo,bucket_hi,tokens,mean_nll,ppl\n");
+    fprintf(f, "series,bucket_lo,bucket_hi,tokens,mean_nll,ppl,docs,se_nll,ppl_lo,ppl_hi\n");
     for (int j = 0; j < ns; j++) {
         for (int i = 0; i < b->n; i++) {
             csv_field(f, s[j].label);
             fprintf(f, ",%lld,%lld,%lld,", b->lo[i], b->hi[i], s[j].count[i]);
+            double m = NAN;
             if (s[j].count[i] > 0) {
-                double m = s[j].nll_sum[i] / (double)s[j].count[i];
+                m = s[j].nll_sum[i] / (double)s[j].count[i];
                 fprintf(f, "%.10g,%.10g", m, exp(m));
             } else {
                 fprintf(f, ",");
             }
+            double se = bucket_se(&s[j], i);
+            fprintf(f, ",%lld,", s[j].units ? s[j].units[i] : 0);
+            if (!isnan(se)) fprintf(f, "%.10g,%.10g,%.10g", se, exp(m - se), exp(m + se));
+            else fprintf(f, ",,");
             fprintf(f, "\n");
         }
     }
@@ -358,13 +384,23 @@ static Axis x_axis(const Buckets* b, int log_x) {
     return a;
 }
 
-// y domain from the finite perplexities; log10 when max/min > 10
+// the band of bucket i: exp(mean -/+ se); 0 when there is none (fewer than 2 units, or not finite)
+static int bucket_band(const Series* s, int i, double* plo, double* phi) {
+    double se = bucket_se(s, i);
+    if (isnan(se) || s->count[i] == 0) return 0;
+    double m = s->nll_sum[i] / (double)s->count[i];
+    *plo = exp(m - se); *phi = exp(m + se);
+    return isfinite(*plo) && isfinite(*phi) && *plo > 0;
+}
+
+// y domain from the finite perplexities and their bands; log10 when max/min > 10
 static Axis y_axis(const Buckets* b, const Series* s, int ns) {
     double lo = INFINITY, hi = -INFINITY;
     for (int j = 0; j < ns; j++)
         for (int i = 0; i < b->n; i++) {
-            double p = bucket_ppl(&s[j], i);
+            double p = bucket_ppl(&s[j], i), bl = 0, bh = 0;
             if (isfinite(p)) { lo = fmin(lo, p); hi = fmax(hi, p); }
+            if (isfinite(p) && bucket_band(&s[j], i, &bl, &bh)) { lo = fmin(lo, bl); hi = fmax(hi, bh); }
         }
     Axis a = {0, 0, 1, MARGIN_T + PLOT_H, MARGIN_T};
     if (!(lo <= hi)) return a;                          // no data: an empty 0..1 frame
@@ -435,6 +471,30 @@ int report_svg_ppl(const char* path, const Buckets* b, const Series* s, int ns, 
     svg_begin(f, w, h);
     svg_title(f, MARGIN_L + PLOT_W / 2, 30, title);
     plot_axes(f, &ax, &ay);
+    // confidence bands first (under every line): one polygon per run of consecutive buckets with a band
+    for (int j = 0; j < ns; j++) {
+        int i = 0, any = 0;
+        while (i < b->n) {
+            int i0 = i;
+            double bl = 0, bh = 0;
+            while (i < b->n && isfinite(bucket_ppl(&s[j], i)) && bucket_band(&s[j], i, &bl, &bh) &&
+                   ax_inside(&ax, 0.5 * (double)(b->lo[i] + b->hi[i])))
+                i++;
+            if (i == i0) { i++; continue; }
+            if (!any) { fprintf(f, "<g id=\"band-%d\">\n", j); any = 1; }
+            fprintf(f, "<polygon fill=\"%s\" fill-opacity=\"0.18\" stroke=\"none\" points=\"", PALETTE[j % 10]);
+            for (int k = i0; k < i; k++) {   // upper edge left to right, then the lower edge back
+                bucket_band(&s[j], k, &bl, &bh);
+                fprintf(f, "%s%.1f,%.1f", k == i0 ? "" : " ", ax_map(&ax, 0.5 * (double)(b->lo[k] + b->hi[k])), ax_map(&ay, bh));
+            }
+            for (int k = i - 1; k >= i0; k--) {
+                bucket_band(&s[j], k, &bl, &bh);
+                fprintf(f, " %.1f,%.1f", ax_map(&ax, 0.5 * (double)(b->lo[k] + b->hi[k])), ax_map(&ay, bl));
+            }
+            fprintf(f, "\"/>\n");
+        }
+        if (any) fprintf(f, "</g>\n");
+    }
     for (int j = 0; j < ns; j++) {
         const char* col = PALETTE[j % 10];
         const char* dash = j >= 10 ? " stroke-dasharray=\"6 3\"" : "";

@@ -5,12 +5,19 @@
 // A Series holds, per bucket, the sum of per-token negative log-likelihoods (natural log) and the token
 // count, so perplexity of bucket i = exp(nll_sum[i] / count[i]). Several series (checkpoints, or one
 // checkpoint with several RoPE settings) share one Buckets and are drawn on one plot.
+// Confidence band: the tokens of a bucket are not independent — they come from a few documents, and the
+// curve is dominated by what those documents are — so the standard error of a bucket's mean NLL is taken over
+// units (documents, or packed windows): with unit u contributing n_u tokens of NLL sum s_u, mean m = S / N,
+// se = sqrt(U / (U - 1) * sum_u (s_u - m n_u)^2) / N (the cluster / ratio-estimator standard error; with equal
+// n_u it is the standard deviation of the units' means / sqrt(U)); undefined (NaN) with fewer than 2 units.
 //
 // Every writer returns 0, or 1 with err = "cannot write 'PATH': <strerror>" (err may be NULL).
 // Files written:
-//   CSV        series,bucket_lo,bucket_hi,tokens,mean_nll,ppl   one row per series x bucket, series in order;
-//              an empty bucket has tokens 0 and mean_nll, ppl empty; labels are quoted (RFC 4180) when they
-//              hold a comma, quote or line break; numbers are %.10g.
+//   CSV        series,bucket_lo,bucket_hi,tokens,mean_nll,ppl,docs,se_nll,ppl_lo,ppl_hi
+//              one row per series x bucket, series in order; an empty bucket has tokens 0 and mean_nll, ppl
+//              empty; docs = units (documents) with tokens in the bucket, se_nll their standard error of
+//              mean_nll (above), ppl_lo / ppl_hi = exp(mean_nll -/+ se_nll), empty when undefined; labels are
+//              quoted (RFC 4180) when they hold a comma, quote or line break; numbers are %.10g.
 //   passkey    context,depth,accuracy                           one row per length x depth (row-major as
 //              in PasskeyGrid); a NaN accuracy (not measured) is written empty.
 //   SVG        standalone SVG 1.1 (UTF-8; labels and titles XML-escaped, invalid UTF-8 / control bytes → '?').
@@ -35,15 +42,24 @@ void buckets_free(Buckets* b);
 // ----------------------------------------------------------------------------------------------------
 // series: per-bucket NLL sums and token counts (arrays of b->n)
 
-typedef struct { char label[128]; double* nll_sum; long long* count; } Series;
+typedef struct {
+    char label[128];
+    double* nll_sum; long long* count;          // per bucket: NLL sum and tokens
+    long long* units;                           // per bucket: units (documents) added with series_add_unit
+    double *u_ss, *u_sc, *u_cc;                 // per bucket: sum over units of s_u^2, s_u n_u, n_u^2
+} Series;
 
 // zeroed arrays for b->n buckets and a copy of label (truncated to 127 bytes). Returns 0, or 1 (no memory).
 int  series_init(Series* s, const Buckets* b, const char* label);
 // add the NLL sum of n tokens at position pos (ignored when pos is outside the buckets)
 void series_add(Series* s, const Buckets* b, long long pos, double nll, long long n);
+// one unit's (document's) totals in bucket i, for the standard error only (its tokens are added with
+// series_add); n == 0 is ignored
+void series_add_unit(Series* s, int i, double nll, double n);
 void series_free(Series* s);
 
 double bucket_ppl(const Series* s, int i);   // exp(nll_sum/count); NAN when count == 0
+double bucket_se(const Series* s, int i);    // standard error of the bucket's mean NLL over units; NAN when < 2
 
 // ----------------------------------------------------------------------------------------------------
 // perplexity by position
@@ -55,7 +71,9 @@ int  report_csv(const char* path, const Buckets* b, const Series* s, int ns, cha
 // SVG line plot: x = bucket centre (lo + hi) / 2 (log2 scale with power-of-two ticks when log_x, "4k" =
 // 4096), y = perplexity (linear, or log10 when max/min > 10), grid, axis labels "position in context" and
 // "perplexity", title, one polyline + circle markers per series (10 distinct colours, then dashed), legend
-// with the labels on the right. Empty buckets and non-finite perplexities are skipped.
+// with the labels on the right. Empty buckets and non-finite perplexities are skipped. Where a series has
+// standard errors, a shaded band (a polygon in the series' colour, opacity 0.18) spans exp(mean_nll -/+ se)
+// over each run of consecutive buckets that have one; the y range covers the bands.
 int  report_svg_ppl(const char* path, const Buckets* b, const Series* s, int ns, const char* title, int log_x,
                     char* err, size_t errlen);
 

@@ -46,6 +46,9 @@ static const Key KEYS[] = {
     K(grad_clip, T_FLOAT, 0, "1.0", "clip the global gradient norm to this (0: off)"),
     K(seed, T_I64, 0, "1337", "seed of initial weights and data order"),
     K(shuffle, T_BOOL, 0, "1", "visit training sequences in a seeded permutation per epoch"),
+    K(doc_mask, T_BOOL, 0, "0", "1: attention stays inside each document of a packed sequence (documents start at the eod token), also through the ring"),
+    K(doc_positions, T_BOOL, 0, "0", "1 (with doc_mask): RoPE positions restart at 0 at each document's eod token"),
+    K(eod, T_INT, 0, "-1", "end-of-document token that starts each document (-1: 256 for the byte tokenizer's vocab 257, else none)"),
     K(val_every, T_INT, 0, "0", "validate every N steps and at the end (0: only at the end if val_data is set)"),
     K(val_batches, T_INT, 0, "4", "validation sequences per evaluation = val_batches * batch_size"),
     K(log_every, T_INT, 0, "1", "print a step line every N steps"),
@@ -205,8 +208,14 @@ int config_validate(const Config* c, char* err, size_t errlen) {
     if (c->vocab_size < c->tp) FAIL("vocab_size = %d is smaller than tp = %d", c->vocab_size, c->tp);
     if (c->verify_attention < 0) FAIL("verify_attention = %d must be >= 0", c->verify_attention);
     if (c->grad_clip < 0) FAIL("grad_clip = %g must be >= 0 (0 turns clipping off)", c->grad_clip);
+    if (c->eod < -1 || c->eod >= c->vocab_size) FAIL("eod = %d must be -1 or a token id below vocab_size = %d", c->eod, c->vocab_size);
+    if (c->doc_positions && !c->doc_mask) FAIL("doc_positions = 1 needs doc_mask = 1");
+    if (c->doc_mask && config_eod(c) < 0)
+        FAIL("doc_mask = 1 needs the end-of-document token: set eod (vocab_size = %d is not the byte tokenizer's 257)", c->vocab_size);
     return 0;
 }
+
+int config_eod(const Config* c) { return c->eod >= 0 ? c->eod : c->vocab_size == 257 ? 256 : -1; }
 
 int config_get(const Config* c, const char* key, char* buf, size_t n) {
     const Key* k = find_key(key);

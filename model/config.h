@@ -19,6 +19,8 @@ typedef struct {
     float lr, min_lr, weight_decay, beta1, beta2, adam_eps, grad_clip;
     long long seed;
     int shuffle, val_every, val_batches, log_every;
+    int doc_mask, doc_positions;    // attention inside documents only; RoPE positions restart at each document
+    int eod;                        // end-of-document token (-1: 256 for vocab 257, else none): config_eod()
     // ---- parallelism (how ranks split the work; never changes the model or the data order) ----
     int tp, cp;                     // tensor-parallel and context-parallel (ring) degrees; dp = world / (tp cp)
     char cp_layout[16];             // zigzag | contiguous
@@ -46,6 +48,8 @@ int config_load_file(Config* c, const char* path, char* err, size_t errlen);
 int config_set(Config* c, const char* key, const char* value, const char* origin, char* err, size_t errlen);
 // Check values and relations (sizes > 0, divisibility, seq_len <= max_seq_len, ...).
 int config_validate(const Config* c, char* err, size_t errlen);
+// The end-of-document token: eod, or for eod = -1 the byte tokenizer's 256 when vocab_size is 257, else -1 (none).
+int config_eod(const Config* c);
 // Write the resolved config as `key = value` lines (same format the loader reads).
 void config_write(const Config* c, FILE* f);
 // Print the documentation of every key (for --help).

@@ -150,6 +150,8 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
     m->host_losses = host_alloc(m->N, sizeof(float));
     m->host_hits = host_alloc(m->N, sizeof(float));
     m->htok = host_alloc(m->N, sizeof(int)); m->htgt = host_alloc(m->N, sizeof(int)); m->hpos = host_alloc(m->N, sizeof(int));
+    if (cfg->doc_mask) { m->doc = be_alloc(m->N * sizeof(int)); m->hdoc = host_alloc(m->N, sizeof(int)); }
+    if (cfg->doc_mask && cfg->doc_positions) { m->apos = be_alloc(m->N * sizeof(int)); m->hrpos = host_alloc(m->N, sizeof(int)); }
     attn_init(m->hd);
 }
 
@@ -157,9 +159,48 @@ void model_free(Model* m) {
     be_free(m->params); be_free(m->grads); be_free(m->act_arena);
     free(m->w.layer); free(m->dw.layer); free(m->acts); free(m->host_losses); free(m->host_hits);
     free(m->htok); free(m->htgt); free(m->hpos); free(m->lpos);
+    if (m->doc) be_free(m->doc);
+    if (m->apos) be_free(m->apos);
+    free(m->hdoc); free(m->hrpos);
     if (m->have_ring) ring_free(&m->ring);
     params_free(&m->pt);
     memset(m, 0, sizeof *m);
+}
+
+static int cmp_int(const void* a, const void* b) { int x = *(const int*)a, y = *(const int*)b; return (x > y) - (x < y); }
+
+// doc_mask: document ids (and with doc_positions RoPE's positions) of this rank's tokens, from the eod tokens of
+// each whole sequence (gathered over the ring: a document may start on another rank). The id of a token is the
+// number of eod tokens at or before its position in the sequence, so ids increase along it (work on earlier
+// documents is skipped); its RoPE position becomes the distance from its document's eod token.
+static void set_docs(Model* m, const int* tokens, const int* positions) {
+    int P = m->have_ring ? m->ring.P : 1, T = m->T, eod = config_eod(&m->cfg);
+    size_t n = m->N;
+    const int *tok = tokens, *pos = positions;   // [P, B, T]: every ring rank's tokens of the micro-batch
+    int *all = NULL, *starts = host_alloc((size_t)P * T, sizeof(int));
+    if (P > 1) {
+        all = host_alloc(2 * P * n, sizeof(int));
+        ctl_allgather(m->ring.g, tokens, all, n * sizeof(int));
+        ctl_allgather(m->ring.g, positions, all + P * n, n * sizeof(int));
+        tok = all; pos = all + P * n;
+    }
+    for (int b = 0; b < m->B; b++) {
+        int ns = 0;   // positions of the sequence's eod tokens, ascending
+        for (int j = 0; j < P; j++)
+            for (int t = 0; t < T; t++) {
+                size_t i = ((size_t)j * m->B + b) * T + t;
+                if (tok[i] == eod) starts[ns++] = pos[i];
+            }
+        qsort(starts, ns, sizeof(int), cmp_int);
+        for (int t = 0; t < T; t++) {
+            size_t i = (size_t)b * T + t;
+            int p = positions[i], lo = 0, hi = ns;   // lo: the number of eod tokens at or before p
+            while (lo < hi) { int mid = (lo + hi) / 2; if (starts[mid] <= p) lo = mid + 1; else hi = mid; }
+            m->hdoc[i] = lo;
+            if (m->hrpos) m->hrpos[i] = lo > 0 ? p - starts[lo - 1] : p;
+        }
+    }
+    free(all); free(starts);
 }
 
 void model_set_batch(Model* m, const int* tokens, const int* targets, const int* positions) {
@@ -167,10 +208,12 @@ void model_set_batch(Model* m, const int* tokens, const int* targets, const int*
     if (tokens != m->htok) memcpy(m->htok, tokens, bytes);
     if (targets != m->htgt) memcpy(m->htgt, targets, bytes);
     if (positions != m->hpos) memcpy(m->hpos, positions, bytes);
+    if (m->doc) { set_docs(m, tokens, positions); be_upload(m->doc, m->hdoc, bytes); }
+    if (m->apos) be_upload(m->apos, positions, bytes);   // doc_positions: attention keeps the positions given
     be_upload(m->tok, tokens, bytes);
     be_upload(m->tgt, targets, bytes);
-    be_upload(m->pos, positions, bytes);
-    if (m->have_ring) ring_set_positions(&m->ring, positions);
+    be_upload(m->pos, m->apos ? m->hrpos : positions, bytes);
+    if (m->have_ring) ring_set_positions(&m->ring, positions, m->doc ? m->hdoc : NULL);
 }
 
 void model_set_windows(Model* m, const int32_t* win, size_t stride, const unsigned char* score) {
@@ -216,8 +259,10 @@ static void attention_forward(Model* m, LayerActs* a) {
         float *out = a->att + r * Hq, *lse = a->lse + r * m->nh;
         const float *q = a->q + r * Hq, *k = a->k + r * Hk, *v = a->v + r * Hk;
         if (m->have_ring) { ring_attention_forward(&m->ring, b, out, lse, q, k, v, m->nh, m->nkv, m->hd, scale); continue; }
+        const int* doc = m->doc ? m->doc + r : NULL;              // doc_mask: document ids
+        const int* pos = (m->apos ? m->apos : m->pos) + r;        // doc_positions: not RoPE's
         attn_forward_begin(out, lse, m->T, m->nh, m->hd);
-        attn_block_forward(out, lse, q, m->pos + r, m->T, k, v, m->pos + r, m->T,
+        attn_block_forward(out, lse, q, pos, doc, m->T, k, v, pos, doc, m->T,
                            m->nh, m->nkv, m->hd, scale, ATTN_MASK_CAUSAL);
     }
 }
@@ -241,9 +286,11 @@ static void attention_backward(Model* m, LayerActs* a) {
                                     m->nh, m->nkv, m->hd, scale);
             continue;
         }
+        const int* doc = m->doc ? m->doc + r : NULL;              // doc_mask: document ids
+        const int* pos = (m->apos ? m->apos : m->pos) + r;        // doc_positions: not RoPE's
         attn_block_backward(m->dq + r * Hq, m->dk + r * Hk, m->dv + r * Hk, m->datt + r * Hq,
-                            a->q + r * Hq, a->lse + r * m->nh, D, m->pos + r, m->T,
-                            a->k + r * Hk, a->v + r * Hk, m->pos + r, m->T,
+                            a->q + r * Hq, a->lse + r * m->nh, D, pos, doc, m->T,
+                            a->k + r * Hk, a->v + r * Hk, pos, doc, m->T,
                             m->nh, m->nkv, m->hd, scale, ATTN_MASK_CAUSAL);
     }
 }

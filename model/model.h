@@ -67,8 +67,11 @@ typedef struct {
     float *logits, *xlse, *xtl, *xm, *losses; // [chunk, Vl], [chunk] x 3, [N]
     float* rope;               // [rope_npos, hd] cos|sin table
     int rope_npos;
-    int *tok, *tgt, *pos;      // [N] backend copies of the batch
+    int *tok, *tgt, *pos;      // [N] backend copies of the batch (pos: RoPE's positions)
     int *htok, *htgt, *hpos;   // [N] host: the batch as last set
+    int *doc, *hdoc;           // doc_mask: [N] document ids (backend, host); NULL without doc_mask
+    int *apos, *hrpos;         // doc_positions: [N] attention's positions (backend: the positions given), RoPE's
+                               // positions (host: restarted at each document); NULL otherwise (apos = pos)
     float* host_losses;        // [N] host
     int want_hits;             // evaluation: also record whether each target is the greedy prediction
     float *hits, *host_hits;   // [N] backend / host: 1 = the target is the argmax of the logits
@@ -94,7 +97,10 @@ void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp
 void model_free(Model* m);
 
 // Set the batch: tokens, targets (-1 = ignored) and positions, each [B*T] host int32 (this rank's tokens).
-// With a ring this is collective over the ring (positions are exchanged).
+// With a ring this is collective over the ring (positions are exchanged). With doc_mask each token attends only
+// to its own document: documents start at the eod token (config_eod), ids from the whole sequence (the tokens
+// are exchanged over the ring too); with doc_positions RoPE and attention see positions restarted at each
+// document (attention and model_positions keep the positions given).
 void model_set_batch(Model* m, const int* tokens, const int* targets, const int* positions);
 // Set the batch from B windows of seq_len + 1 tokens (window b at win + b * stride): this rank's tokens
 // at its positions p, targets p + 1 (or -1 where score is given and score[p] == 0), positions p.

@@ -9,7 +9,7 @@
 // The tensors of one attention check, in backend memory: inputs q, k, v, dout; results out, dq, dk, dv;
 // the per-row lse and D. T rows; wq = query-head columns, wk = the one KV head's columns.
 enum { Q, DOUT, K, V, OUT, DQ, DK, DV, NFIELD };   // the gathered fields, inputs first
-typedef struct { float* f[NFIELD]; float *lse, *D; int* pos; int T, wq, wk, nq; } AttnSet;
+typedef struct { float* f[NFIELD]; float *lse, *D; int *pos, *doc; int T, wq, wk, nq; } AttnSet;
 
 static int width(const AttnSet* s, int f) { return f == K || f == V || f == DK || f == DV ? s->wk : s->wq; }
 
@@ -20,10 +20,11 @@ static void set_alloc(AttnSet* s, int T, int nq, int hd) {
     s->lse = be_alloc((size_t)T * nq * sizeof(float));
     s->D = be_alloc((size_t)T * nq * sizeof(float));
     s->pos = be_alloc((size_t)T * sizeof(int));
+    s->doc = be_alloc((size_t)T * sizeof(int));
 }
 static void set_free(AttnSet* s) {
     for (int f = 0; f < NFIELD; f++) be_free(s->f[f]);
-    be_free(s->lse); be_free(s->D); be_free(s->pos);
+    be_free(s->lse); be_free(s->D); be_free(s->pos); be_free(s->doc);
 }
 
 // columns [0, w) of a backend [n, ld] matrix into host [n, w]
@@ -44,18 +45,20 @@ static void diff(const float* a, const float* ref, size_t n, double* max_abs, do
 }
 
 // on the ring's first rank: the whole sequence in order (host fields [T, width], rows in position order),
-// attention recomputed in one process; returns the worst relative difference of out, dq, dk, dv
-static void one_process(float* const* seq, int T, int nq, int hd, float scale, double* max_abs, double* max_rel) {
+// attention recomputed in one process with the positions and document ids (NULL: none) the ring saw, in
+// sequence order; returns the worst relative difference of out, dq, dk, dv
+static void one_process(float* const* seq, const int* pos, const int* doc, int T, int nq, int hd, float scale,
+                        double* max_abs, double* max_rel) {
     AttnSet r;
     set_alloc(&r, T, nq, hd);
-    int* pos = malloc((size_t)T * sizeof(int));
-    for (int i = 0; i < T; i++) pos[i] = i;
     be_upload(r.pos, pos, (size_t)T * sizeof(int));
+    if (doc) be_upload(r.doc, doc, (size_t)T * sizeof(int));
+    const int* d = doc ? r.doc : NULL;
     for (int f = Q; f <= V; f++) be_upload(r.f[f], seq[f], (size_t)T * width(&r, f) * sizeof(float));
     attn_forward_begin(r.f[OUT], r.lse, T, nq, hd);
-    attn_block_forward(r.f[OUT], r.lse, r.f[Q], r.pos, T, r.f[K], r.f[V], r.pos, T, nq, 1, hd, scale, ATTN_MASK_CAUSAL);
+    attn_block_forward(r.f[OUT], r.lse, r.f[Q], r.pos, d, T, r.f[K], r.f[V], r.pos, d, T, nq, 1, hd, scale, ATTN_MASK_CAUSAL);
     attn_backward_begin(r.D, r.f[DOUT], r.f[OUT], T, nq, hd);
-    attn_block_backward(r.f[DQ], r.f[DK], r.f[DV], r.f[DOUT], r.f[Q], r.lse, r.D, r.pos, T, r.f[K], r.f[V], r.pos, T,
+    attn_block_backward(r.f[DQ], r.f[DK], r.f[DV], r.f[DOUT], r.f[Q], r.lse, r.D, r.pos, d, T, r.f[K], r.f[V], r.pos, d, T,
                         nq, 1, hd, scale, ATTN_MASK_CAUSAL);
     float* ref = malloc((size_t)T * r.wq * sizeof(float));
     *max_abs = 0; *max_rel = 0;
@@ -68,7 +71,7 @@ static void one_process(float* const* seq, int T, int nq, int hd, float scale, d
         double rel = ma / (mr + 1e-30);
         if (!(rel <= *max_rel)) *max_rel = rel;
     }
-    free(ref); free(pos);
+    free(ref);
     set_free(&r);
 }
 
@@ -112,7 +115,17 @@ VerifyResult model_verify_attention(Model* m, const Group* world, int step) {
         for (int i = 0; root && i < T; i++) memcpy(seq[f] + (size_t)allpos[i] * w, all + (size_t)i * w, row);
         free(all);
     }
-    if (root) one_process(seq, T, nq, hd, scale, &stats[0], &stats[1]);
+    if (root) {   // the positions and document ids the ring used (sequence 0 of each rank), in sequence order
+        int *apos = malloc((size_t)T * sizeof(int)), *adoc = R->docs ? malloc((size_t)T * sizeof(int)) : NULL;
+        for (int j = 0; j < P; j++)
+            for (int i = 0; i < Tl; i++) {
+                size_t from = (size_t)j * R->B * Tl + i;   // ring layout [P, B, Tl]
+                apos[allpos[j * Tl + i]] = R->pos_host[from];
+                if (adoc) adoc[allpos[j * Tl + i]] = R->doc_host[from];
+            }
+        one_process(seq, apos, adoc, T, nq, hd, scale, &stats[0], &stats[1]);
+        free(apos); free(adoc);
+    }
     ctl_bcast(R->g, stats, sizeof stats, 0);
     // every ring (each TP index and replica checks its own) reports; the worst is logged
     res.max_abs = ctl_max(world, stats[0]);

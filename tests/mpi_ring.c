@@ -13,6 +13,12 @@
 // |diff| <= 1e-5 * max(1, |ref|)). Also: the layouts' positions, forward/backward determinism, ring statistics
 // (kernel calls, transfer count, timers) and work skipping (kernel calls per call and rank from the zigzag /
 // contiguous rule).
+// With --docs: document masking instead — every sequence is packed with documents (ids and, in one variant,
+// positions restarted at each document), both references mask keys of other documents, and the sequences put a
+// document across ranks, a rank's tokens all into one document's tail (zigzag: rank P-1's two chunks; contiguous:
+// the last chunk) and document boundaries exactly at chunk boundaries; on top of the checks above, the ring's
+// decision per (query segment, key segment) pair — skipped / unmasked / masked — is counted on every rank and
+// equals a brute-force count over the elements of each pair (tests/test_docmask.sh runs P = 1, 2, 4).
 // Every check is collective (values reduced over the ranks); only rank 0 prints. Every rank exits non-zero
 // when any check failed.
 #include <math.h>
@@ -58,33 +64,34 @@ typedef struct { const char* name; int nh, nkv, hd, c; } Case;   // T = 2 P c
 typedef struct {   // one full sequence: inputs and both references (host)
     int T, nh, nkv, hd;
     float scale;
+    int *pos, *doc;                          // [T] attention positions (0..T-1, or restarted per document) and
+                                             // document ids (NULL: no document masking), in sequence order
     float *q, *k, *v, *dout;                 // [T, nh*hd] / [T, nkv*hd]
     float *out, *lse, *dq, *dk, *dv;         // kernel reference
     double *nout, *nlse, *ndq, *ndk, *ndv;   // naive double reference
 } Seq;
 
-// kernel reference: attn_* on the whole sequence, positions 0..T-1, in one process (the caller picks which)
+// kernel reference: attn_* on the whole sequence, its positions and documents, in one process (the caller picks which)
 static void kernel_reference(Seq* s) {
     int T = s->T, Cq = s->nh * s->hd, Ck = s->nkv * s->hd;
     size_t nq = (size_t)T * Cq, nk = (size_t)T * Ck, nl = (size_t)T * s->nh;
-    int* pos = malloc(T * sizeof(int));
-    for (int i = 0; i < T; i++) pos[i] = i;
-    int* d_pos = dev_from(pos, T * sizeof(int));
+    int* d_pos = dev_from(s->pos, T * sizeof(int));
+    int* d_doc = s->doc ? dev_from(s->doc, T * sizeof(int)) : NULL;
     float *q = dev_from(s->q, nq * 4), *k = dev_from(s->k, nk * 4), *v = dev_from(s->v, nk * 4);
     float *dout = dev_from(s->dout, nq * 4);
     float *out = be_alloc(nq * 4), *lse = be_alloc(nl * 4), *D = be_alloc(nl * 4);
     float *dq = be_alloc(nq * 4), *dk = be_alloc(nk * 4), *dv = be_alloc(nk * 4);
     attn_forward_begin(out, lse, T, s->nh, s->hd);
-    attn_block_forward(out, lse, q, d_pos, T, k, v, d_pos, T, s->nh, s->nkv, s->hd, s->scale, ATTN_MASK_CAUSAL);
+    attn_block_forward(out, lse, q, d_pos, d_doc, T, k, v, d_pos, d_doc, T, s->nh, s->nkv, s->hd, s->scale, ATTN_MASK_CAUSAL);
     attn_backward_begin(D, dout, out, T, s->nh, s->hd);
     be_zero(dq, nq * 4); be_zero(dk, nk * 4); be_zero(dv, nk * 4);
-    attn_block_backward(dq, dk, dv, dout, q, lse, D, d_pos, T, k, v, d_pos, T, s->nh, s->nkv, s->hd, s->scale,
-                        ATTN_MASK_CAUSAL);
+    attn_block_backward(dq, dk, dv, dout, q, lse, D, d_pos, d_doc, T, k, v, d_pos, d_doc, T, s->nh, s->nkv, s->hd,
+                        s->scale, ATTN_MASK_CAUSAL);
     be_download(s->out, out, nq * 4); be_download(s->lse, lse, nl * 4); be_download(s->dq, dq, nq * 4);
     be_download(s->dk, dk, nk * 4); be_download(s->dv, dv, nk * 4);
     be_free(d_pos); be_free(q); be_free(k); be_free(v); be_free(dout); be_free(out); be_free(lse); be_free(D);
     be_free(dq); be_free(dk); be_free(dv);
-    free(pos);
+    if (d_doc) be_free(d_doc);
 }
 static void kernel_reference_bcast(Seq* s, int owner) {
     size_t nq = (size_t)s->T * s->nh * s->hd, nk = (size_t)s->T * s->nkv * s->hd, nl = (size_t)s->T * s->nh;
@@ -108,7 +115,8 @@ static void naive_reference(Seq* s) {
             int g = h / grp;
             for (int d = 0; d < hd; d++) { qi[d] = s->q[(size_t)i * Cq + h * hd + d]; doi[d] = s->dout[(size_t)i * Cq + h * hd + d]; }
             double mx = -INFINITY;
-            for (int j = 0; j <= i; j++) {   // logits of the visible keys j <= i
+            for (int j = 0; j <= i; j++) {   // logits of the visible keys j <= i (of the same document)
+                if (s->doc && s->doc[j] != s->doc[i]) continue;
                 const double* kj = kd + (size_t)j * Ck + g * hd;
                 double a = 0;
                 #pragma omp simd reduction(+:a)
@@ -117,11 +125,12 @@ static void naive_reference(Seq* s) {
                 if (sc[j] > mx) mx = sc[j];
             }
             double z = 0;
-            for (int j = 0; j <= i; j++) z += exp(sc[j] - mx);
+            for (int j = 0; j <= i; j++) if (!s->doc || s->doc[j] == s->doc[i]) z += exp(sc[j] - mx);
             double lse = mx + log(z);
             s->nlse[(size_t)i * nh + h] = lse;
             for (int d = 0; d < hd; d++) o[d] = 0;
             for (int j = 0; j <= i; j++) {
+                if (s->doc && s->doc[j] != s->doc[i]) continue;
                 double p = sc[j] = exp(sc[j] - lse);   // now the probability P_ij
                 const double* vj = vd + (size_t)j * Ck + g * hd;
                 #pragma omp simd
@@ -131,6 +140,7 @@ static void naive_reference(Seq* s) {
             for (int d = 0; d < hd; d++) { s->nout[(size_t)i * Cq + h * hd + d] = o[d]; D += doi[d] * o[d]; }
             double* dqi = s->ndq + (size_t)i * Cq + h * hd;
             for (int j = 0; j <= i; j++) {
+                if (s->doc && s->doc[j] != s->doc[i]) continue;
                 const double *vj = vd + (size_t)j * Ck + g * hd, *kj = kd + (size_t)j * Ck + g * hd;
                 double dp = 0;
                 #pragma omp simd reduction(+:dp)
@@ -149,10 +159,41 @@ static void naive_reference(Seq* s) {
 // b is computed by rank b mod P alone (the two run concurrently) and broadcast, rather than redundantly on
 // every rank of an oversubscribed machine.
 static double t_kref, t_nref;   // time in the kernel / naive references
-static void make_seqs(Seq* seq, const Case* c, int T, uint64_t seed) {
+
+// document structures (--docs): the starts of the documents of a sequence of T = 2 P c tokens
+enum { DOCS_NONE, DOCS_TAIL, DOCS_CHUNKS, DOCS_TAIL_RESTART };
+static const char* docs_name[] = { "", " docs(tail)", " docs(chunk edges)", " docs(tail, restarted positions)" };
+static int doc_starts(int docs, int layout, int c, int* st) {
+    int T = 2 * P * c, n = 0;
+    st[n++] = 0;
+    if (docs == DOCS_CHUNKS) {   // a start exactly at every odd chunk boundary of the zigzag cut, one inside chunk 0
+        if (c > 2) st[n++] = c / 2;
+        for (int k = 1; k < 2 * P; k += 2) st[n++] = k * c;
+        return n;
+    }
+    // DOCS_TAIL: the tokens [L, E) of rank P-1 all lie in a document that starts before L (on another rank) and
+    // ends at E (a chunk boundary); two more documents follow (and one more for P = 1, at the chunk edge c)
+    int L = layout == CP_ZIGZAG ? (P - 1) * c : 2 * (P - 1) * c, E = layout == CP_ZIGZAG ? (P + 1) * c : T;
+    st[n++] = 3;
+    if (L - 4 > 3) st[n++] = L - 4;
+    if (P == 1) st[n++] = c;
+    if (E < T) st[n++] = E;
+    if (E + 5 < T) st[n++] = E + 5;
+    return n;
+}
+
+static void make_seqs(Seq* seq, const Case* c, int T, uint64_t seed, int docs, int layout) {
     size_t nq = (size_t)T * c->nh * c->hd, nk = (size_t)T * c->nkv * c->hd, nl = (size_t)T * c->nh;
+    int st[64], ns = docs ? doc_starts(docs, layout, c->c, st) : 0;
     for (int b = 0; b < 2; b++) {
         Seq s = { .T = T, .nh = c->nh, .nkv = c->nkv, .hd = c->hd, .scale = 1.0f / sqrtf((float)c->hd) };
+        s.pos = malloc(T * sizeof(int));
+        s.doc = docs ? malloc(T * sizeof(int)) : NULL;
+        for (int i = 0, d = -1; i < T; i++) {
+            while (d + 1 < ns && st[d + 1] <= i) d++;
+            s.pos[i] = docs == DOCS_TAIL_RESTART ? i - st[d] : i;
+            if (docs) s.doc[i] = d;
+        }
         rng = seed + 7919 * b;
         s.q = rand_floats(nq, 2.0f);
         s.k = rand_floats(nk, 2.0f);
@@ -169,6 +210,7 @@ static void make_seqs(Seq* seq, const Case* c, int T, uint64_t seed) {
     t_kref += t1 - t0; t_nref += now_s() - t1;
 }
 static void free_seq(Seq* s) {
+    free(s->pos); free(s->doc);
     free(s->q); free(s->k); free(s->v); free(s->dout);
     free(s->out); free(s->lse); free(s->dq); free(s->dk); free(s->dv); free(s->nout);
 }
@@ -245,24 +287,50 @@ static long long expected_blocks(int layout, int c) {   // kernel calls of one f
     return pairs * ((seg + qrows - 1) / qrows);
 }
 
-static void run_ring(const Case* cs, int T, const Seq* seq, int layout, int B, double* fwd_s, double* bwd_s) {
+// --docs: the ring's decisions for one forward call on this rank, counted by brute force over the elements of each
+// (query segment, key segment) pair: none visible = skipped, all visible = unmasked, else masked
+static void brute_pairs(const Seq* s, const int* rows_all, int layout, int T, long long want[3]) {
+    int Tl = T / P, nseg = layout == CP_ZIGZAG ? 2 : 1, seg = Tl / nseg;
+    want[0] = want[1] = want[2] = 0;
+    for (int t = 0; t < P; t++) {
+        int src = (RK - t + P) % P;
+        for (int a = 0; a < nseg; a++)
+            for (int b = 0; b < nseg; b++) {
+                long long vis = 0;
+                for (int i = 0; i < seg; i++)
+                    for (int j = 0; j < seg; j++) {
+                        int qi = rows_all[RK * Tl + a * seg + i], kj = rows_all[src * Tl + b * seg + j];
+                        vis += kj <= qi && (!s->doc || s->doc[kj] == s->doc[qi]);
+                    }
+                want[vis == 0 ? 0 : vis == (long long)seg * seg ? 1 : 2]++;
+            }
+    }
+}
+
+static void run_ring(const Case* cs, int T, const Seq* seq, int layout, int B, int docs, double* fwd_s, double* bwd_s) {
     int nh = cs->nh, nkv = cs->nkv, hd = cs->hd, Tl = T / P, Cq = nh * hd, Ck = nkv * hd;
     size_t nq = (size_t)Tl * Cq, nk = (size_t)Tl * Ck, nl = (size_t)Tl * nh;
     const char* lname = layout == CP_ZIGZAG ? "zigzag" : "contiguous";
-    char what[160];
-    snprintf(what, sizeof what, "%s T=%d %-10s B=%d", cs->name, T, lname, B);
+    char what[200];
+    snprintf(what, sizeof what, "%s T=%d %-10s B=%d%s", cs->name, T, lname, B, docs_name[docs]);
 
     Ring R;
     ring_init(&R, W, layout, T, B, Ck);
     // this rank's rows of each sequence: the layout's for sequence 0; sequence 1 takes the OTHER layout's rows
     // and positions row + T (positions are explicit: the ring must follow them, not assume its layout)
+    // (document ids of sequence 1 are shifted by 100, so that mixing up the sequences' ids shows)
     int* rowsb = malloc((size_t)B * Tl * sizeof(int));
     int* lpos = malloc((size_t)B * Tl * sizeof(int));
+    int* ldoc = malloc((size_t)B * Tl * sizeof(int));
     for (int b = 0; b < B; b++) {
         ring_positions(b ? 1 - layout : layout, P, RK, T, rowsb + (size_t)b * Tl);
-        for (int i = 0; i < Tl; i++) lpos[b * Tl + i] = rowsb[b * Tl + i] + b * T;
+        for (int i = 0; i < Tl; i++) {
+            int row = rowsb[b * Tl + i];
+            lpos[b * Tl + i] = seq[b].pos[row] + b * T;
+            ldoc[b * Tl + i] = docs ? seq[b].doc[row] + 100 * b : 0;
+        }
     }
-    ring_set_positions(&R, lpos);
+    ring_set_positions(&R, lpos, docs ? ldoc : NULL);
 
     float *hq = malloc(nq * 4), *hk = malloc(nk * 4), *hv = malloc(nk * 4), *hdo = malloc(nq * 4);
     float *ho = malloc(nq * 4), *hl = malloc(nl * 4), *hdq = malloc(nq * 4), *hdk = malloc(nk * 4), *hdv = malloc(nk * 4);
@@ -273,7 +341,7 @@ static void run_ring(const Case* cs, int T, const Seq* seq, int layout, int B, d
           *dv2 = be_alloc(nk * 4);
     Err e;
     memset(&e, 0, sizeof e);
-    long long nfwd = 0, nbwd = 0, fwd_blocks = -1, bwd_blocks = -1;
+    long long nfwd = 0, nbwd = 0, fwd_blocks = -1, bwd_blocks = -1, fwd_pairs[3] = { 0, 0, 0 }, bwd_pairs[3] = { 0, 0, 0 };
     int det_ok = 1, det_tested = 0;
     for (int b = 0; b < B; b++) {
         const Seq* s = &seq[b];
@@ -288,17 +356,18 @@ static void run_ring(const Case* cs, int T, const Seq* seq, int layout, int B, d
 
         ctl_barrier(W);
         double t0 = now_s();
-        long long b0 = R.blocks;
+        long long b0 = R.blocks, p0[3] = { R.pairs[0], R.pairs[1], R.pairs[2] };
         ring_attention_forward(&R, b, out, lse, q, k, v, nh, nkv, hd, s->scale);
         nfwd++;
-        if (b == 0) fwd_blocks = R.blocks - b0;
+        if (b == 0) { fwd_blocks = R.blocks - b0; for (int x = 0; x < 3; x++) fwd_pairs[x] = R.pairs[x] - p0[x]; }
         ctl_barrier(W);
         double t1 = now_s();
         attn_backward_begin(D, dout, out, Tl, nh, hd);
         b0 = R.blocks;
+        for (int x = 0; x < 3; x++) p0[x] = R.pairs[x];
         ring_attention_backward(&R, b, dq, dk, dv, dout, q, k, v, lse, D, nh, nkv, hd, seq[b].scale);
         nbwd++;
-        if (b == 0) bwd_blocks = R.blocks - b0;
+        if (b == 0) { bwd_blocks = R.blocks - b0; for (int x = 0; x < 3; x++) bwd_pairs[x] = R.pairs[x] - p0[x]; }
         ctl_barrier(W);
         *fwd_s += t1 - t0; *bwd_s += now_s() - t1;
 
@@ -350,8 +419,38 @@ static void run_ring(const Case* cs, int T, const Seq* seq, int layout, int B, d
     }
     free(xf);
 
+    // --docs, work skipping: the pairs skipped / unmasked / masked by one forward and one backward call on each rank
+    // equal the brute-force count (for the restarted positions too: the ring decides from the positions it is
+    // given, which only keep the order inside a document, so there it must at least skip what is skipped above)
+    if (B == 1 && docs) {
+        int* rows_all = malloc((size_t)T * sizeof(int));
+        ctl_allgather(W, rowsb, rows_all, Tl * sizeof(int));
+        long long want[3];
+        brute_pairs(&seq[0], rows_all, layout, T, want);
+        free(rows_all);
+        int qrows = be_tuning()->ring_query_rows, seg = layout == CP_ZIGZAG ? Tl / 2 : Tl;
+        long long calls = (want[1] + want[2]) * ((seg + qrows - 1) / qrows);
+        int same = 1;
+        for (int x = 0; x < 3; x++) same &= fwd_pairs[x] == want[x] && bwd_pairs[x] == want[x];
+        int ok = docs == DOCS_TAIL_RESTART ? fwd_pairs[0] <= want[0] && fwd_pairs[0] + fwd_pairs[1] + fwd_pairs[2] == want[0] + want[1] + want[2]
+                                           : same && fwd_blocks == calls && bwd_blocks == calls;
+        long long mine[3] = { fwd_pairs[0], fwd_pairs[1], fwd_pairs[2] }, *got = malloc(3 * P * sizeof(long long));
+        ctl_gather(W, mine, got, sizeof mine, 0);
+        long long skipped = 0;
+        for (int i = 0; RK == 0 && i < P; i++) skipped += got[3 * i];
+        ok = all_ok(ok);
+        if (RK == 0) {
+            char list[512] = "";
+            for (int i = 0, n = 0; i < P && n < (int)sizeof list - 48; i++)
+                n += snprintf(list + n, sizeof list - n, "%s%lld/%lld/%lld", i ? " " : "", got[3 * i], got[3 * i + 1], got[3 * i + 2]);
+            CHECK(ok, "%s: segment pairs skipped/unmasked/masked per rank %s (%s brute force over the elements, fwd = bwd; "
+                  "%lld skipped in all)", what, list, docs == DOCS_TAIL_RESTART ? "skips at most as many as" : "=", skipped);
+        }
+        free(got);
+    }
+
     // work skipping: kernel calls of one forward and one backward call on each rank, from the layout's rule
-    if (B == 1) {
+    if (B == 1 && !docs) {
         long long want = expected_blocks(layout, cs->c);
         long long mine[2] = { fwd_blocks, bwd_blocks }, *got = malloc(2 * P * sizeof(long long));
         ctl_gather(W, mine, got, sizeof mine, 0);
@@ -368,7 +467,7 @@ static void run_ring(const Case* cs, int T, const Seq* seq, int layout, int B, d
     }
 
     ring_free(&R);
-    free(rowsb); free(lpos);
+    free(rowsb); free(lpos); free(ldoc);
     free(hq); free(hk); free(hv); free(hdo); free(ho); free(hl); free(hdq); free(hdk); free(hdv);
     be_free(q); be_free(k); be_free(v); be_free(dout); be_free(out); be_free(lse); be_free(D);
     be_free(dq); be_free(dk); be_free(dv); be_free(out2); be_free(lse2); be_free(dq2); be_free(dk2); be_free(dv2);
@@ -382,7 +481,8 @@ int main(int argc, char** argv) {
     P = group_size(W); RK = group_rank(W);
     char err[256];
     if (be_init(0, err, sizeof err)) { fprintf(stderr, "%s\n", err); grid_exit(1); }
-    if (RK == 0) { printf("mpi_ring: P = %d ranks\n", P); fflush(stdout); }
+    int docs_mode = argc > 1 && !strcmp(argv[1], "--docs");
+    if (RK == 0) { printf("mpi_ring: P = %d ranks%s\n", P, docs_mode ? ", document masking" : ""); fflush(stdout); }
     attn_init(32);
 
     static const Case cases[] = {
@@ -392,13 +492,17 @@ int main(int argc, char** argv) {
         { "GQA nh=4 nkv=2 hd=32", 4, 2, 32, 130 },   // several kernel tiles per chunk; contiguous: 2 query chunks
     };
     double t_ref = 0, t_fwd = 0, t_bwd = 0;
-    for (int ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++) {
+    // --docs: two of the cases (odd chunks; several kernel tiles per chunk) x the document structures x layouts
+    int ncase = docs_mode ? 2 : (int)(sizeof cases / sizeof cases[0]), nrun = docs_mode ? 6 : 1;
+    for (int run = 0; run < ncase * nrun; run++) {
+        int ci = docs_mode ? (run / nrun ? 3 : 0) : run, docs = docs_mode ? 1 + run % nrun / 2 : DOCS_NONE;
+        int dlayout = docs_mode ? run % 2 : -1;   // --docs: the layout the document structure is made for
         const Case* cs = &cases[ci];
         int T = 2 * P * cs->c;
-        check_positions(T);
+        if (!docs_mode) check_positions(T);
         double t0 = now_s();
         Seq seq[2];
-        make_seqs(seq, cs, T, 1000 + 17 * ci);
+        make_seqs(seq, cs, T, 1000 + 17 * ci, docs, dlayout < 0 ? 0 : dlayout);
         t_ref += now_s() - t0;
         // the kernel reference against the naive one (identical on every rank)
         for (int b = 0; b < 2; b++) {
@@ -413,12 +517,13 @@ int main(int argc, char** argv) {
             acc_rows(&e, E_DV, seq[b].dv, id, T, Ck, seq[b].dv, seq[b].ndv);
             double worst = 0;
             for (int t = 0; t < NT; t++) { double x = err_of(&e, t, 1); if (!(x <= worst)) worst = x; }
-            RCHECK(worst <= TOL, "%s T=%d seq %d: single-process kernel reference vs naive double: max err %.1e",
-                   cs->name, T, b, worst);
+            RCHECK(worst <= TOL, "%s T=%d seq %d%s: single-process kernel reference vs naive double: max err %.1e",
+                   cs->name, T, b, docs_name[docs], worst);
             free(id);
         }
         for (int layout = 0; layout < 2; layout++)
-            for (int B = 1; B <= 2; B++) run_ring(cs, T, seq, layout, B, &t_fwd, &t_bwd);
+            for (int B = 1; B <= 2; B++)
+                if (dlayout < 0 || layout == dlayout) run_ring(cs, T, seq, layout, B, docs, &t_fwd, &t_bwd);
         for (int b = 0; b < 2; b++) free_seq(&seq[b]);
     }
     if (RK == 0) printf("time (rank 0): references %.2fs (kernel %.2fs, naive %.2fs), ring forward %.2fs, ring backward %.2fs\n",

@@ -270,25 +270,30 @@ def rmsnorm(x, w, eps):
     return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * w
 
 
-def attention(q, k, v, positions):
-    """q [B,T,nh,hd], k/v [B,T,nkv,hd]; causal by positions within each sequence; GQA (q head h -> kv h//g)."""
+def attention(q, k, v, positions, docs=None):
+    """q [B,T,nh,hd], k/v [B,T,nkv,hd]; causal by positions within each sequence; GQA (q head h -> kv h//g).
+    docs [B,T] (document masking): the explicit block-diagonal causal mask, key j visible to query i only when
+    both belong to the same document."""
     B, T, nh, hd = q.shape
     g = nh // k.shape[2]
     k = k.repeat_interleave(g, dim=2)
     v = v.repeat_interleave(g, dim=2)
     s = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(hd)
     visible = positions[:, None, :] <= positions[:, :, None]     # [B, i, j]: key j visible to query i
+    if docs is not None:
+        visible = visible & (docs[:, None, :] == docs[:, :, None])
     s = s.masked_fill(~visible[:, None, :, :], float("-inf"))
     p = torch.softmax(s, dim=-1)
     return torch.einsum("bhij,bjhd->bihd", p, v)
 
 
-def forward(P, cfg, tokens, positions, inv_freq, attn_factor):
-    """P: {HF name: float64 tensor}. Returns logits [B, T, V]."""
+def forward(P, cfg, tokens, positions, inv_freq, attn_factor, docs=None, rope_positions=None):
+    """P: {HF name: float64 tensor}. Returns logits [B, T, V]. docs: document ids (block-diagonal mask) or None;
+    rope_positions: RoPE's positions when they differ from the attention's (restarted at each document)."""
     B, T = tokens.shape
     nh, nkv, eps = cfg["n_head"], cfg["n_kv_head"], cfg["norm_eps"]
     hd = cfg["d_model"] // nh
-    cos, sin = rope_cos_sin(positions, inv_freq, attn_factor)
+    cos, sin = rope_cos_sin(positions if rope_positions is None else rope_positions, inv_freq, attn_factor)
     x = P["model.embed_tokens.weight"][tokens]
     for i in range(cfg["n_layer"]):
         p = f"model.layers.{i}."
@@ -297,7 +302,7 @@ def forward(P, cfg, tokens, positions, inv_freq, attn_factor):
         k = (h @ P[p + "self_attn.k_proj.weight"].T).view(B, T, nkv, hd)
         v = (h @ P[p + "self_attn.v_proj.weight"].T).view(B, T, nkv, hd)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        o = attention(q, k, v, positions).reshape(B, T, nh * hd)
+        o = attention(q, k, v, positions, docs).reshape(B, T, nh * hd)
         x = x + o @ P[p + "self_attn.o_proj.weight"].T
         h2 = rmsnorm(x, P[p + "post_attention_layernorm.weight"], eps)
         gate = torch.nn.functional.silu(h2 @ P[p + "mlp.gate_proj.weight"].T)
@@ -305,6 +310,22 @@ def forward(P, cfg, tokens, positions, inv_freq, attn_factor):
     x = rmsnorm(x, P["model.norm.weight"], eps)
     head = P["model.embed_tokens.weight"] if cfg["tie_embeddings"] else P["lm_head.weight"]
     return x @ head.T
+
+
+def document_ids(tokens, positions, eod, restart):
+    """Document masking, written from the spec: a document starts at every eod token of a sequence; a token's
+    document id is the number of eod tokens at or before its position; with restart its RoPE position is the
+    distance from its document's eod token (a document that started before the sequence keeps its positions)."""
+    B, T = tokens.shape
+    docs, rpos = torch.zeros_like(positions), positions.clone()
+    for b in range(B):
+        starts = sorted(int(positions[b, t]) for t in range(T) if int(tokens[b, t]) == eod)
+        for t in range(T):
+            before = [x for x in starts if x <= int(positions[b, t])]
+            docs[b, t] = len(before)
+            if restart and before:
+                rpos[b, t] = int(positions[b, t]) - before[-1]
+    return docs, rpos
 
 
 def mean_ce(logits, targets):
@@ -489,7 +510,18 @@ def run_dump(path, rep):
     # ---- forward / backward in float64 from the dumped initial params
     P0 = {n: torch.from_numpy(recs["param/" + n][2]).to(F64) for n in shapes}
     P = {n: t.clone().requires_grad_(True) for n, t in P0.items()}
-    logits = forward(P, cfg, tokens, positions, inv_ref, attn_ref)
+    docs, rpos = None, None
+    if int(raw.get("doc_mask", "0")):   # document masking (keys absent from older dumps: off)
+        eod = int(raw.get("eod", "-1"))
+        eod = eod if eod >= 0 else (256 if V == 257 else -1)
+        docs, rpos = document_ids(tokens, positions, eod, int(raw.get("doc_positions", "0")))
+        with torch.no_grad():
+            plain = mean_ce(forward(P0, cfg, tokens, positions, inv_ref, attn_ref), targets).item()
+            masked = mean_ce(forward(P0, cfg, tokens, positions, inv_ref, attn_ref, docs, rpos), targets).item()
+        rep.info(f"document mask (eod {eod}, doc_positions {raw.get('doc_positions', '0')}): documents per sequence "
+                 f"{[int(d.max()) + 1 - int(d.min()) for d in docs]}; the loss with the block-diagonal mask {masked:.6f}, "
+                 f"with the plain causal mask {plain:.6f}")
+    logits = forward(P, cfg, tokens, positions, inv_ref, attn_ref, docs, rpos)
     loss = mean_ce(logits, targets)
     loss.backward()
     grads_ref = {n: P[n].grad.detach() for n in shapes}

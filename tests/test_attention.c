@@ -1,7 +1,8 @@
 // test_attention.c — blockwise attention (attention.h, CPU backend) against a naive double-precision reference.
 // Covers: forward out/lse and backward dq/dk/dv, causal and not, ragged sizes, GQA, odd head dims, splitting
 // the keys into blocks (any order, and via attn_merge), non-contiguous / shuffled positions, query rows that
-// see no key, determinism.
+// see no key, determinism; document masking (document ids: boundaries inside and at tile edges, restarted
+// positions, unmasked-within-documents, ids that are not sorted, rows whose document has no key: no NaN).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,8 +71,10 @@ typedef struct {
 
 static int visible(int mask, int qp, int kp) { return mask != ATTN_MASK_CAUSAL || kp <= qp; }
 
-static Ref reference(const float* q, const int* qpos, int Tq, const float* k, const float* v, const int* kpos,
-                     int Tk, const float* dout, int nh, int nkv, int hd, float scale, int mask) {
+// qdoc, kdoc: document ids (a key of another document is invisible), or NULL
+static Ref reference(const float* q, const int* qpos, const int* qdoc, int Tq, const float* k, const float* v,
+                     const int* kpos, const int* kdoc, int Tk, const float* dout, int nh, int nkv, int hd, float scale,
+                     int mask) {
     Ref r;
     int C = nh * hd, Ck = nkv * hd, group = nh / nkv;
     r.out = zeros_d((long)Tq * C); r.lse = zeros_d((long)Tq * nh);
@@ -85,7 +88,7 @@ static Ref reference(const float* q, const int* qpos, int Tq, const float* k, co
             const float* doi = dout + (long)i * C + h * hd;
             double mx = -INFINITY;
             for (int j = 0; j < Tk; j++) {
-                if (!visible(mask, qpos[i], kpos[j])) { s[j] = -INFINITY; continue; }
+                if (!visible(mask, qpos[i], kpos[j]) || (qdoc && qdoc[i] != kdoc[j])) { s[j] = -INFINITY; continue; }
                 const float* kj = k + (long)j * Ck + g * hd;
                 double acc = 0;
                 for (int d = 0; d < hd; d++) acc += (double)qi[d] * kj[d];
@@ -139,6 +142,7 @@ typedef struct {
     float scale;
     float *q, *k, *v, *dout;
     int *qpos, *kpos;
+    int *qdoc, *kdoc;   // document ids (NULL: none); not owned
     float *out, *lse, *D, *dq, *dk, *dv;
 } Prob;
 
@@ -146,6 +150,7 @@ static Prob make_prob(int Tq, int Tk, int nh, int nkv, int hd, int mask, const i
     Prob p;
     p.Tq = Tq; p.Tk = Tk; p.nh = nh; p.nkv = nkv; p.hd = hd; p.mask = mask;
     p.scale = 1.0f / sqrtf((float)hd);
+    p.qdoc = p.kdoc = NULL;
     p.q = rand_floats((long)Tq * nh * hd, 2.0f);
     p.k = rand_floats((long)Tk * nkv * hd, 2.0f);
     p.v = rand_floats((long)Tk * nkv * hd, 1.0f);
@@ -164,13 +169,14 @@ static void free_prob(Prob* p) {
 // forward over key rows [j0, j1) as one block (merged into the running out/lse)
 static void fwd_block(Prob* p, int j0, int j1) {
     long o = (long)j0 * p->nkv * p->hd;
-    attn_block_forward(p->out, p->lse, p->q, p->qpos, p->Tq, p->k + o, p->v + o, p->kpos + j0, j1 - j0,
-                       p->nh, p->nkv, p->hd, p->scale, p->mask);
+    attn_block_forward(p->out, p->lse, p->q, p->qpos, p->qdoc, p->Tq, p->k + o, p->v + o, p->kpos + j0,
+                       p->kdoc ? p->kdoc + j0 : NULL, j1 - j0, p->nh, p->nkv, p->hd, p->scale, p->mask);
 }
 static void bwd_block(Prob* p, int j0, int j1) {
     long o = (long)j0 * p->nkv * p->hd;
-    attn_block_backward(p->dq, p->dk + o, p->dv + o, p->dout, p->q, p->lse, p->D, p->qpos, p->Tq,
-                        p->k + o, p->v + o, p->kpos + j0, j1 - j0, p->nh, p->nkv, p->hd, p->scale, p->mask);
+    attn_block_backward(p->dq, p->dk + o, p->dv + o, p->dout, p->q, p->lse, p->D, p->qpos, p->qdoc, p->Tq,
+                        p->k + o, p->v + o, p->kpos + j0, p->kdoc ? p->kdoc + j0 : NULL, j1 - j0, p->nh, p->nkv,
+                        p->hd, p->scale, p->mask);
 }
 static void bwd_reset(Prob* p) {
     memset(p->dq, 0, (size_t)p->Tq * p->nh * p->hd * sizeof(float));
@@ -202,8 +208,8 @@ static void compare(const char* name, const Prob* p, const Ref* r) {
 }
 
 static Ref ref_of(const Prob* p) {
-    return reference(p->q, p->qpos, p->Tq, p->k, p->v, p->kpos, p->Tk, p->dout, p->nh, p->nkv, p->hd,
-                     p->scale, p->mask);
+    return reference(p->q, p->qpos, p->qdoc, p->Tq, p->k, p->v, p->kpos, p->kdoc, p->Tk, p->dout, p->nh, p->nkv,
+                     p->hd, p->scale, p->mask);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -239,7 +245,7 @@ static void test_split(int T, int nh, int nkv, int hd, int mask, const int* cuts
         float* ob = po + nq * b; float* lb = pl + (long)T * nh * b;
         attn_forward_begin(ob, lb, T, nh, hd);
         long o = (long)cuts[b] * nkv * hd;
-        attn_block_forward(ob, lb, p.q, p.qpos, T, p.k + o, p.v + o, p.kpos + cuts[b], cuts[b + 1] - cuts[b],
+        attn_block_forward(ob, lb, p.q, p.qpos, NULL, T, p.k + o, p.v + o, p.kpos + cuts[b], NULL, cuts[b + 1] - cuts[b],
                            nh, nkv, hd, p.scale, mask);
     }
     attn_forward_begin(p.out, p.lse, T, nh, hd);
@@ -263,8 +269,8 @@ static void test_query_chunks(int T, int nh, int nkv, int hd, int chunk, int kcu
     for (int b = 1; b >= 0; b--)
         for (int i0 = 0; i0 < T; i0 += chunk) {
             int n = T - i0 < chunk ? T - i0 : chunk;
-            attn_block_forward(p.out + (long)i0 * C, p.lse + (long)i0 * nh, p.q + (long)i0 * C, p.qpos + i0, n,
-                               p.k + (long)cuts[b] * Ck, p.v + (long)cuts[b] * Ck, p.kpos + cuts[b],
+            attn_block_forward(p.out + (long)i0 * C, p.lse + (long)i0 * nh, p.q + (long)i0 * C, p.qpos + i0, NULL, n,
+                               p.k + (long)cuts[b] * Ck, p.v + (long)cuts[b] * Ck, p.kpos + cuts[b], NULL,
                                cuts[b + 1] - cuts[b], nh, nkv, hd, p.scale, ATTN_MASK_CAUSAL);
         }
     bwd_reset(&p);
@@ -273,8 +279,8 @@ static void test_query_chunks(int T, int nh, int nkv, int hd, int chunk, int kcu
             int n = T - i0 < chunk ? T - i0 : chunk;
             attn_block_backward(p.dq + (long)i0 * C, p.dk + (long)cuts[b] * Ck, p.dv + (long)cuts[b] * Ck,
                                 p.dout + (long)i0 * C, p.q + (long)i0 * C, p.lse + (long)i0 * nh,
-                                p.D + (long)i0 * nh, p.qpos + i0, n,
-                                p.k + (long)cuts[b] * Ck, p.v + (long)cuts[b] * Ck, p.kpos + cuts[b],
+                                p.D + (long)i0 * nh, p.qpos + i0, NULL, n,
+                                p.k + (long)cuts[b] * Ck, p.v + (long)cuts[b] * Ck, p.kpos + cuts[b], NULL,
                                 cuts[b + 1] - cuts[b], nh, nkv, hd, p.scale, ATTN_MASK_CAUSAL);
         }
     compare("query chunks", &p, &r);
@@ -346,6 +352,92 @@ static void test_shuffled(int T, int nh, int nkv, int hd) {
     run_split(&p, cuts, 2, order);
     compare("shuffled positions", &p, &r);
     free_ref(&r); free_prob(&p); free(qpos); free(kpos);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// document masking
+
+// document ids of T rows from the sorted document starts (ids 0, 1, ...: the number of starts at or before the
+// row, minus one); restart: positions become the distance from the document's start (doc_positions)
+static void docs_from_starts(int T, const int* starts, int ns, int* doc, int* pos, int restart) {
+    for (int i = 0, d = -1; i < T; i++) {
+        while (d + 1 < ns && starts[d + 1] <= i) d++;
+        doc[i] = d < 0 ? 0 : d;
+        pos[i] = restart && d >= 0 ? i - starts[d] : i;
+    }
+}
+
+// causal + documents on one sequence, keys split in ragged blocks in either order; boundaries inside a kernel
+// tile and exactly at the key tile edge (128) and the query tile edges; restarted positions; and documents
+// without the causal rule (ATTN_MASK_NONE: every key of the own document)
+static void test_docs(int T, int nh, int nkv, int hd, int restart, int mask) {
+    int starts[] = { 0, 5, 64, 128, 129, 200, 255, 256, 299 }, ns = 0;
+    while (ns < (int)(sizeof starts / sizeof starts[0]) && starts[ns] < T) ns++;
+    int *doc = malloc(T * sizeof(int)), *pos = malloc(T * sizeof(int));
+    docs_from_starts(T, starts, ns, doc, pos, restart);
+    Prob p = make_prob(T, T, nh, nkv, hd, mask, pos, pos);
+    p.qdoc = doc; p.kdoc = doc;
+    Ref r = ref_of(&p);
+    int cuts[4] = {0, 100, 128, T}, o012[3] = {0, 1, 2}, o201[3] = {2, 0, 1};
+    char name[96];
+    run_split(&p, cuts, 3, o012);
+    snprintf(name, sizeof name, "docs%s%s", restart ? " restarted positions" : "", mask ? "" : " (no causal)");
+    compare(name, &p, &r);
+    run_split(&p, cuts, 3, o201);
+    snprintf(name, sizeof name, "docs%s%s, blocks 2,0,1", restart ? " restarted positions" : "", mask ? "" : " (no causal)");
+    compare(name, &p, &r);
+    free_ref(&r); free_prob(&p); free(doc); free(pos);
+}
+
+// ids only compared for equality: interleaved, unsorted ids on shuffled positions (no tile can be skipped by
+// range, every element is masked); keys split in two blocks
+static void test_docs_unsorted(int T, int nh, int nkv, int hd) {
+    int *qpos = range_pos(T, 0), *kpos = range_pos(T, 0), *qdoc = malloc(T * sizeof(int)), *kdoc = malloc(T * sizeof(int));
+    for (int i = 0; i < T; i++) { qdoc[i] = (i * 7) % 3; kdoc[i] = (i * 5 + 1) % 3; }
+    for (int i = T - 1; i > 0; i--) {
+        int a = (int)((frand() + 1.0f) * 0.5f * (i + 1)); if (a > i) a = i;
+        int t = kpos[i]; kpos[i] = kpos[a]; kpos[a] = t;
+    }
+    Prob p = make_prob(T, T, nh, nkv, hd, ATTN_MASK_CAUSAL, qpos, kpos);
+    p.qdoc = qdoc; p.kdoc = kdoc;
+    Ref r = ref_of(&p);
+    int cuts[3] = {0, T / 3, T}, order[2] = {1, 0};
+    run_split(&p, cuts, 2, order);
+    compare("docs unsorted ids, shuffled key positions", &p, &r);
+    free_ref(&r); free_prob(&p); free(qpos); free(kpos); free(qdoc); free(kdoc);
+}
+
+// query rows whose document has no key in a block, or none at all: lse = -inf, out = 0, dq = 0, no NaN; a key
+// block wholly from another document leaves the running result bit-identical
+static void test_docs_empty(int nh, int nkv, int hd) {
+    int T = 160, *pos = range_pos(T, 0), *qdoc = malloc(T * sizeof(int)), *kdoc = malloc(T * sizeof(int));
+    for (int i = 0; i < T; i++) { qdoc[i] = i < 40 ? 7 : i < 100 ? 1 : 2; kdoc[i] = i < 100 ? 1 : 2; }   // doc 7: no key
+    Prob p = make_prob(T, T, nh, nkv, hd, ATTN_MASK_CAUSAL, pos, pos);
+    p.qdoc = qdoc; p.kdoc = kdoc;
+    Ref r = ref_of(&p);
+    int cuts[3] = {0, 100, T}, order[2] = {1, 0};
+    run_split(&p, cuts, 2, order);
+    compare("docs, rows of a document without keys", &p, &r);
+    long nq = (long)T * nh * hd, nk = (long)T * nkv * hd;
+    int ok = !has_nan(p.out, nq) && !has_nan(p.dq, nq) && !has_nan(p.dk, nk) && !has_nan(p.dv, nk);
+    for (int i = 0; i < 40; i++)
+        for (int h = 0; h < nh; h++) {
+            if (!(isinf(p.lse[i * nh + h]) && p.lse[i * nh + h] < 0)) ok = 0;
+            for (int d = 0; d < hd; d++) if (p.out[((long)i * nh + h) * hd + d] != 0.0f || p.dq[((long)i * nh + h) * hd + d] != 0.0f) ok = 0;
+        }
+    CHECK(ok, "docs: rows whose document has no key keep lse=-inf, out=0, dq=0, no NaN (nh=%d nkv=%d hd=%d)", nh, nkv, hd);
+    // queries of document 2 (rows 100..159) against keys of document 1 (0..99): nothing visible, unchanged
+    float *out0 = zeros_f(nq), *lse0 = zeros_f((long)T * nh);
+    memcpy(out0, p.out, nq * sizeof(float)); memcpy(lse0, p.lse, (long)T * nh * sizeof(float));
+    Prob late = p;
+    long off = 100L * nh * hd;
+    late.Tq = 60; late.q = p.q + off; late.out = p.out + off; late.lse = p.lse + 100L * nh; late.qpos = p.qpos + 100;
+    late.qdoc = qdoc + 100;
+    fwd_block(&late, 0, 100);
+    CHECK(!memcmp(out0, p.out, nq * sizeof(float)) && !memcmp(lse0, p.lse, (long)T * nh * sizeof(float)),
+          "docs: a key block wholly from another document leaves (out, lse) unchanged");
+    free(out0); free(lse0);
+    free_ref(&r); free_prob(&p); free(pos); free(qdoc); free(kdoc);
 }
 
 // attn_merge edge cases: -inf on either side takes the other side, never NaN
@@ -428,6 +520,15 @@ int main(void) {
     test_zigzag(4, 4, 24);
     test_shuffled(200, 6, 2, 40);
     test_shuffled(333, 8, 1, 32);
+    for (int restart = 0; restart < 2; restart++) {
+        test_docs(300, 6, 2, 32, restart, ATTN_MASK_CAUSAL);
+        test_docs(333, 8, 1, 24, restart, ATTN_MASK_CAUSAL);
+    }
+    test_docs(300, 4, 4, 40, 0, ATTN_MASK_NONE);
+    test_docs(260, 24, 1, 16, 1, ATTN_MASK_CAUSAL);   // more than one head stack per group
+    test_docs_unsorted(200, 6, 2, 32);
+    test_docs_empty(6, 2, 32);
+    test_docs_empty(4, 4, 24);
     test_merge_edges();
     test_determinism();
     return tu_finish();

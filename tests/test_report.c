@@ -240,10 +240,10 @@ static void test_csv(void) {
     long long lo[6] = {0, 3, 6, 0, 3, 6}, hi[6] = {3, 6, 9, 3, 6, 9}, tok[6] = {3, 3, 1, 3, 3, 1};
     double mean[6] = {0.2, 0.5, 0.7, 0.4, 1.0, 1.4};
     while (f && fgets(line, sizeof line, f)) {
-        if (!header_ok) { header_ok = strcmp(line, "series,bucket_lo,bucket_hi,tokens,mean_nll,ppl\n") == 0; continue; }
-        char* fl[8];
-        int nf = csv_split(line, fl, 8);
-        if (rows >= 6 || nf != 6) { ok = 0; rows++; continue; }
+        if (!header_ok) { header_ok = strcmp(line, "series,bucket_lo,bucket_hi,tokens,mean_nll,ppl,docs,se_nll,ppl_lo,ppl_hi\n") == 0; continue; }
+        char* fl[12];
+        int nf = csv_split(line, fl, 12);
+        if (rows >= 6 || nf != 10 || strcmp(fl[6], "0") || fl[7][0] || fl[8][0] || fl[9][0]) { ok = 0; rows++; continue; }
         int r = rows++;
         if (strcmp(fl[0], lab[r]) || atoll(fl[1]) != lo[r] || atoll(fl[2]) != hi[r] || atoll(fl[3]) != tok[r] ||
             fabs(atof(fl[4]) - mean[r]) > 1e-9 || fabs(atof(fl[5]) - exp(mean[r])) > 1e-8 * exp(mean[r])) {
@@ -253,7 +253,7 @@ static void test_csv(void) {
     }
     if (f) fclose(f);
     CHECK(header_ok, "CSV header");
-    CHECK(rows == 6 && ok, "CSV rows read back: labels, edges, tokens, mean_nll, ppl (%d rows)", rows);
+    CHECK(rows == 6 && ok, "CSV rows read back: labels, edges, tokens, mean_nll, ppl; no units: docs 0, se empty (%d rows)", rows);
 
     // empty buckets: tokens 0, mean and ppl empty; the file parses with Python's csv module
     Series e;
@@ -262,7 +262,7 @@ static void test_csv(void) {
     tpath(path, sizeof path, "empty.csv");
     CHECK(report_csv(path, &b, &e, 1, err, sizeof err) == 0, "report_csv with empty buckets");
     char* txt = slurp(path);
-    CHECK(txt && strstr(txt, "e,0,3,0,,\n") && strstr(txt, "e,6,9,0,,\n") && strstr(txt, "e,3,6,1,0.25,"),
+    CHECK(txt && strstr(txt, "e,0,3,0,,,0,,,\n") && strstr(txt, "e,6,9,0,,,0,,,\n") && strstr(txt, "e,3,6,1,0.25,"),
           "CSV empty buckets: tokens 0, empty mean_nll and ppl");
     free(txt);
     series_free(&e);
@@ -276,6 +276,62 @@ static void test_csv(void) {
                    "assert abs(float(rows[4]['ppl']) - math.exp(1.0)) < 1e-8\n", path) == 0,
           "CSV parses with Python csv, quoted labels intact");
     series_free(&s[0]); series_free(&s[1]);
+    buckets_free(&b);
+}
+
+// standard error over units (documents): hand-computed cases; CSV columns; the SVG band
+static void test_se(void) {
+    Buckets b;
+    buckets_fixed(&b, 4, 2);                   // [0,2) [2,4)
+    Series s;
+    series_init(&s, &b, "se");
+    // bucket 0: three documents of 2 tokens each with mean NLL 1, 2, 3 -> mean 2, sd 1, se 1/sqrt(3)
+    double means[3] = {1, 2, 3};
+    for (int u = 0; u < 3; u++) {
+        series_add(&s, &b, 0, means[u], 1); series_add(&s, &b, 1, means[u], 1);
+        series_add_unit(&s, 0, 2 * means[u], 2);
+    }
+    // bucket 1: unequal documents: (s, n) = (1, 1) and (9, 3) -> m = 10/4 = 2.5,
+    // sum (s - m n)^2 = 2.25 + 2.25 = 4.5, se = sqrt(2/1 * 4.5) / 4 = 0.75
+    series_add(&s, &b, 2, 1, 1); series_add_unit(&s, 1, 1, 1);
+    series_add(&s, &b, 3, 9, 3); series_add_unit(&s, 1, 9, 3);
+    series_add_unit(&s, 1, 5, 0);             // n = 0: ignored
+    CHECK(fabs(bucket_se(&s, 0) - 1 / sqrt(3.0)) < 1e-12 && s.units[0] == 3, "se over 3 equal documents = sd / sqrt(3) (%.6f)", bucket_se(&s, 0));
+    CHECK(fabs(bucket_se(&s, 1) - 0.75) < 1e-12 && s.units[1] == 2, "se over unequal documents (ratio estimator) = 0.75 (%.6f)", bucket_se(&s, 1));
+    Series one;
+    series_init(&one, &b, "one");
+    series_add(&one, &b, 0, 1, 1); series_add_unit(&one, 0, 1, 1);
+    CHECK(isnan(bucket_se(&one, 0)) && isnan(bucket_se(&one, 1)), "se undefined with fewer than 2 documents");
+    char path[512], err[600] = "";
+    tpath(path, sizeof path, "se.csv");
+    Series both[2] = { s, one };
+    CHECK(report_csv(path, &b, both, 2, err, sizeof err) == 0, "report_csv with standard errors (%s)", err);
+    CHECK(py_check("chk_se.py",
+                   "import csv, sys, math\n"
+                   "r = list(csv.DictReader(open(sys.argv[1], newline='')))\n"
+                   "assert [x['docs'] for x in r] == ['3', '2', '1', '0'], r\n"
+                   "assert abs(float(r[0]['se_nll']) - 1 / math.sqrt(3)) < 1e-9\n"
+                   "assert abs(float(r[0]['ppl_lo']) - math.exp(2 - 1 / math.sqrt(3))) < 1e-8\n"
+                   "assert abs(float(r[0]['ppl_hi']) - math.exp(2 + 1 / math.sqrt(3))) < 1e-8\n"
+                   "assert abs(float(r[1]['se_nll']) - 0.75) < 1e-9\n"
+                   "assert r[2]['se_nll'] == r[2]['ppl_lo'] == r[2]['ppl_hi'] == '' and r[3]['mean_nll'] == ''\n", path) == 0,
+          "CSV docs, se_nll, ppl_lo, ppl_hi columns (empty where undefined)");
+    // the band: one polygon per series with standard errors, inside the plot, lines drawn over it
+    tpath(path, sizeof path, "se.svg");
+    CHECK(report_svg_ppl(path, &b, both, 2, "band", 0, err, sizeof err) == 0, "report_svg_ppl with bands (%s)", err);
+    CHECK(py_check("chk_band.py",
+                   "import sys, xml.etree.ElementTree as ET\n"
+                   "ns = '{http://www.w3.org/2000/svg}'\n"
+                   "root = ET.parse(sys.argv[1]).getroot()\n"
+                   "polys = root.findall('.//' + ns + 'polygon')\n"
+                   "assert len(polys) == 1, len(polys)\n"
+                   "pts = [tuple(map(float, p.split(','))) for p in polys[0].get('points').split()]\n"
+                   "assert len(pts) == 4 and all(80 <= x <= 720 and 50 <= y <= 430 for x, y in pts), pts\n"
+                   "assert pts[0][1] < pts[3][1] and pts[1][1] < pts[2][1], pts   # upper edge above the lower\n"
+                   "kids = [c.get('id') for c in root]\n"
+                   "assert kids.index('band-0') < kids.index('series-0'), kids\n", path) == 0,
+          "SVG band: a polygon from exp(mean - se) to exp(mean + se), under the lines, inside the plot");
+    series_free(&s); series_free(&one);
     buckets_free(&b);
 }
 
@@ -488,6 +544,7 @@ int main(void) {
     test_table();
     test_csv();
     test_svg();
+    test_se();
     test_passkey_report();
     test_errors();
     test_passkey_make();

@@ -65,6 +65,14 @@ int main(int argc, char** argv) {
         pos[i] = (i % T) + 3 * (i / T);
     }
     for (int b = 1; b < B; b++) tgt[b * T + T / 2] = -1;
+    // doc_mask: documents start at eod tokens placed at chosen positions (sequence 0 starts with one; a
+    // one-token document at T/2; sequence 1 starts inside a document)
+    int eod = config_eod(&c);
+    if (c.doc_mask && eod >= 0)
+        for (int b = 0; b < B; b++) {
+            int at[5] = { b == 0 ? 0 : 1 + b, 5, T / 2, T / 2 + 1, T - 3 };
+            for (int e = 0; e < 5; e++) if (at[e] < T) tok[b * T + at[e]] = eod;
+        }
     int valid = 0;
     for (int i = 0; i < N; i++) valid += tgt[i] >= 0;
     for (int b = 0; b < B; b++)

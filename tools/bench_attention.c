@@ -42,7 +42,7 @@ static void run_forward(Bench* b, int chunk) {
     for (int i0 = 0; i0 < b->T; i0 += chunk) {
         int n = b->T - i0 < chunk ? b->T - i0 : chunk;
         attn_block_forward(b->out + (size_t)i0 * C, b->lse + (size_t)i0 * b->nh, b->q + (size_t)i0 * C,
-                           b->pos + i0, n, b->k, b->v, b->pos, b->T, b->nh, b->nkv, b->hd, b->scale,
+                           b->pos + i0, NULL, n, b->k, b->v, b->pos, NULL, b->T, b->nh, b->nkv, b->hd, b->scale,
                            ATTN_MASK_CAUSAL);
     }
 }
@@ -54,7 +54,7 @@ static void run_backward(Bench* b, int chunk) {
         int n = b->T - i0 < chunk ? b->T - i0 : chunk;
         attn_block_backward(b->dq + (size_t)i0 * C, b->dk, b->dv, b->dout + (size_t)i0 * C,
                             b->q + (size_t)i0 * C, b->lse + (size_t)i0 * b->nh, b->D + (size_t)i0 * b->nh,
-                            b->pos + i0, n, b->k, b->v, b->pos, b->T, b->nh, b->nkv, b->hd, b->scale,
+                            b->pos + i0, NULL, n, b->k, b->v, b->pos, NULL, b->T, b->nh, b->nkv, b->hd, b->scale,
                             ATTN_MASK_CAUSAL);
     }
 }

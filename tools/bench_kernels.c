@@ -96,11 +96,11 @@ int main(int argc, char** argv) {
                 BeTimer *f = be_timer_create(1e30), *b = be_timer_create(1e30);
                 be_timer_begin(f);
                 attn_forward_begin(out, lse, T, nh, hd);
-                attn_block_forward(out, lse, q, pos, T, k, v, pos, T, nh, nkv, hd, sc, ATTN_MASK_CAUSAL);
+                attn_block_forward(out, lse, q, pos, NULL, T, k, v, pos, NULL, T, nh, nkv, hd, sc, ATTN_MASK_CAUSAL);
                 be_timer_end(f);
                 be_timer_begin(b);
                 attn_backward_begin(D, dout, out, T, nh, hd);
-                attn_block_backward(dq, dk, dv, dout, q, lse, D, pos, T, k, v, pos, T, nh, nkv, hd, sc, ATTN_MASK_CAUSAL);
+                attn_block_backward(dq, dk, dv, dout, q, lse, D, pos, NULL, T, k, v, pos, NULL, T, nh, nkv, hd, sc, ATTN_MASK_CAUSAL);
                 be_timer_end(b);
                 if (r) { t[r - 1] = timed_region(f); tb[r - 1] = timed_region(b); }
                 be_timer_free(f); be_timer_free(b);

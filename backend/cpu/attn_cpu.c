@@ -26,6 +26,7 @@
 // before attn_init() (or with a larger hd / more threads than planned) calls attn_init() once itself, from
 // serial code. The kernels must be called from serial code, not from inside an OpenMP parallel region.
 #include <math.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,23 +183,40 @@ static inline void int_min_max(const int* x, int n, int* mn, int* mx) {
     *mn = a; *mx = b;
 }
 
-// whether some key of key tile kt (ATTN_BK rows of kpos[0..Tk)) has position <= qmax
-static inline int key_tile_reachable(const int* kpos, int Tk, int kt, int qmax) {
-    int j0 = kt * ATTN_BK, bk = Tk - j0 < ATTN_BK ? Tk - j0 : ATTN_BK;
-    int kmin, kmax;
-    int_min_max(kpos + j0, bk, &kmin, &kmax);
-    return kmin <= qmax;
+// The mask of a call: causal from positions, and documents when qdoc/kdoc are given (attention.h)
+typedef struct { const int *qpos, *qdoc, *kpos, *kdoc; int causal; } Mask;
+
+// ranges of a run of rows: positions [pmin, pmax], document ids [dmin, dmax] (0, 0 without documents)
+typedef struct { int pmin, pmax, dmin, dmax; } Range;
+static inline Range rows_range(const int* pos, const int* doc, int n) {
+    Range r = { 0, 0, 0, 0 };
+    int_min_max(pos, n, &r.pmin, &r.pmax);
+    if (doc) int_min_max(doc, n, &r.dmin, &r.dmax);
+    return r;
 }
 
-// tile visibility under the mask: 0 = nothing visible (skip), 1 = partially (mask elementwise), 2 = all
-static inline int tile_visibility(const int* qpos, int bq, const int* kpos, int bk, int mask) {
-    if (mask != ATTN_MASK_CAUSAL) return 2;
-    int qmin, qmax, kmin, kmax;
-    int_min_max(qpos, bq, &qmin, &qmax);
-    int_min_max(kpos, bk, &kmin, &kmax);
-    if (qmax < kmin) return 0;
-    if (qmin >= kmax) return 2;
-    return 1;
+// visibility of a (query rows, key rows) tile from the ranges: 0 = nothing visible (skip), 1 = partially
+// (mask elementwise), 2 = all. Documents: disjoint id ranges see nothing, one and the same id everywhere
+// hides nothing.
+static inline int range_visibility(Range q, Range k, int causal, int docs) {
+    if (causal && q.pmax < k.pmin) return 0;
+    if (docs && (q.dmax < k.dmin || k.dmax < q.dmin)) return 0;
+    int all = (!causal || q.pmin >= k.pmax) && (!docs || (q.dmin == q.dmax && k.dmin == k.dmax && q.dmin == k.dmin));
+    return all ? 2 : 1;
+}
+
+// whether some key of key tile kt (ATTN_BK rows of Tk) can be visible to some query of the range qr
+static inline int key_tile_reachable(const Mask* mk, Range qr, int Tk, int kt) {
+    int j0 = kt * ATTN_BK, bk = Tk - j0 < ATTN_BK ? Tk - j0 : ATTN_BK;
+    Range kr = rows_range(mk->kpos + j0, mk->kdoc ? mk->kdoc + j0 : NULL, bk);
+    return range_visibility(qr, kr, mk->causal, mk->qdoc != NULL) != 0;
+}
+
+// tile visibility of query rows i0..i0+bq against key rows j0..j0+bk
+static inline int tile_visibility(const Mask* mk, int i0, int bq, int j0, int bk) {
+    if (!mk->causal && !mk->qdoc) return 2;
+    return range_visibility(rows_range(mk->qpos + i0, mk->qdoc ? mk->qdoc + i0 : NULL, bq),
+                            rows_range(mk->kpos + j0, mk->kdoc ? mk->kdoc + j0 : NULL, bk), mk->causal, mk->qdoc != NULL);
 }
 
 // merge one row of one head: (o1, *l1) <- merge((o1, *l1), (o2, l2)); -inf on a side takes the other side
@@ -273,17 +291,19 @@ static void scatter_add_rows(float* dst, const float* src, const Plan* p, int h0
 }
 
 // fill score rows before an sgemm with beta = 1: s[r, j] = -inf where masked, else val[r] (0 if val is NULL)
-//   vis 2: no mask; vis 1: key j visible to query r iff kpos[j] <= qpos[r % bq]
-static void fill_rows(float* s, int rows, int bq, int bk, const float* val, const int* qpos, const int* kpos,
-                      int vis) {
+//   vis 2: no mask; vis 1: key j0 + j visible to query i0 + r % bq under the call's mask (attention.h)
+static void fill_rows(float* s, int rows, int bq, int bk, const float* val, const Mask* mk, int i0, int j0, int vis) {
+    const int *kp = mk->kpos + j0, *kd = mk->kdoc ? mk->kdoc + j0 : NULL;
     for (int r = 0; r < rows; r++) {
         float* sr = s + (size_t)r * ATTN_BK;
         float x = val ? val[r] : 0.0f;
         if (vis == 2) {
             for (int j = 0; j < bk; j++) sr[j] = x;
         } else {
-            int qp = qpos[r % bq];
-            for (int j = 0; j < bk; j++) sr[j] = kpos[j] > qp ? -INFINITY : x;
+            int qp = mk->causal ? mk->qpos[i0 + r % bq] : INT_MAX;
+            if (!kd) { for (int j = 0; j < bk; j++) sr[j] = kp[j] > qp ? -INFINITY : x; continue; }
+            int qd = mk->qdoc[i0 + r % bq];
+            for (int j = 0; j < bk; j++) sr[j] = kp[j] > qp || kd[j] != qd ? -INFINITY : x;
         }
     }
 }
@@ -298,8 +318,8 @@ void attn_forward_begin(float* out, float* lse, int Tq, int nh, int hd) {
 
 // one stack (heads h0..h0+nhs of kv head g, query rows i0..i0+bq) against all key tiles of the block
 static void forward_stack(Scratch* sc, const Plan* p, float* out, float* lse,
-                          const float* q, const int* qpos, const float* k, const float* v, const int* kpos,
-                          int g, int h0, int nhs, int i0, int bq, float scale, int mask) {
+                          const float* q, const float* k, const float* v, const Mask* mk,
+                          int g, int h0, int nhs, int i0, int bq, float scale) {
     int hd = p->hd, rows = nhs * bq;
     float* S = sc->s;      // [rows, BK] scores; all zero between key tiles (sgemm accumulates onto it)
     float* P = sc->dp;     // [rows, BK] probabilities
@@ -310,8 +330,7 @@ static void forward_stack(Scratch* sc, const Plan* p, float* out, float* lse,
     int any = 0;
     for (int j0 = 0; j0 < p->Tk; j0 += ATTN_BK) {
         int bk = p->Tk - j0 < ATTN_BK ? p->Tk - j0 : ATTN_BK;
-        const int* kp = kpos + j0;
-        int vis = tile_visibility(qpos + i0, bq, kp, bk, mask);
+        int vis = tile_visibility(mk, i0, bq, j0, bk);
         if (vis == 0) continue;
         if (!any) {   // first visible tile: set up the stack
             any = 1;
@@ -321,7 +340,7 @@ static void forward_stack(Scratch* sc, const Plan* p, float* out, float* lse,
             for (int r = 0; r < rows; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
         }
         // S[rows, bk] = mask + scale * Qs[rows, hd] K[bk, hd]^T   (mask: 0 or -inf)
-        if (vis == 1) fill_rows(S, rows, bq, bk, NULL, qpos + i0, kp, vis);
+        if (vis == 1) fill_rows(S, rows, bq, bk, NULL, mk, i0, j0, vis);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk, hd, scale,
                     Qs, hd, k + (size_t)j0 * p->ldk + (size_t)g * hd, p->ldk, 1.0f, S, ATTN_BK);
         for (int r = 0; r < rows; r++) {
@@ -362,12 +381,13 @@ static void forward_stack(Scratch* sc, const Plan* p, float* out, float* lse,
 }
 
 void attn_block_forward(float* out, float* lse,
-                        const float* q, const int* qpos, int Tq,
-                        const float* k, const float* v, const int* kpos, int Tk,
+                        const float* q, const int* qpos, const int* qdoc, int Tq,
+                        const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,
                         int nh, int nkv, int hd, float scale, int mask) {
     if (Tq <= 0 || Tk <= 0) return;
     ensure_scratch(hd);
     Plan p = make_plan(Tq, Tk, nh, nkv, hd);
+    Mask mk = { qpos, qdoc && kdoc ? qdoc : NULL, kpos, qdoc && kdoc ? kdoc : NULL, mask == ATTN_MASK_CAUSAL };
     int per_tile = nkv * p.nsub;
     int nitems = p.nqt * per_tile;
     // items ordered last query tile first: with ascending positions those carry the most causal work
@@ -376,8 +396,8 @@ void attn_block_forward(float* out, float* lse,
         int qt = p.nqt - 1 - it / per_tile, g = (it % per_tile) / p.nsub, sub = it % p.nsub;
         int i0 = qt * p.bq;
         int bq = Tq - i0 < p.bq ? Tq - i0 : p.bq;
-        forward_stack(&g_scratch[omp_get_thread_num()], &p, out, lse, q, qpos, k, v, kpos,
-                      g, stack_h0(&p, g, sub), stack_nh(&p, sub), i0, bq, scale, mask);
+        forward_stack(&g_scratch[omp_get_thread_num()], &p, out, lse, q, k, v, &mk,
+                      g, stack_h0(&p, g, sub), stack_nh(&p, sub), i0, bq, scale);
     }
 }
 
@@ -407,7 +427,7 @@ void attn_backward_begin(float* D, const float* dout, const float* out, int Tq, 
 // dq (those rows and heads) += ..., dk, dv (those key rows, kv head g) += ...
 static void backward_stack(Scratch* sc, const Plan* p, float* dq, float* dk, float* dv,
                            const float* dout, const float* q, const float* lse, const float* D,
-                           const int* qpos, const float* k, const float* v, const int* kpos,
+                           const float* k, const float* v, const Mask* mk,
                            int g, int h0, int nhs, int i0, int bq, int j0, int bk, float scale, int vis) {
     int hd = p->hd, rows = nhs * bq, ldk = p->ldk;
     float* P = sc->s;        // [rows, BK]
@@ -429,7 +449,7 @@ static void backward_stack(Scratch* sc, const Plan* p, float* dq, float* dk, flo
         neg_D[r] = -D[ri];
     }
     // P = exp(mask - lse + scale * Qs K^T)     [rows, bk]
-    fill_rows(P, rows, bq, bk, neg_lse, qpos + i0, kpos + j0, vis);
+    fill_rows(P, rows, bq, bk, neg_lse, mk, i0, j0, vis);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk, hd, scale, Qs, hd, kt, ldk, 1.0f, P, ATTN_BK);
     for (int r = 0; r < rows; r++) {
         float* pr = P + (size_t)r * ATTN_BK;
@@ -438,7 +458,7 @@ static void backward_stack(Scratch* sc, const Plan* p, float* dq, float* dk, flo
     // dV[bk, hd] += P^T[bk, rows] dOs[rows, hd]
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, hd, rows, 1.0f, P, ATTN_BK, dOs, hd, 1.0f, dvt, ldk);
     // dS = P * (dOs V^T - D)     [rows, bk]
-    fill_rows(dS, rows, bq, bk, neg_D, qpos + i0, kpos + j0, 2);
+    fill_rows(dS, rows, bq, bk, neg_D, mk, i0, j0, 2);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, bk, hd, 1.0f, dOs, hd, vt, ldk, 1.0f, dS, ATTN_BK);
     for (int r = 0; r < rows; r++) {
         const float* pr = P + (size_t)r * ATTN_BK;
@@ -455,19 +475,20 @@ static void backward_stack(Scratch* sc, const Plan* p, float* dq, float* dk, flo
 
 void attn_block_backward(float* dq, float* dk, float* dv,
                          const float* dout, const float* q, const float* lse, const float* D,
-                         const int* qpos, int Tq,
-                         const float* k, const float* v, const int* kpos, int Tk,
+                         const int* qpos, const int* qdoc, int Tq,
+                         const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,
                          int nh, int nkv, int hd, float scale, int mask) {
     if (Tq <= 0 || Tk <= 0) return;
     ensure_scratch(hd);
     Plan p = make_plan(Tq, Tk, nh, nkv, hd);
-    // key tiles kt_lo..kt_hi can be visible to some query (causal: the rest lie wholly after every query)
+    Mask mk = { qpos, qdoc && kdoc ? qdoc : NULL, kpos, qdoc && kdoc ? kdoc : NULL, mask == ATTN_MASK_CAUSAL };
+    // key tiles kt_lo..kt_hi can be visible to some query (causal: the rest lie wholly after every query;
+    // documents: the rest hold only ids outside the queries' range)
     int kt_lo = 0, kt_hi = p.nkt - 1;
-    if (mask == ATTN_MASK_CAUSAL) {
-        int qmin, qmax;
-        int_min_max(qpos, Tq, &qmin, &qmax);
-        while (kt_lo <= kt_hi && !key_tile_reachable(kpos, Tk, kt_lo, qmax)) kt_lo++;
-        while (kt_hi >= kt_lo && !key_tile_reachable(kpos, Tk, kt_hi, qmax)) kt_hi--;
+    if (mk.causal || mk.qdoc) {
+        Range qr = rows_range(qpos, mk.qdoc, Tq);
+        while (kt_lo <= kt_hi && !key_tile_reachable(&mk, qr, Tk, kt_lo)) kt_lo++;
+        while (kt_hi >= kt_lo && !key_tile_reachable(&mk, qr, Tk, kt_hi)) kt_hi--;
         if (kt_lo > kt_hi) return;
     }
     int nkt = kt_hi - kt_lo + 1;
@@ -486,10 +507,10 @@ void attn_block_backward(float* dq, float* dk, float* dv,
                 int i0 = qt * p.bq, j0 = kt * ATTN_BK;
                 int bq = Tq - i0 < p.bq ? Tq - i0 : p.bq;
                 int bk = Tk - j0 < ATTN_BK ? Tk - j0 : ATTN_BK;
-                int vis = tile_visibility(qpos + i0, bq, kpos + j0, bk, mask);
+                int vis = tile_visibility(&mk, i0, bq, j0, bk);
                 if (vis == 0) continue;
                 for (int sub = 0; sub < p.nsub; sub++)
-                    backward_stack(sc, &p, dq, dk, dv, dout, q, lse, D, qpos, k, v, kpos,
+                    backward_stack(sc, &p, dq, dk, dv, dout, q, lse, D, k, v, &mk,
                                    g, stack_h0(&p, g, sub), stack_nh(&p, sub), i0, bq, j0, bk, scale, vis);
             }   // implicit barrier: the next colour may touch the same dq / dk / dv tiles
         }

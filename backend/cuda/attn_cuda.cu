@@ -9,13 +9,15 @@
 //   fp32: plain fp32 kernels (no tensor cores), any head dim up to 128: the reference-precision path that
 //     tracks the CPU backend to ~1e-6.
 // Semantics are those of backend/cpu/attn_cpu.c: masks from explicit positions (key j visible to query i iff
-// kpos[j] <= qpos[i] under ATTN_MASK_CAUSAL), GQA (query head h uses kv head h / (nh / nkv)), the running
-// (out, lse) merged in place, rows that see no key keep lse = -inf and out unchanged, dq/dk/dv accumulated.
+// kpos[j] <= qpos[i] under ATTN_MASK_CAUSAL) and, when qdoc/kdoc are given, document ids (and kdoc[j] ==
+// qdoc[i]), GQA (query head h uses kv head h / (nh / nkv)), the running (out, lse) merged in place, rows that
+// see no key keep lse = -inf and out unchanged, dq/dk/dv accumulated.
 //
 // Forward: one block per (query tile, head); warps own 16 query rows each; key tiles stream through shared
-//   memory double-buffered (cp.async), tiles no query of the block can see are skipped (per-tile position
-//   minima and maxima computed by a small kernel first), the per-element mask is applied only to tiles that
-//   straddle the causal boundary or the end of the keys. Online softmax in base 2 on fp32 registers.
+//   memory double-buffered (cp.async), tiles no query of the block can see are skipped (per-tile position and
+//   document-id minima and maxima computed by a small kernel first: causally later keys, or keys whose document
+//   ids all lie outside the queries' range), the per-element mask is applied only to tiles that straddle the
+//   causal boundary, a document boundary or the end of the keys. Online softmax in base 2 on fp32 registers.
 // Backward: deterministic and free of atomics, as two kernels that each own their outputs:
 //   dK/dV: one block per (key tile, kv head), looping over every query head of the group and every visible
 //          query tile: P^T = exp(S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q;
@@ -45,11 +47,22 @@ struct AttnArgs {
     const float *lse_in, *D;           // backward: [Tq, nh]
     const void *q, *k, *v, *dout;      // bf16 kernels: [head][row][HDP] copies; fp32 kernels: the row layout
     const int *qpos, *kpos;
-    const int2 *qmm, *kmm;             // (min, max) position of each query / key tile (the kernel's tile sizes)
+    const int *qdoc, *kdoc;            // document ids (docs = 1), else NULL
+    const int4 *qmm, *kmm;             // per query / key tile (the kernel's tile sizes): position min, max (x, y),
+                                       // document id min, max (z, w; 0 without documents)
     int Tq, Tk, nh, nkv, hd, grp;      // grp = nh / nkv
     float scale, scale_log2;
-    int causal, nqt, nkt;
+    int causal, docs, nqt, nkt;
 };
+
+// From the per-tile ranges: whether some key of tile k can be visible to some query of tile q, and whether
+// every key is visible to every query (then no element needs the mask).
+__device__ __forceinline__ bool tiles_meet(const AttnArgs& a, int4 q, int4 k) {
+    return (!a.causal || k.x <= q.y) && (!a.docs || (k.z <= q.w && q.z <= k.w));
+}
+__device__ __forceinline__ bool tiles_full(const AttnArgs& a, int4 q, int4 k) {
+    return (!a.causal || k.y <= q.x) && (!a.docs || (q.z == q.w && k.z == k.w && q.z == k.z));
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // PTX helpers
@@ -149,16 +162,22 @@ __device__ __forceinline__ void merge_weights(float* lp, bool ok, float lse_b, i
 // ---------------------------------------------------------------------------------------------------------
 // small kernels
 
-__global__ void minmax_k(int2* out, const int* pos, int T, int tile, int ntiles) {
+// per tile: (min, max) of the positions and (min, max) of the document ids (0, 0 when doc is NULL)
+__global__ void minmax_k(int4* out, const int* pos, const int* doc, int T, int tile, int ntiles) {
     int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (t >= ntiles) return;
-    int mn = INT_MAX, mx = INT_MIN, e = (t + 1) * tile < T ? (t + 1) * tile : T;
-    for (int i = t * tile + lane; i < e; i += 32) { int p = pos[i]; mn = min(mn, p); mx = max(mx, p); }
+    int mn = INT_MAX, mx = INT_MIN, dmn = INT_MAX, dmx = INT_MIN, e = (t + 1) * tile < T ? (t + 1) * tile : T;
+    for (int i = t * tile + lane; i < e; i += 32) {
+        int p = pos[i], d = doc ? doc[i] : 0;
+        mn = min(mn, p); mx = max(mx, p); dmn = min(dmn, d); dmx = max(dmx, d);
+    }
     for (int o = 16; o; o >>= 1) {
         mn = min(mn, __shfl_xor_sync(0xffffffffu, mn, o));
         mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        dmn = min(dmn, __shfl_xor_sync(0xffffffffu, dmn, o));
+        dmx = max(dmx, __shfl_xor_sync(0xffffffffu, dmx, o));
     }
-    if (lane == 0) out[t] = make_int2(mn, mx);
+    if (lane == 0) out[t] = make_int4(mn, mx, dmn, dmx);
 }
 
 // src [T][H * hd] fp32 -> dst [H][T][HDP] bf16, columns hd..HDP-1 zero
@@ -217,13 +236,13 @@ template <> struct Cfg<64>  { enum { NW = 4, FBN = 64, BMQ = 64, BNK2 = 64 }; };
 template <> struct Cfg<128> { enum { NW = 4, FBN = 64, BMQ = 32, BNK2 = 32 }; };
 
 template <int HD> constexpr size_t fwd_smem() {
-    return (size_t)(16 * Cfg<HD>::NW + 4 * Cfg<HD>::FBN) * (HD + 8) * 2 + 2 * Cfg<HD>::FBN * 4;
+    return (size_t)(16 * Cfg<HD>::NW + 4 * Cfg<HD>::FBN) * (HD + 8) * 2 + 2 * 2 * Cfg<HD>::FBN * 4;
 }
 template <int HD> constexpr size_t dkdv_smem() {
-    return (size_t)(2 * 16 * Cfg<HD>::NW + 4 * Cfg<HD>::BMQ) * (HD + 8) * 2 + 3 * 2 * Cfg<HD>::BMQ * 4;
+    return (size_t)(2 * 16 * Cfg<HD>::NW + 4 * Cfg<HD>::BMQ) * (HD + 8) * 2 + 4 * 2 * Cfg<HD>::BMQ * 4;
 }
 template <int HD> constexpr size_t dq_smem() {
-    return (size_t)(2 * 16 * Cfg<HD>::NW + 4 * Cfg<HD>::BNK2) * (HD + 8) * 2 + 2 * Cfg<HD>::BNK2 * 4;
+    return (size_t)(2 * 16 * Cfg<HD>::NW + 4 * Cfg<HD>::BNK2) * (HD + 8) * 2 + 2 * 2 * Cfg<HD>::BNK2 * 4;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -237,6 +256,7 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) fwd_bf16_k(AttnArgs a) {
     bf16* Ks = Qs + BM * LDS;                        // [2][BN][LDS]
     bf16* Vs = Ks + 2 * BN * LDS;                    // [2][BN][LDS]
     int* kps = reinterpret_cast<int*>(Vs + 2 * BN * LDS);   // [2][BN]
+    int* kds = kps + 2 * BN;                                 // [2][BN]
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, gq = lane >> 2, tq = lane & 3;
     const int qt = a.nqt - 1 - blockIdx.x, h = blockIdx.y, g = h / a.grp, q0 = qt * BM;
     const bf16* qg = reinterpret_cast<const bf16*>(a.q) + (size_t)h * a.Tq * HD;
@@ -245,12 +265,13 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) fwd_bf16_k(AttnArgs a) {
 
     load_rows<HD, NT, BM>(Qs, qg, q0, a.Tq);
     cp_commit();
-    const int2 qm = a.qmm[qt];
-    int qp[2];
+    const int4 qm = a.qmm[qt];
+    int qp[2], qd[2];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         int row = q0 + 16 * w + gq + 8 * hr;
         qp[hr] = row < a.Tq ? a.qpos[row] : INT_MAX;
+        qd[hr] = row < a.Tq && a.docs ? a.qdoc[row] : 0;
     }
     cp_wait<0>();
     __syncthreads();
@@ -263,13 +284,14 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) fwd_bf16_k(AttnArgs a) {
     for (int i = 0; i < HD / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
 
-    auto visible = [&](int j) { return !a.causal || a.kmm[j].x <= qm.y; };
+    auto visible = [&](int j) { return tiles_meet(a, qm, a.kmm[j]); };
     auto load_kv = [&](int j, int b) {
         load_rows<HD, NT, BN>(Ks + b * BN * LDS, kg, j * BN, a.Tk);
         load_rows<HD, NT, BN>(Vs + b * BN * LDS, vg, j * BN, a.Tk);
         for (int i = tid; i < BN; i += NT) {
             int key = j * BN + i;
             kps[b * BN + i] = key < a.Tk ? a.kpos[key] : INT_MAX;
+            kds[b * BN + i] = key < a.Tk && a.docs ? a.kdoc[key] : 0;
         }
     };
     int j = 0;
@@ -287,6 +309,7 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) fwd_bf16_k(AttnArgs a) {
         const bf16* Kb = Ks + buf * BN * LDS;
         const bf16* Vb = Vs + buf * BN * LDS;
         const int* kp = kps + buf * BN;
+        const int* kd = kds + buf * BN;
 
         // S = Q K^T (16 x BN per warp)
         float s[BN / 8][4];
@@ -301,8 +324,9 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) fwd_bf16_k(AttnArgs a) {
                 mma16816(s[2 * np], qf[kk], b[0], b[1]);
                 mma16816(s[2 * np + 1], qf[kk], b[2], b[3]);
             }
-        // scale (base 2), mask where the tile straddles the causal boundary or the end of the keys
-        const bool msk = (j + 1) * BN > a.Tk || (a.causal && !(a.kmm[j].y <= qm.x));
+        // scale (base 2), mask where the tile straddles the causal boundary, a document boundary or the end of
+        // the keys
+        const bool msk = (j + 1) * BN > a.Tk || !tiles_full(a, qm, a.kmm[j]);
 #pragma unroll
         for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
@@ -310,7 +334,8 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) fwd_bf16_k(AttnArgs a) {
                 float v = s[nt][e4] * a.scale_log2;
                 if (msk) {
                     int c = nt * 8 + 2 * tq + (e4 & 1);
-                    if (j * BN + c >= a.Tk || (a.causal && kp[c] > qp[e4 >> 1])) v = -INFINITY;
+                    if (j * BN + c >= a.Tk || (a.causal && kp[c] > qp[e4 >> 1]) || (a.docs && kd[c] != qd[e4 >> 1]))
+                        v = -INFINITY;
                 }
                 s[nt][e4] = v;
             }
@@ -396,13 +421,14 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dkdv_bf16_k(AttnArgs a) {
     float* ls = reinterpret_cast<float*>(Os + 2 * BMQ * LDS);   // [2][BMQ]  lse * log2(e); +inf: P = 0
     float* Dsh = ls + 2 * BMQ;                        // [2][BMQ]
     int* qps = reinterpret_cast<int*>(Dsh + 2 * BMQ); // [2][BMQ]
+    int* qds = qps + 2 * BMQ;                         // [2][BMQ]
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, gq = lane >> 2, tq = lane & 3;
     const int kt = blockIdx.x, g = blockIdx.y, k0 = kt * BNK;
     const bf16* kg = reinterpret_cast<const bf16*>(a.k) + (size_t)g * a.Tk * HD;
     const bf16* vg = reinterpret_cast<const bf16*>(a.v) + (size_t)g * a.Tk * HD;
-    const int2 km = a.kmm[kt];
+    const int4 km = a.kmm[kt];
     const int total = a.grp * a.nqt;
-    auto visible = [&](int it) { return !a.causal || a.qmm[it % a.nqt].y >= km.x; };
+    auto visible = [&](int it) { return tiles_meet(a, a.qmm[it % a.nqt], km); };
     int it = 0;
     while (it < total && !visible(it)) it++;
     if (it >= total) return;   // no query sees these keys: dk, dv unchanged
@@ -410,11 +436,12 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dkdv_bf16_k(AttnArgs a) {
     load_rows<HD, NT, BNK>(Ks, kg, k0, a.Tk);
     load_rows<HD, NT, BNK>(Vs, vg, k0, a.Tk);
     cp_commit();
-    int kp[2];
+    int kp[2], kd[2];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         int key = k0 + 16 * w + gq + 8 * hr;
         kp[hr] = key < a.Tk ? a.kpos[key] : INT_MAX;
+        kd[hr] = key < a.Tk && a.docs ? a.kdoc[key] : 0;
     }
     auto load_q = [&](int it2, int b) {
         int hh = it2 / a.nqt, qt = it2 % a.nqt, h = g * a.grp + hh, q0 = qt * BMQ;
@@ -423,14 +450,15 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dkdv_bf16_k(AttnArgs a) {
         for (int i = tid; i < BMQ; i += NT) {
             int row = q0 + i;
             float L = INFINITY, Dv = 0.0f;
-            int p = INT_MIN;
+            int p = INT_MIN, d = 0;
             if (row < a.Tq) {
                 float x = a.lse_in[(size_t)row * a.nh + h];
                 L = x == -INFINITY ? INFINITY : x * LOG2E_F;
                 Dv = a.D[(size_t)row * a.nh + h];
                 p = a.qpos[row];
+                if (a.docs) d = a.qdoc[row];
             }
-            ls[b * BMQ + i] = L; Dsh[b * BMQ + i] = Dv; qps[b * BMQ + i] = p;
+            ls[b * BMQ + i] = L; Dsh[b * BMQ + i] = Dv; qps[b * BMQ + i] = p; qds[b * BMQ + i] = d;
         }
     };
     load_q(it, 0);
@@ -454,6 +482,7 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dkdv_bf16_k(AttnArgs a) {
         const float* Lb = ls + buf * BMQ;
         const float* Db = Dsh + buf * BMQ;
         const int* Pb = qps + buf * BMQ;
+        const int* Qd = qds + buf * BMQ;
         // S^T = K Q^T and dP^T = V dO^T (16 keys x BMQ queries per warp)
         float s[BMQ / 8][4], dp[BMQ / 8][4];
 #pragma unroll
@@ -477,14 +506,14 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dkdv_bf16_k(AttnArgs a) {
             }
         }
         const int qt = it % a.nqt;
-        const bool msk = a.causal && !(a.qmm[qt].x >= km.y);
+        const bool msk = !tiles_full(a, a.qmm[qt], km);
 #pragma unroll
         for (int nt = 0; nt < BMQ / 8; nt++)
 #pragma unroll
             for (int e4 = 0; e4 < 4; e4++) {
                 int c = nt * 8 + 2 * tq + (e4 & 1);
                 float p = exp2f(s[nt][e4] * a.scale_log2 - Lb[c]);
-                if (msk && kp[e4 >> 1] > Pb[c]) p = 0.0f;
+                if (msk && ((a.causal && kp[e4 >> 1] > Pb[c]) || (a.docs && kd[e4 >> 1] != Qd[c]))) p = 0.0f;
                 s[nt][e4] = p;
                 dp[nt][e4] = p * (dp[nt][e4] - Db[c]);
             }
@@ -543,10 +572,11 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dq_bf16_k(AttnArgs a) {
     bf16* Ks = Os + BM * LDS;                         // [2][BN][LDS]
     bf16* Vs = Ks + 2 * BN * LDS;                     // [2][BN][LDS]
     int* kps = reinterpret_cast<int*>(Vs + 2 * BN * LDS);   // [2][BN]
+    int* kds = kps + 2 * BN;                                 // [2][BN]
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, gq = lane >> 2, tq = lane & 3;
     const int qt = a.nqt - 1 - blockIdx.x, h = blockIdx.y, g = h / a.grp, q0 = qt * BM;
-    const int2 qm = a.qmm[qt];
-    auto visible = [&](int j) { return !a.causal || a.kmm[j].x <= qm.y; };
+    const int4 qm = a.qmm[qt];
+    auto visible = [&](int j) { return tiles_meet(a, qm, a.kmm[j]); };
     int j = 0;
     while (j < a.nkt && !visible(j)) j++;
     if (j >= a.nkt) return;   // these queries see no key of the block: dq unchanged
@@ -556,16 +586,17 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dq_bf16_k(AttnArgs a) {
     load_rows<HD, NT, BM>(Os, reinterpret_cast<const bf16*>(a.dout) + (size_t)h * a.Tq * HD, q0, a.Tq);
     cp_commit();
     float L[2], Dr[2];
-    int qp[2];
+    int qp[2], qd[2];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         int row = q0 + 16 * w + gq + 8 * hr;
-        L[hr] = INFINITY; Dr[hr] = 0.0f; qp[hr] = INT_MIN;
+        L[hr] = INFINITY; Dr[hr] = 0.0f; qp[hr] = INT_MIN; qd[hr] = 0;
         if (row < a.Tq) {
             float x = a.lse_in[(size_t)row * a.nh + h];
             L[hr] = x == -INFINITY ? INFINITY : x * LOG2E_F;
             Dr[hr] = a.D[(size_t)row * a.nh + h];
             qp[hr] = a.qpos[row];
+            if (a.docs) qd[hr] = a.qdoc[row];
         }
     }
     auto load_kv = [&](int jj, int b) {
@@ -574,6 +605,7 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dq_bf16_k(AttnArgs a) {
         for (int i = tid; i < BN; i += NT) {
             int key = jj * BN + i;
             kps[b * BN + i] = key < a.Tk ? a.kpos[key] : INT_MAX;
+            kds[b * BN + i] = key < a.Tk && a.docs ? a.kdoc[key] : 0;
         }
     };
     cp_wait<0>();
@@ -600,6 +632,7 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dq_bf16_k(AttnArgs a) {
         const bf16* Kb = Ks + buf * BN * LDS;
         const bf16* Vb = Vs + buf * BN * LDS;
         const int* kp = kps + buf * BN;
+        const int* kd = kds + buf * BN;
         float s[BN / 8][4], dp[BN / 8][4];
 #pragma unroll
         for (int i = 0; i < BN / 8; i++)
@@ -617,14 +650,14 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dq_bf16_k(AttnArgs a) {
                 mma16816(dp[2 * np], of[kk], b[0], b[1]);
                 mma16816(dp[2 * np + 1], of[kk], b[2], b[3]);
             }
-        const bool msk = (j + 1) * BN > a.Tk || (a.causal && !(a.kmm[j].y <= qm.x));
+        const bool msk = (j + 1) * BN > a.Tk || !tiles_full(a, qm, a.kmm[j]);
 #pragma unroll
         for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
             for (int e4 = 0; e4 < 4; e4++) {
                 int hr = e4 >> 1, c = nt * 8 + 2 * tq + (e4 & 1);
                 float p = exp2f(s[nt][e4] * a.scale_log2 - L[hr]);
-                if (msk && (j * BN + c >= a.Tk || (a.causal && kp[c] > qp[hr]))) p = 0.0f;
+                if (msk && (j * BN + c >= a.Tk || (a.causal && kp[c] > qp[hr]) || (a.docs && kd[c] != qd[hr]))) p = 0.0f;
                 dp[nt][e4] = p * (dp[nt][e4] - Dr[hr]);
             }
         // dQ += dS K   (k = the BN keys)
@@ -667,9 +700,9 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dq_bf16_k(AttnArgs a) {
 // conflicts across rows). Accumulators: columns d = jj + 8 c, c < 16 (hd <= 128).
 
 #define FB 32
-static inline size_t f32_fwd_smem(int hd) { return ((size_t)3 * FB * (hd + 1) + FB * (FB + 1) + FB) * 4; }
-static inline size_t f32_dkdv_smem(int hd) { return ((size_t)4 * FB * (hd + 1) + 2 * FB * (FB + 1) + 3 * FB) * 4; }
-static inline size_t f32_dq_smem(int hd) { return ((size_t)4 * FB * (hd + 1) + FB * (FB + 1) + FB) * 4; }
+static inline size_t f32_fwd_smem(int hd) { return ((size_t)3 * FB * (hd + 1) + FB * (FB + 1) + 2 * FB) * 4; }
+static inline size_t f32_dkdv_smem(int hd) { return ((size_t)4 * FB * (hd + 1) + 2 * FB * (FB + 1) + 4 * FB) * 4; }
+static inline size_t f32_dq_smem(int hd) { return ((size_t)4 * FB * (hd + 1) + FB * (FB + 1) + 2 * FB) * 4; }
 
 __device__ __forceinline__ float grp8_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -697,6 +730,7 @@ __global__ void __launch_bounds__(256) fwd_f32_k(AttnArgs a) {
     float* Vs = Ks + FB * ld;
     float* Ps = Vs + FB * ld;                          // [FB][FB + 1]
     int* kps = reinterpret_cast<int*>(Ps + FB * (FB + 1));
+    int* kds = kps + FB;
     const int tid = threadIdx.x, i = tid >> 3, jj = tid & 7;
     const int qt = a.nqt - 1 - blockIdx.x, h = blockIdx.y, g = h / a.grp, q0 = qt * FB;
     const int ldq = a.nh * hd, ldk = a.nkv * hd;
@@ -706,17 +740,21 @@ __global__ void __launch_bounds__(256) fwd_f32_k(AttnArgs a) {
     f32_rows(Qs, q, q0, a.Tq, ldq, h, hd);
     const int row = q0 + i;
     const int qp = row < a.Tq ? a.qpos[row] : INT_MAX;
-    const int2 qm = a.qmm[qt];
+    const int qd = row < a.Tq && a.docs ? a.qdoc[row] : 0;
+    const int4 qm = a.qmm[qt];
     float o[16];
 #pragma unroll
     for (int c = 0; c < 16; c++) o[c] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     for (int j = 0; j < a.nkt; j++) {
-        if (a.causal && a.kmm[j].x > qm.y) continue;   // block-uniform
+        if (!tiles_meet(a, qm, a.kmm[j])) continue;   // block-uniform
         __syncthreads();
         f32_rows(Ks, k, j * FB, a.Tk, ldk, g, hd);
         f32_rows(Vs, v, j * FB, a.Tk, ldk, g, hd);
-        if (tid < FB) kps[tid] = j * FB + tid < a.Tk ? a.kpos[j * FB + tid] : INT_MAX;
+        if (tid < FB) {
+            kps[tid] = j * FB + tid < a.Tk ? a.kpos[j * FB + tid] : INT_MAX;
+            kds[tid] = j * FB + tid < a.Tk && a.docs ? a.kdoc[j * FB + tid] : 0;
+        }
         __syncthreads();
         float sv[4], mx = -INFINITY;
 #pragma unroll
@@ -726,7 +764,7 @@ __global__ void __launch_bounds__(256) fwd_f32_k(AttnArgs a) {
             float dot = 0.0f;
             for (int d = 0; d < hd; d++) dot += qr[d] * kr[d];
             float s = dot * a.scale;
-            if (j * FB + jk >= a.Tk || (a.causal && kps[jk] > qp)) s = -INFINITY;
+            if (j * FB + jk >= a.Tk || (a.causal && kps[jk] > qp) || (a.docs && kds[jk] != qd)) s = -INFINITY;
             sv[r4] = s;
             mx = fmaxf(mx, s);
         }
@@ -792,6 +830,7 @@ __global__ void __launch_bounds__(256) dkdv_f32_k(AttnArgs a) {
     float* ls = Ss + FB * (FB + 1);
     float* Dsh = ls + FB;
     int* qps = reinterpret_cast<int*>(Dsh + FB);
+    int* qds = qps + FB;
     const int tid = threadIdx.x, jr = tid >> 3, ii = tid & 7;
     const int kt = blockIdx.x, g = blockIdx.y, k0 = kt * FB;
     const int ldq = a.nh * hd, ldk = a.nkv * hd;
@@ -801,7 +840,8 @@ __global__ void __launch_bounds__(256) dkdv_f32_k(AttnArgs a) {
     f32_rows(Vs, reinterpret_cast<const float*>(a.v), k0, a.Tk, ldk, g, hd);
     const int key = k0 + jr;
     const int kp = key < a.Tk ? a.kpos[key] : INT_MAX;
-    const int2 km = a.kmm[kt];
+    const int kd = key < a.Tk && a.docs ? a.kdoc[key] : 0;
+    const int4 km = a.kmm[kt];
     float dk[16], dv[16];
 #pragma unroll
     for (int c = 0; c < 16; c++) dk[c] = dv[c] = 0.0f;
@@ -809,7 +849,7 @@ __global__ void __launch_bounds__(256) dkdv_f32_k(AttnArgs a) {
     for (int hh = 0; hh < a.grp; hh++) {
         int h = g * a.grp + hh;
         for (int qt = 0; qt < a.nqt; qt++) {
-            if (a.causal && a.qmm[qt].y < km.x) continue;   // block-uniform
+            if (!tiles_meet(a, a.qmm[qt], km)) continue;   // block-uniform
             any = true;
             int q0 = qt * FB;
             __syncthreads();
@@ -818,14 +858,15 @@ __global__ void __launch_bounds__(256) dkdv_f32_k(AttnArgs a) {
             if (tid < FB) {
                 int row = q0 + tid;
                 float L = INFINITY, Dv = 0.0f;
-                int p = INT_MIN;
+                int p = INT_MIN, d = 0;
                 if (row < a.Tq) {
                     float x = a.lse_in[(size_t)row * a.nh + h];
                     L = x == -INFINITY ? INFINITY : x;
                     Dv = a.D[(size_t)row * a.nh + h];
                     p = a.qpos[row];
+                    if (a.docs) d = a.qdoc[row];
                 }
-                ls[tid] = L; Dsh[tid] = Dv; qps[tid] = p;
+                ls[tid] = L; Dsh[tid] = Dv; qps[tid] = p; qds[tid] = d;
             }
             __syncthreads();
 #pragma unroll
@@ -835,7 +876,7 @@ __global__ void __launch_bounds__(256) dkdv_f32_k(AttnArgs a) {
                 float sdot = 0.0f, pdot = 0.0f;
                 for (int d = 0; d < hd; d++) { sdot += kr[d] * qr[d]; pdot += vr[d] * orr[d]; }
                 float p = expf(sdot * a.scale - ls[qi]);
-                if (a.causal && kp > qps[qi]) p = 0.0f;
+                if ((a.causal && kp > qps[qi]) || (a.docs && kd != qds[qi])) p = 0.0f;
                 Ps[jr * (FB + 1) + qi] = p;
                 Ss[jr * (FB + 1) + qi] = p * (pdot - Dsh[qi]);
             }
@@ -873,6 +914,7 @@ __global__ void __launch_bounds__(256) dq_f32_k(AttnArgs a) {
     float* Vs = Ks + FB * ld;
     float* Ss = Vs + FB * ld;              // dS [query][key]
     int* kps = reinterpret_cast<int*>(Ss + FB * (FB + 1));
+    int* kds = kps + FB;
     const int tid = threadIdx.x, i = tid >> 3, jj = tid & 7;
     const int qt = a.nqt - 1 - blockIdx.x, h = blockIdx.y, g = h / a.grp, q0 = qt * FB;
     const int ldq = a.nh * hd, ldk = a.nkv * hd;
@@ -880,25 +922,29 @@ __global__ void __launch_bounds__(256) dq_f32_k(AttnArgs a) {
     f32_rows(Os, reinterpret_cast<const float*>(a.dout), q0, a.Tq, ldq, h, hd);
     const int row = q0 + i;
     float L = INFINITY, Dr = 0.0f;
-    int qp = INT_MIN;
+    int qp = INT_MIN, qd = 0;
     if (row < a.Tq) {
         float x = a.lse_in[(size_t)row * a.nh + h];
         L = x == -INFINITY ? INFINITY : x;
         Dr = a.D[(size_t)row * a.nh + h];
         qp = a.qpos[row];
+        if (a.docs) qd = a.qdoc[row];
     }
-    const int2 qm = a.qmm[qt];
+    const int4 qm = a.qmm[qt];
     float dq[16];
 #pragma unroll
     for (int c = 0; c < 16; c++) dq[c] = 0.0f;
     bool any = false;
     for (int j = 0; j < a.nkt; j++) {
-        if (a.causal && a.kmm[j].x > qm.y) continue;   // block-uniform
+        if (!tiles_meet(a, qm, a.kmm[j])) continue;   // block-uniform
         any = true;
         __syncthreads();
         f32_rows(Ks, reinterpret_cast<const float*>(a.k), j * FB, a.Tk, ldk, g, hd);
         f32_rows(Vs, reinterpret_cast<const float*>(a.v), j * FB, a.Tk, ldk, g, hd);
-        if (tid < FB) kps[tid] = j * FB + tid < a.Tk ? a.kpos[j * FB + tid] : INT_MAX;
+        if (tid < FB) {
+            kps[tid] = j * FB + tid < a.Tk ? a.kpos[j * FB + tid] : INT_MAX;
+            kds[tid] = j * FB + tid < a.Tk && a.docs ? a.kdoc[j * FB + tid] : 0;
+        }
         __syncthreads();
 #pragma unroll
         for (int r4 = 0; r4 < 4; r4++) {
@@ -907,7 +953,7 @@ __global__ void __launch_bounds__(256) dq_f32_k(AttnArgs a) {
             float sdot = 0.0f, pdot = 0.0f;
             for (int d = 0; d < hd; d++) { sdot += qr[d] * kr[d]; pdot += orr[d] * vr[d]; }
             float p = expf(sdot * a.scale - L);
-            if (j * FB + jk >= a.Tk || (a.causal && kps[jk] > qp)) p = 0.0f;
+            if (j * FB + jk >= a.Tk || (a.causal && kps[jk] > qp) || (a.docs && kds[jk] != qd)) p = 0.0f;
             Ss[i * (FB + 1) + jk] = p * (pdot - Dr);
         }
         __syncwarp();
@@ -974,10 +1020,10 @@ static unsigned grid_n(size_t n) {
     return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
 }
 
-// per-tile (min, max) of positions for tiles of `tile` rows
-static void minmax(int2* dst, const int* pos, int T, int tile) {
+// per-tile (min, max) of positions and of document ids (doc may be NULL) for tiles of `tile` rows
+static void minmax(int4* dst, const int* pos, const int* doc, int T, int tile) {
     int nt = (T + tile - 1) / tile;
-    LAUNCH(minmax_k, (nt + 7) / 8, 256, 0, dst, pos, T, tile, nt);
+    LAUNCH(minmax_k, (nt + 7) / 8, 256, 0, dst, pos, doc, T, tile, nt);
     CU_LAUNCHED("attention (tile positions)");
 }
 
@@ -1019,6 +1065,13 @@ static AttnArgs base_args(int Tq, int Tk, int nh, int nkv, int hd, float scale, 
     return a;
 }
 
+// document ids: used only when both sides have them
+static void set_docs(AttnArgs* a, const int* qdoc, const int* kdoc) {
+    a->docs = qdoc && kdoc;
+    a->qdoc = a->docs ? qdoc : NULL;
+    a->kdoc = a->docs ? kdoc : NULL;
+}
+
 template <int HD>
 static void forward_bf16(AttnArgs a, const float* q, const float* k, const float* v) {
     constexpr int BM = 16 * Cfg<HD>::NW, BN = Cfg<HD>::FBN;
@@ -1027,30 +1080,31 @@ static void forward_bf16(AttnArgs a, const float* q, const float* k, const float
     a.v = to_bf16(WS_ATT_V, v, a.Tk, a.nkv, a.hd, HD);
     a.nqt = (a.Tq + BM - 1) / BM;
     a.nkt = (a.Tk + BN - 1) / BN;
-    int2* mm = (int2*)cu_workspace(WS_ATT_MM, (size_t)(a.nqt + a.nkt) * sizeof(int2));
-    minmax(mm, a.qpos, a.Tq, BM);
-    minmax(mm + a.nqt, a.kpos, a.Tk, BN);
+    int4* mm = (int4*)cu_workspace(WS_ATT_MM, (size_t)(a.nqt + a.nkt) * sizeof(int4));
+    minmax(mm, a.qpos, a.qdoc, a.Tq, BM);
+    minmax(mm + a.nqt, a.kpos, a.kdoc, a.Tk, BN);
     a.qmm = mm; a.kmm = mm + a.nqt;
     LAUNCH(fwd_bf16_k<HD>, dim3(a.nqt, a.nh), Cfg<HD>::NW * 32, fwd_smem<HD>(), a);
     CU_LAUNCHED("attn_block_forward");
 }
 
 void attn_block_forward(float* out, float* lse,
-                        const float* q, const int* qpos, int Tq,
-                        const float* k, const float* v, const int* kpos, int Tk,
+                        const float* q, const int* qpos, const int* qdoc, int Tq,
+                        const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,
                         int nh, int nkv, int hd, float scale, int mask) {
     if (Tq <= 0 || Tk <= 0) return;
     ensure_init();
     check_shape("attn_block_forward", nh, nkv, hd);
     AttnArgs a = base_args(Tq, Tk, nh, nkv, hd, scale, mask);
     a.out = out; a.lse = lse; a.qpos = qpos; a.kpos = kpos;
+    set_docs(&a, qdoc, kdoc);
     if (cu_precision() == CU_FP32) {
         a.q = q; a.k = k; a.v = v;
         a.nqt = (Tq + FB - 1) / FB;
         a.nkt = (Tk + FB - 1) / FB;
-        int2* mm = (int2*)cu_workspace(WS_ATT_MM, (size_t)(a.nqt + a.nkt) * sizeof(int2));
-        minmax(mm, qpos, Tq, FB);
-        minmax(mm + a.nqt, kpos, Tk, FB);
+        int4* mm = (int4*)cu_workspace(WS_ATT_MM, (size_t)(a.nqt + a.nkt) * sizeof(int4));
+        minmax(mm, qpos, a.qdoc, Tq, FB);
+        minmax(mm + a.nqt, kpos, a.kdoc, Tk, FB);
         a.qmm = mm; a.kmm = mm + a.nqt;
         LAUNCH(fwd_f32_k, dim3(a.nqt, nh), 256, f32_fwd_smem(hd), a);
         CU_LAUNCHED("attn_block_forward (fp32)");
@@ -1069,11 +1123,11 @@ static void backward_bf16(AttnArgs a, const float* q, const float* k, const floa
     a.v = to_bf16(WS_ATT_V, v, a.Tk, a.nkv, a.hd, HD);
     int nq1 = (a.Tq + BMQ - 1) / BMQ, nk1 = (a.Tk + BNK - 1) / BNK;     // dK/dV kernel tiles
     int nq2 = (a.Tq + BM2 - 1) / BM2, nk2 = (a.Tk + BNK2 - 1) / BNK2;   // dQ kernel tiles
-    int2* mm = (int2*)cu_workspace(WS_ATT_MM, (size_t)(nq1 + nk1 + nq2 + nk2) * sizeof(int2));
-    minmax(mm, a.qpos, a.Tq, BMQ);
-    minmax(mm + nq1, a.kpos, a.Tk, BNK);
-    minmax(mm + nq1 + nk1, a.qpos, a.Tq, BM2);
-    minmax(mm + nq1 + nk1 + nq2, a.kpos, a.Tk, BNK2);
+    int4* mm = (int4*)cu_workspace(WS_ATT_MM, (size_t)(nq1 + nk1 + nq2 + nk2) * sizeof(int4));
+    minmax(mm, a.qpos, a.qdoc, a.Tq, BMQ);
+    minmax(mm + nq1, a.kpos, a.kdoc, a.Tk, BNK);
+    minmax(mm + nq1 + nk1, a.qpos, a.qdoc, a.Tq, BM2);
+    minmax(mm + nq1 + nk1 + nq2, a.kpos, a.kdoc, a.Tk, BNK2);
     AttnArgs b = a;
     a.qmm = mm; a.kmm = mm + nq1; a.nqt = nq1; a.nkt = nk1;
     LAUNCH(dkdv_bf16_k<HD>, dim3(nk1, a.nkv), Cfg<HD>::NW * 32, dkdv_smem<HD>(), a);
@@ -1085,21 +1139,22 @@ static void backward_bf16(AttnArgs a, const float* q, const float* k, const floa
 
 void attn_block_backward(float* dq, float* dk, float* dv,
                          const float* dout, const float* q, const float* lse, const float* D,
-                         const int* qpos, int Tq,
-                         const float* k, const float* v, const int* kpos, int Tk,
+                         const int* qpos, const int* qdoc, int Tq,
+                         const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,
                          int nh, int nkv, int hd, float scale, int mask) {
     if (Tq <= 0 || Tk <= 0) return;
     ensure_init();
     check_shape("attn_block_backward", nh, nkv, hd);
     AttnArgs a = base_args(Tq, Tk, nh, nkv, hd, scale, mask);
     a.dq = dq; a.dk = dk; a.dv = dv; a.lse_in = lse; a.D = D; a.qpos = qpos; a.kpos = kpos;
+    set_docs(&a, qdoc, kdoc);
     if (cu_precision() == CU_FP32) {
         a.q = q; a.k = k; a.v = v; a.dout = dout;
         a.nqt = (Tq + FB - 1) / FB;
         a.nkt = (Tk + FB - 1) / FB;
-        int2* mm = (int2*)cu_workspace(WS_ATT_MM, (size_t)(a.nqt + a.nkt) * sizeof(int2));
-        minmax(mm, qpos, Tq, FB);
-        minmax(mm + a.nqt, kpos, Tk, FB);
+        int4* mm = (int4*)cu_workspace(WS_ATT_MM, (size_t)(a.nqt + a.nkt) * sizeof(int4));
+        minmax(mm, qpos, a.qdoc, Tq, FB);
+        minmax(mm + a.nqt, kpos, a.kdoc, Tk, FB);
         a.qmm = mm; a.kmm = mm + a.nqt;
         LAUNCH(dkdv_f32_k, dim3(a.nkt, nkv), 256, f32_dkdv_smem(hd), a);
         CU_LAUNCHED("attn_block_backward (fp32 dk, dv)");

@@ -45,6 +45,8 @@ struct dim3 { unsigned x, y, z; dim3(unsigned a = 1, unsigned b = 1, unsigned c 
 struct uint3 { unsigned x, y, z; };
 struct int2 { int x, y; };
 inline int2 make_int2(int a, int b) { return int2{ a, b }; }
+struct alignas(16) int4 { int x, y, z, w; };
+inline int4 make_int4(int a, int b, int c, int d) { return int4{ a, b, c, d }; }
 
 inline thread_local uint3 threadIdx, blockIdx;
 inline thread_local dim3 blockDim, gridDim;

@@ -185,7 +185,16 @@ static void test_xent(void) {
 
 // attention: forward as two key blocks merged in place, backward into non-zero accumulators
 enum { POS_SAME, POS_CHUNKS, POS_SHUFFLED };
-typedef struct { const char* name; int Tq, Tk, nh, nkv, hd, mask, pos; } Case;
+// docs: 0 none; 1 document ids from positions (starts inside tiles and at tile edges); 2 also positions restarted
+// at each document; 3 also query rows of a document that has no key (lse stays -inf)
+typedef struct { const char* name; int Tq, Tk, nh, nkv, hd, mask, pos, docs; } Case;
+static int doc_of(int p, int* start) {
+    static const int st[] = { 0, 7, 16, 32, 33, 64, 100, 128, 129, 150 };
+    int d = 0;
+    for (int i = 1; i < (int)(sizeof st / sizeof st[0]); i++) if (st[i] <= p) d = i;
+    *start = st[d];
+    return d;
+}
 static void test_attention(const Case* c, const char* prec, int fp32) {
     double to = fp32 ? 1e-5 : 1e-2, tg = fp32 ? 1e-5 : 2e-2;
     int Tq = c->Tq, Tk = c->Tk, nh = c->nh, nkv = c->nkv, hd = c->hd;
@@ -200,16 +209,27 @@ static void test_attention(const Case* c, const char* prec, int fp32) {
         for (int i = 0; i < Tq; i++) qp[i] = (int)(urand() * 2 * Tk);
         qp[0] = 0;
     }
+    int *qd = malloc(Tq * sizeof(int)), *kd = malloc(Tk * sizeof(int)), st;
+    for (int i = 0; i < Tq; i++) {
+        qd[i] = doc_of(qp[i], &st);
+        if (c->docs == 3 && i % 9 == 4) qd[i] = 1000;
+        if (c->docs == 2) qp[i] -= st;
+    }
+    for (int j = 0; j < Tk; j++) { kd[j] = doc_of(kp[j], &st); if (c->docs == 2) kp[j] -= st; }
     float *Dq = up(q, nq * 4), *Dk = up(k, nk * 4), *Dv = up(v, nk * 4), *Ddout = up(dout, nq * 4);
     int *Dqp = up(qp, Tq * sizeof(int)), *Dkp = up(kp, Tk * sizeof(int));
+    int *Dqd = up(qd, Tq * sizeof(int)), *Dkd = up(kd, Tk * sizeof(int));
+    const int *hqd = c->docs ? qd : NULL, *Dqd_ = c->docs ? Dqd : NULL;   // query document ids (host, device) or none
     float *o = malloc(nq * 4), *l = malloc(nl * 4), *Do = be_alloc(nq * 4), *Dl = be_alloc(nl * 4);
     cpu->attn_forward_begin(o, l, Tq, nh, hd); attn_forward_begin(Do, Dl, Tq, nh, hd);
     int h1 = Tk / 2, j0s[2] = { h1, 0 }, ns[2] = { Tk - h1, h1 };
     for (int b = 0; b < 2; b++) {
         if (!ns[b]) continue;
         size_t ko = (size_t)j0s[b] * nkv * hd;
-        cpu->attn_block_forward(o, l, q, qp, Tq, k + ko, v + ko, kp + j0s[b], ns[b], nh, nkv, hd, sc, c->mask);
-        attn_block_forward(Do, Dl, Dq, Dqp, Tq, Dk + ko, Dv + ko, Dkp + j0s[b], ns[b], nh, nkv, hd, sc, c->mask);
+        cpu->attn_block_forward(o, l, q, qp, hqd, Tq, k + ko, v + ko, kp + j0s[b], c->docs ? kd + j0s[b] : NULL, ns[b],
+                                nh, nkv, hd, sc, c->mask);
+        attn_block_forward(Do, Dl, Dq, Dqp, Dqd_, Tq, Dk + ko, Dv + ko, Dkp + j0s[b], c->docs ? Dkd + j0s[b] : NULL, ns[b],
+                           nh, nkv, hd, sc, c->mask);
     }
     float* gl = down(Dl, nl);
     double eo = cmp(Do, o, nq), el = cmp_lse(gl, l, nl);
@@ -225,8 +245,10 @@ static void test_attention(const Case* c, const char* prec, int fp32) {
     for (int b = 0; b < 2; b++) {
         if (!ns[b]) continue;
         size_t ko = (size_t)j0s[b] * nkv * hd;
-        cpu->attn_block_backward(dq, dk + ko, dv + ko, dout, q, l, D, qp, Tq, k + ko, v + ko, kp + j0s[b], ns[b], nh, nkv, hd, sc, c->mask);
-        attn_block_backward(Ddq, Ddk + ko, Ddv + ko, Ddout, Dq, Dl, DD, Dqp, Tq, Dk + ko, Dv + ko, Dkp + j0s[b], ns[b], nh, nkv, hd, sc, c->mask);
+        cpu->attn_block_backward(dq, dk + ko, dv + ko, dout, q, l, D, qp, hqd, Tq, k + ko, v + ko, kp + j0s[b],
+                                 c->docs ? kd + j0s[b] : NULL, ns[b], nh, nkv, hd, sc, c->mask);
+        attn_block_backward(Ddq, Ddk + ko, Ddv + ko, Ddout, Dq, Dl, DD, Dqp, Dqd_, Tq, Dk + ko, Dv + ko, Dkp + j0s[b],
+                            c->docs ? Dkd + j0s[b] : NULL, ns[b], nh, nkv, hd, sc, c->mask);
     }
     float *gq = down(Ddq, nq), *gk = down(Ddk, nk), *gv = down(Ddv, nk);
     for (size_t i = 0; i < nq; i++) { gq[i] -= dq0[i]; dq[i] -= dq0[i]; }   // compare the contributions
@@ -234,9 +256,9 @@ static void test_attention(const Case* c, const char* prec, int fp32) {
     double eq = cmp_rel(gq, dq, nq), ek = cmp_rel(gk, dk, nk), ev = cmp_rel(gv, dv, nk);
     CHECK(eD <= 1e-5 && eq <= tg && ek <= tg && ev <= tg, "attention %s %s backward: D %.2e dq %.2e dk %.2e dv %.2e (tol %.0e)",
           prec, c->name, eD, eq, ek, ev, tg);
-    free(q); free(k); free(v); free(dout); free(qp); free(kp); free(o); free(l); free(gl); free(D);
+    free(q); free(k); free(v); free(dout); free(qp); free(kp); free(qd); free(kd); free(o); free(l); free(gl); free(D);
     free(dq0); free(dk0); free(dv0); free(dq); free(dk); free(dv); free(gq); free(gk); free(gv);
-    void* all[] = { Dq, Dk, Dv, Ddout, Dqp, Dkp, Do, Dl, DD, Ddq, Ddk, Ddv };
+    void* all[] = { Dq, Dk, Dv, Ddout, Dqp, Dkp, Dqd, Dkd, Do, Dl, DD, Ddq, Ddk, Ddv };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be_free(all[i]);
 }
 
@@ -285,12 +307,17 @@ int main(void) {
     test_merge();
     test_timer();
     static const Case cases[] = {
-        { "hd 64 GQA 4/2 causal T 100", 100, 100, 4, 2, 64, ATTN_MASK_CAUSAL, POS_SAME },
-        { "hd 128 MQA 2/1 causal Tq 70 Tk 150 chunks", 70, 150, 2, 1, 128, ATTN_MASK_CAUSAL, POS_CHUNKS },
-        { "hd 64 MHA 2/2 causal shuffled", 45, 90, 2, 2, 64, ATTN_MASK_CAUSAL, POS_SHUFFLED },
-        { "hd 24 MHA 3/3 unmasked Tq 33 Tk 47", 33, 47, 3, 3, 24, ATTN_MASK_NONE, POS_SAME },
-        { "hd 100 GQA 4/2 causal shuffled", 40, 75, 4, 2, 100, ATTN_MASK_CAUSAL, POS_SHUFFLED },
-        { "hd 128 GQA 8/2 causal T 300", 300, 300, 8, 2, 128, ATTN_MASK_CAUSAL, POS_SAME },
+        { "hd 64 GQA 4/2 causal T 100", 100, 100, 4, 2, 64, ATTN_MASK_CAUSAL, POS_SAME, 0 },
+        { "hd 128 MQA 2/1 causal Tq 70 Tk 150 chunks", 70, 150, 2, 1, 128, ATTN_MASK_CAUSAL, POS_CHUNKS, 0 },
+        { "hd 64 MHA 2/2 causal shuffled", 45, 90, 2, 2, 64, ATTN_MASK_CAUSAL, POS_SHUFFLED, 0 },
+        { "hd 24 MHA 3/3 unmasked Tq 33 Tk 47", 33, 47, 3, 3, 24, ATTN_MASK_NONE, POS_SAME, 0 },
+        { "hd 100 GQA 4/2 causal shuffled", 40, 75, 4, 2, 100, ATTN_MASK_CAUSAL, POS_SHUFFLED, 0 },
+        { "hd 128 GQA 8/2 causal T 300", 300, 300, 8, 2, 128, ATTN_MASK_CAUSAL, POS_SAME, 0 },
+        { "docs hd 64 GQA 4/2 causal T 160", 160, 160, 4, 2, 64, ATTN_MASK_CAUSAL, POS_SAME, 1 },
+        { "docs hd 128 MQA 2/1 causal Tq 70 Tk 150 chunks", 70, 150, 2, 1, 128, ATTN_MASK_CAUSAL, POS_CHUNKS, 1 },
+        { "docs restarted positions hd 64 MHA 2/2 causal T 140", 140, 140, 2, 2, 64, ATTN_MASK_CAUSAL, POS_SAME, 2 },
+        { "docs unmasked hd 24 MHA 3/3 Tq 70 Tk 90", 70, 90, 3, 3, 24, ATTN_MASK_NONE, POS_SAME, 1 },
+        { "docs without keys hd 100 GQA 4/2 causal T 130", 130, 130, 4, 2, 100, ATTN_MASK_CAUSAL, POS_SAME, 3 },
     };
     struct { const char* name; double tol; int fp32; } precs[] = { { "fp32", 1e-5, 1 }, { "tf32", 2e-3, 0 }, { "bf16", 1e-2, 0 } };
     for (int p = 0; p < 3; p++) {

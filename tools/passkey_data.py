@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""passkey_data.py — a shard of synthetic passkey-retrieval documents in the format build/eval --passkey scores
+(eval/passkey.h, byte tokenizer), as a documented synthetic fraction of training data.
+
+  tools/passkey_data.py --out FILE --tokens N [--min-len A] [--max-len B] [--seed S] [--sep 256]
+
+Every document: [sep] filler_a needle filler_b question, where
+  needle   = "The pass key is NNNNN. Remember it. NNNNN is the pass key. "
+  question = "What is the pass key? The pass key is NNNNN"
+the fillers are the end / the start of the repeated neutral text of eval/passkey.c, the document length is uniform in
+[A, B] and the needle's depth uniform in [0, 1]; keys are uniform 10000..99999 from Python's random with seed S (the
+evaluation draws its keys from another generator, so no evaluated document is a training document). Writes documents
+until N tokens (llm.c uint16 shard: header of 256 int32 — magic 20240520, version 1, count — then the tokens)."""
+import argparse
+import random
+import struct
+
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+
+
+def filler_tail(n):
+    """the last n characters of the endless repetition of FILLER (it ends with a whole sentence)"""
+    fl = len(FILLER)
+    start = (fl - n % fl) % fl
+    return "".join(FILLER[(start + i) % fl] for i in range(n))
+
+
+def document(rng, length, sep):
+    key = str(rng.randrange(10000, 100000))
+    needle = f"The pass key is {key}. Remember it. {key} is the pass key. "
+    question = f"What is the pass key? The pass key is {key}"
+    free = length - 1 - len(needle) - len(question)
+    a = int(rng.random() * free + 0.5)
+    text = filler_tail(a) + needle + filler_tail(free - a) + question
+    return [sep] + list(text.encode())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokens", type=int, required=True)
+    ap.add_argument("--min-len", type=int, default=128)
+    ap.add_argument("--max-len", type=int, default=512)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sep", type=int, default=256)
+    a = ap.parse_args()
+    if a.min_len < 103 or a.max_len < a.min_len:
+        ap.error("lengths must satisfy 103 <= min-len <= max-len (the needle and the question take 102 tokens)")
+    rng = random.Random(a.seed)
+    toks, ndoc = [], 0
+    while len(toks) < a.tokens:
+        toks += document(rng, rng.randrange(a.min_len, a.max_len + 1), a.sep)
+        ndoc += 1
+    with open(a.out, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
+        f.write(struct.pack(f"<{len(toks)}H", *toks))
+    print(f"passkey_data: {a.out}: {ndoc} documents, {len(toks)} tokens (lengths {a.min_len}..{a.max_len}, seed {a.seed})")
+
+
+if __name__ == "__main__":
+    main()
