@@ -20,6 +20,12 @@ int group_size(const Group* g);
 // with one line in err when this build has no such transport.
 int comm_set_transport(const char* name, char* err, size_t errlen);
 
+// The watchdog: a blocking call of this layer (every collective below, comm_wait) that has not finished
+// after `seconds` aborts the job with one line naming the operation, the group and the ranks that did not
+// arrive (asked over a side channel: no answer = stopped, hung or dead). 0 disables it; the default is 600.
+// Waiting ranks poll, and after the first millisecond sleep between polls: a stalled peer costs no CPU.
+void comm_set_timeout(double seconds);
+
 // ---- control collectives: host memory ----
 void ctl_sum_f64(const Group* g, double* x, size_t n);     // in place, element-wise over the group
 void ctl_max_f64(const Group* g, double* x, size_t n);

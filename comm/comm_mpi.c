@@ -1,9 +1,16 @@
-// comm_mpi.c — groups and the control collectives of comm.h over MPI (host memory, every backend).
+// comm_mpi.c — groups, the control collectives of comm.h over MPI (host memory, every backend), and the
+// watchdog that every blocking wait of the layer goes through.
 #include "comm/comm_mpi.h"
+#include "common/util.h"
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#define MAX_GROUPS 64
+static Group* registry[MAX_GROUPS];   // by id: the side channel's answers look groups up here
+static int next_id = 0;
 
 Group* group_from_mpi(MPI_Comm comm) {
     Group* g = calloc(1, sizeof *g);
@@ -11,8 +18,15 @@ Group* group_from_mpi(MPI_Comm comm) {
     g->comm = comm;
     MPI_Comm_rank(comm, &g->rank);
     MPI_Comm_size(comm, &g->size);
+    int id = next_id;   // an id every member agrees on (and new on each): the largest of the members' next ids
+    if (g->size > 1) MPI_Allreduce(MPI_IN_PLACE, &id, 1, MPI_INT, MPI_MAX, comm);
+    g->id = id;
+    next_id = id + 1;
+    if (id < MAX_GROUPS) registry[id] = g;
+    snprintf(g->name, sizeof g->name, "%s", comm == MPI_COMM_WORLD ? "world" : "split");
     return g;
 }
+void group_set_name(Group* g, const char* name) { snprintf(g->name, sizeof g->name, "%s", name); }
 MPI_Comm group_mpi(const Group* g) { return g->comm; }
 int group_rank(const Group* g) { return g->rank; }
 int group_size(const Group* g) { return g->size; }
@@ -27,32 +41,224 @@ size_t mpi_max_count(void) {
     return m;
 }
 
-void mpi_allreduce(const Group* g, void* buf, size_t n, MPI_Datatype t, int size, MPI_Op op) {
-    if (g->size == 1) return;
-    for (size_t o = 0; o < n; o += mpi_max_count()) {
-        size_t k = n - o < mpi_max_count() ? n - o : mpi_max_count();
-        MPI_Allreduce(MPI_IN_PLACE, (char*)buf + o * size, (int)k, t, op, g->comm);
+// ---- the watchdog --------------------------------------------------------------------------------------
+// Every blocking wait polls its requests: spinning for the first SPIN_S (a collective of ranks in step
+// completes within that), then sleeping between polls for 1/16 of the time waited so far (NAP_MIN..NAP_MAX),
+// so that a rank waiting for a slow or stopped peer uses almost no CPU. Past the timeout the rank asks every
+// other rank over a side channel (a duplicate of the world communicator, polled by waiting ranks) how far it
+// got; one rank prints the answer as one line and aborts the job.
+#define SPIN_S 1e-3
+#define NAP_MIN 20e-6
+#define NAP_MAX 2e-3
+#define STAGGER_S 0.02   // lower world ranks ask first: rank r waits r * STAGGER_S (at most 50 of them)
+#define ASK_S 2.0        // how long a rank that timed out waits for the answers
+#define GRACE_S 10.0     // a rank told that a lower rank is reporting waits this long before reporting itself
+enum { TAG_ASK = 1, TAG_ANSWER = 2 };
+
+static double timeout_s = 600;
+static MPI_Comm side = MPI_COMM_NULL;
+static int side_rank = 0, side_size = 1;
+static const Group* cur_g;         // where this rank waits now (for the answers)
+static const char* cur_what;
+static int asked_by = -1;          // the lowest rank that asked us: it reports (unless it is higher than us)
+static double asked_at = 0;
+
+typedef struct { long long entered; char what[48]; char group[8]; } Answer;
+
+void comm_set_timeout(double seconds) { timeout_s = seconds > 0 ? seconds : 0; }
+
+void comm_watch_init(void) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &side);
+    MPI_Comm_rank(side, &side_rank);
+    MPI_Comm_size(side, &side_size);
+}
+
+void comm_watch_started(const Group* g) { ((Group*)g)->seq++; }
+
+static void nap(double s) {
+    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
+    nanosleep(&ts, NULL);
+}
+
+// answer every question waiting on the side channel: how many collectives this rank started on the asked
+// group, and where it waits now
+static void answer(void) {
+    if (side == MPI_COMM_NULL) return;
+    for (;;) {
+        int flag = 0, gid = -1;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_ASK, side, &flag, &st);
+        if (!flag) return;
+        MPI_Recv(&gid, 1, MPI_INT, st.MPI_SOURCE, TAG_ASK, side, MPI_STATUS_IGNORE);
+        Answer a;
+        memset(&a, 0, sizeof a);
+        a.entered = gid >= 0 && gid < MAX_GROUPS && registry[gid] ? registry[gid]->seq : -1;
+        snprintf(a.what, sizeof a.what, "%s", cur_what ? cur_what : "?");
+        snprintf(a.group, sizeof a.group, "%s", cur_g ? cur_g->name : "?");
+        MPI_Send(&a, sizeof a, MPI_BYTE, st.MPI_SOURCE, TAG_ANSWER, side);
+        if (asked_by < 0 || st.MPI_SOURCE < asked_by) { if (asked_by < 0) asked_at = now_s(); asked_by = st.MPI_SOURCE; }
     }
 }
 
+static int append(char* s, size_t n, const char* fmt, const char* a, int r, const char* b, const char* c) {
+    size_t l = strlen(s);
+    if (l + 160 >= n) { if (l + 4 < n && !strstr(s, "...")) strcat(s, ", ..."); return 0; }
+    snprintf(s + l, n - l, fmt, a, r, b, c);
+    return 1;
+}
+
+// The wait on g has not finished within the timeout: find out which ranks did not arrive, print one line and
+// abort the job. Returns (without reporting) when yield is set and a lower rank turns out to be reporting.
+static void stalled(const Group* g, int n, MPI_Request* rq, const char* what, const int* peer, int yield) {
+    int me = side_rank, W = side_size, P = g->size;
+    // the members of g as world ranks, and which point-to-point transfers are still pending
+    int* grank = malloc(P * sizeof(int)), *wrank = malloc(P * sizeof(int));
+    char* pending = calloc(P, 1);
+    MPI_Group gg, wg;
+    MPI_Comm_group(g->comm, &gg);
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    for (int i = 0; i < P; i++) grank[i] = i;
+    MPI_Group_translate_ranks(gg, P, grank, wg, wrank);
+    if (peer)
+        for (int i = 0; i < n; i++) {
+            int f = 0;
+            if (rq[i] != MPI_REQUEST_NULL) MPI_Test(&rq[i], &f, MPI_STATUS_IGNORE);
+            if (!f && peer[i] >= 0 && peer[i] < P) pending[peer[i]] = 1;
+        }
+    // lower world ranks ask first; a question from one of them while we wait means it reports
+    double t = now_s(), stagger = (me < 50 ? me : 50) * STAGGER_S;
+    while (yield && now_s() - t < stagger) {
+        answer();
+        if (asked_by >= 0 && asked_by < me) goto out;
+        nap(1e-3);
+    }
+    // ask every other rank how many collectives it started on g, and where it waits
+    Answer* ans = calloc(W, sizeof *ans);
+    MPI_Request* rr = malloc(2 * (size_t)W * sizeof(MPI_Request));
+    char* got = calloc(W, 1);
+    int gid = g->id, left = 0;
+    if (side != MPI_COMM_NULL)
+        for (int r = 0; r < W; r++) {
+            rr[2 * r] = rr[2 * r + 1] = MPI_REQUEST_NULL;
+            if (r == me) continue;
+            MPI_Irecv(&ans[r], sizeof(Answer), MPI_BYTE, r, TAG_ANSWER, side, &rr[2 * r]);
+            MPI_Isend(&gid, 1, MPI_INT, r, TAG_ASK, side, &rr[2 * r + 1]);
+            left++;
+        }
+    t = now_s();
+    while (left > 0 && now_s() - t < ASK_S) {
+        for (int r = 0; r < W; r++) {
+            if (r == me || got[r]) continue;
+            int f = 0;
+            MPI_Test(&rr[2 * r], &f, MPI_STATUS_IGNORE);
+            if (f) { got[r] = 1; left--; }
+        }
+        answer();
+        if (yield && asked_by >= 0 && asked_by < me) goto out;   // (the requests stay posted: the job ends)
+        nap(1e-3);
+    }
+    // the line: every member that did not arrive (for a transfer: every peer it is still pending with)
+    char who[1024] = "";
+    int k = 0, shown = 0;
+    for (int i = 0; i < P; i++) {
+        int r = wrank[i];
+        if (r == me || (peer && !pending[i])) continue;
+        const char* sep = k ? ", " : "";
+        if (side == MPI_COMM_NULL) shown += append(who, sizeof who, "%srank %d%s%s", sep, r, " (unknown)", "");
+        else if (!got[r]) shown += append(who, sizeof who, "%srank %d%s%s", sep, r, " (no answer: stopped, hung or dead)", "");
+        else if (!peer && ans[r].entered >= g->seq) continue;   // arrived
+        else {
+            char where[96];
+            snprintf(where, sizeof where, " (waiting in %s on the %s group)", ans[r].what, ans[r].group);
+            shown += append(who, sizeof who, "%srank %d%s%s", sep, r, where, "");
+        }
+        k++;
+    }
+    (void)shown;
+    char line[1600];
+    if (k)
+        snprintf(line, sizeof line, "comm: %s on the %s group (%d ranks) did not finish within timeout_s = %g s: %s "
+                 "did not arrive; rank %d aborts the job", what, g->name, P, timeout_s, who, me);
+    else
+        snprintf(line, sizeof line, "comm: %s on the %s group (%d ranks) did not finish within timeout_s = %g s although "
+                 "every rank arrived (an MPI or network fault?); rank %d aborts the job", what, g->name, P, timeout_s, me);
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+out:
+    free(grank); free(wrank); free(pending);
+    MPI_Group_free(&gg); MPI_Group_free(&wg);
+}
+
+void comm_watch_wait(const Group* g, int n, MPI_Request* rq, const char* what, const int* peer) {
+    if (n <= 0) return;
+    int done = 0;
+    MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE);
+    if (done) return;
+    const Group* pg = cur_g;
+    const char* pw = cur_what;
+    cur_g = g; cur_what = what;
+    double t0 = now_s();
+    for (;;) {
+        MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE);
+        if (done) break;
+        double t = now_s(), waited = t - t0;
+        if (waited < SPIN_S) continue;
+        answer();
+        if (timeout_s > 0 && waited > timeout_s) {
+            if (asked_by < 0 || asked_by > side_rank) stalled(g, n, rq, what, peer, 1);
+            else if (t - asked_at > GRACE_S) stalled(g, n, rq, what, peer, 0);   // the reporter did not
+        }
+        double s = waited / 16;
+        nap(s < NAP_MIN ? NAP_MIN : s > NAP_MAX ? NAP_MAX : s);
+    }
+    cur_g = pg; cur_what = pw;
+}
+
+// one collective started on g (request rq), completed under the watchdog
+static void coll_wait(const Group* g, MPI_Request* rq, const char* what) { comm_watch_wait(g, 1, rq, what, NULL); }
+
+void mpi_allreduce_named(const Group* g, void* buf, size_t n, MPI_Datatype t, int size, MPI_Op op, const char* what) {
+    if (g->size == 1) return;
+    for (size_t o = 0; o < n; o += mpi_max_count()) {
+        size_t k = n - o < mpi_max_count() ? n - o : mpi_max_count();
+        MPI_Request rq;
+        comm_watch_started(g);
+        MPI_Iallreduce(MPI_IN_PLACE, (char*)buf + o * size, (int)k, t, op, g->comm, &rq);
+        coll_wait(g, &rq, what);
+    }
+}
+void mpi_allreduce(const Group* g, void* buf, size_t n, MPI_Datatype t, int size, MPI_Op op) {
+    mpi_allreduce_named(g, buf, n, t, size, op, "allreduce");
+}
+
 // ---- control collectives ----
-void ctl_sum_f64(const Group* g, double* x, size_t n) { mpi_allreduce(g, x, n, MPI_DOUBLE, sizeof(double), MPI_SUM); }
-void ctl_max_f64(const Group* g, double* x, size_t n) { mpi_allreduce(g, x, n, MPI_DOUBLE, sizeof(double), MPI_MAX); }
-void ctl_sum_u64(const Group* g, uint64_t* x, size_t n) { mpi_allreduce(g, x, n, MPI_UINT64_T, sizeof(uint64_t), MPI_SUM); }
+void ctl_sum_f64(const Group* g, double* x, size_t n) { mpi_allreduce_named(g, x, n, MPI_DOUBLE, sizeof(double), MPI_SUM, "ctl_sum (allreduce)"); }
+void ctl_max_f64(const Group* g, double* x, size_t n) { mpi_allreduce_named(g, x, n, MPI_DOUBLE, sizeof(double), MPI_MAX, "ctl_max (allreduce)"); }
+void ctl_sum_u64(const Group* g, uint64_t* x, size_t n) { mpi_allreduce_named(g, x, n, MPI_UINT64_T, sizeof(uint64_t), MPI_SUM, "ctl_sum_u64 (allreduce)"); }
 double ctl_sum(const Group* g, double x) { ctl_sum_f64(g, &x, 1); return x; }
 double ctl_max(const Group* g, double x) { ctl_max_f64(g, &x, 1); return x; }
 int ctl_any(const Group* g, int flag) {
-    if (g->size > 1) MPI_Allreduce(MPI_IN_PLACE, &flag, 1, MPI_INT, MPI_MAX, g->comm);
+    mpi_allreduce_named(g, &flag, 1, MPI_INT, sizeof(int), MPI_MAX, "ctl_any (allreduce)");
     return flag != 0;
 }
 void ctl_bcast(const Group* g, void* buf, size_t bytes, int root) {
     if (g->size == 1) return;
     for (size_t o = 0; o < bytes; o += mpi_max_count()) {
         size_t k = bytes - o < mpi_max_count() ? bytes - o : mpi_max_count();
-        MPI_Bcast((char*)buf + o, (int)k, MPI_BYTE, root, g->comm);
+        MPI_Request rq;
+        comm_watch_started(g);
+        MPI_Ibcast((char*)buf + o, (int)k, MPI_BYTE, root, g->comm, &rq);
+        coll_wait(g, &rq, "ctl_bcast");
     }
 }
-void ctl_barrier(const Group* g) { if (g->size > 1) MPI_Barrier(g->comm); }
+void ctl_barrier(const Group* g) {
+    if (g->size == 1) return;
+    MPI_Request rq;
+    comm_watch_started(g);
+    MPI_Ibarrier(g->comm, &rq);
+    coll_wait(g, &rq, "ctl_barrier");
+}
 
 static int small_count(size_t n, const char* what) {   // control messages are small: one call
     if (n > INT_MAX) {
@@ -63,10 +269,15 @@ static int small_count(size_t n, const char* what) {   // control messages are s
 }
 void ctl_gather(const Group* g, const void* send, void* recv, size_t bytes, int root) {
     int k = small_count(bytes, "gather");
-    MPI_Gather(send, k, MPI_BYTE, recv, k, MPI_BYTE, root, g->comm);
+    MPI_Request rq;
+    comm_watch_started(g);
+    MPI_Igather(send, k, MPI_BYTE, recv, k, MPI_BYTE, root, g->comm, &rq);
+    coll_wait(g, &rq, "ctl_gather");
 }
 void ctl_allgather(const Group* g, const void* send, void* recv, size_t bytes) {
     int k = small_count(bytes, "allgather");
-    MPI_Allgather(send, k, MPI_BYTE, recv, k, MPI_BYTE, g->comm);
+    MPI_Request rq;
+    comm_watch_started(g);
+    MPI_Iallgather(send, k, MPI_BYTE, recv, k, MPI_BYTE, g->comm, &rq);
+    coll_wait(g, &rq, "ctl_allgather");
 }
-

@@ -8,6 +8,8 @@
 void grid_mpi_init(int* argc, char*** argv) {
     int provided;
     MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    comm_watch_init();
+    group_world();   // group ids are agreed at creation: the world's first, on every rank
 }
 
 const Group* group_world(void) {
@@ -16,10 +18,12 @@ const Group* group_world(void) {
     return w;
 }
 
-static Group* make_group(int color, int key) {
+static Group* make_group(int color, int key, const char* name) {
     MPI_Comm c;
     MPI_Comm_split(MPI_COMM_WORLD, color, key, &c);
-    return group_from_mpi(c);
+    Group* g = group_from_mpi(c);
+    group_set_name(g, name);
+    return g;
 }
 
 // every group ready for data collectives (a device transport makes its communicators); 0 or 1 + err,
@@ -45,11 +49,12 @@ int grid_build(Grid* g, int tp, int cp, char* err, size_t errlen) {
     g->tp_rank = g->rank % tp;
     g->cp_rank = (g->rank / tp) % cp;
     g->dp_rank = g->rank / (tp * cp);
-    g->world_g = make_group(0, g->rank);
-    g->tp_g = make_group(g->cp_rank + cp * g->dp_rank, g->tp_rank);
-    g->cp_g = make_group(g->tp_rank + tp * g->dp_rank, g->cp_rank);
-    g->dp_g = make_group(g->tp_rank + tp * g->cp_rank, g->dp_rank);
-    g->dpcp_g = make_group(g->tp_rank, g->cp_rank + cp * g->dp_rank);
+    ctl_barrier(group_world());   // (under the watchdog: MPI_Comm_split is not) every rank is here
+    g->world_g = make_group(0, g->rank, "world");
+    g->tp_g = make_group(g->cp_rank + cp * g->dp_rank, g->tp_rank, "tp");
+    g->cp_g = make_group(g->tp_rank + tp * g->dp_rank, g->cp_rank, "ring");
+    g->dp_g = make_group(g->tp_rank + tp * g->cp_rank, g->dp_rank, "dp");
+    g->dpcp_g = make_group(g->tp_rank, g->cp_rank + cp * g->dp_rank, "dp x cp");
     MPI_Comm node;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g->rank, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &g->local_rank);
@@ -91,7 +96,7 @@ void grid_print(const Grid* g) {
 
 void grid_check(const Group* g, int failed, const char* msg) {
     int first = failed ? g->rank : g->size;
-    MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, g->comm);
+    mpi_allreduce_named(g, &first, 1, MPI_INT, sizeof(int), MPI_MIN, "grid_check (allreduce)");
     if (first == g->size) return;
     if (g->rank == first) { fprintf(stderr, "%s\n", msg); fflush(stderr); }
     grid_exit(1);
@@ -99,13 +104,19 @@ void grid_check(const Group* g, int failed, const char* msg) {
 
 int grid_agree(const Group* g, int failed, char* msg, size_t n) {
     int first = failed ? g->rank : g->size;
-    if (g->size > 1) MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, g->comm);
+    mpi_allreduce_named(g, &first, 1, MPI_INT, sizeof(int), MPI_MIN, "grid_agree (allreduce)");
     if (first == g->size) return 0;
     ctl_bcast(g, msg, n, first);
     return 1;
 }
 
+static void (*exit_fns[8])(void);
+static int n_exit_fns;
+void grid_on_exit(void (*fn)(void)) { if (n_exit_fns < 8) exit_fns[n_exit_fns++] = fn; }
+
 void grid_exit(int status) {
+    for (int i = n_exit_fns - 1; i >= 0; i--) exit_fns[i]();
+    ctl_barrier(group_world());   // MPI_Finalize waits for every rank without a watchdog: wait here first
     MPI_Finalize();
     exit(status);
 }

@@ -30,5 +30,8 @@ void grid_check(const Group* g, int failed, const char* msg);
 // Collective: 1 on every rank when `failed` on any, with msg[n] replaced everywhere by the lowest failing
 // rank's message (library code returns errors this way; the program then calls grid_check or exits).
 int grid_agree(const Group* g, int failed, char* msg, size_t n);
-// Finalise MPI and exit with `status` on this rank.
+// Finalise MPI and exit with `status` on this rank (collective: every rank calls it). Functions registered
+// with grid_on_exit run first, before the ranks wait for each other: once one rank exits, mpirun may kill
+// the others, so what must happen before any exit (removing a lock file) goes there.
 void grid_exit(int status);
+void grid_on_exit(void (*fn)(void));

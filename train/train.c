@@ -7,10 +7,12 @@
 #include "checkpoint/ckpt.h"
 #include "comm/grid.h"
 #include "common/files.h"
+#include "common/rundir.h"
 #include "common/util.h"
 #include "data/shards.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/plan.h"
 #include "model/verify.h"
 #include "optim/adamw.h"
 #include "train/dump.h"
@@ -26,11 +28,18 @@
 
 static void usage(FILE* f) {
     fprintf(f,
-        "usage: [mpirun -np N] build/train -c CONFIG [--key value ...] [--force]\n"
+        "usage: [mpirun -np N] build/train -c CONFIG [--key value ...] [--init_from PATH] [--force]\n"
         "Trains a Llama-style model on token shards (see README). Every config key below can be given in the\n"
         "config file as `key = value` or overridden on the command line as `--key value`.\n"
         "  -c FILE                     config file (plain `key = value` lines, '#' comments)\n"
-        "  --force                     reuse an out_dir that already holds metrics.jsonl (it is replaced)\n"
+        "  --force                     reuse an out_dir that already holds metrics.jsonl (it is replaced); resume\n"
+        "                              into another run's out_dir (its records and checkpoints are set aside) or\n"
+        "                              mid-epoch at another seq_len with shuffle; never overrides a live run's lock\n"
+        "  --init_from PATH            start a new run from a checkpoint's parameters only (a file, or a run\n"
+        "                              directory's latest): step 0, fresh AdamW moments, new data cursor and\n"
+        "                              schedule. Model keys not given are the checkpoint's; only rope_scaling,\n"
+        "                              rope_factor, rope_original_max_seq_len, rope_theta and max_seq_len may\n"
+        "                              differ (context extension). Not with resume (which continues a run)\n"
         "  --help                      this text\n"
         "Ranks: world = dp x cp x tp; dp = world / (tp * cp).\n"
         "config keys:\n");
@@ -44,9 +53,73 @@ static char msg[4096];   // the one-line error of the current check
 static volatile sig_atomic_t stop_signal = 0;
 static void on_stop_signal(int sig) { stop_signal = sig; }
 
+// ---- --init_from: a new run from a checkpoint's parameters (fine-tuning, context extension) ----------------
+static char init_from[CFG_STR + 600];        // the resolved checkpoint file ("" : not given)
+static Config init_cfg;                      // the config it was saved with
+static char init_changed[2048];              // allowed model keys that changed: "key old -> new, ..."
+// the model keys a run started with --init_from may change; every other model key must be the checkpoint's
+static const char* INIT_ALLOW[] = { "rope_scaling", "rope_factor", "rope_original_max_seq_len", "rope_theta",
+                                    "max_seq_len", NULL };
+
+static void init_copy_key(const char* key, int is_model, void* c) {
+    char v[CFG_STR + 32], e[256];
+    if (is_model && !config_get(&init_cfg, key, v, sizeof v)) config_set(c, key, v, init_from, e, sizeof e);
+}
+struct InitDiff { const Config* run; char refused[2048]; };
+static void init_diff_key(const char* key, int is_model, void* vctx) {
+    struct InitDiff* d = vctx;
+    char was[CFG_STR + 32], now[CFG_STR + 32];
+    if (!is_model || config_get(&init_cfg, key, was, sizeof was) || config_get(d->run, key, now, sizeof now) || !strcmp(was, now)) return;
+    int allowed = 0;
+    for (int i = 0; INIT_ALLOW[i]; i++) allowed |= !strcmp(key, INIT_ALLOW[i]);
+    char* out = allowed ? init_changed : d->refused;
+    size_t l = strlen(out);
+    if (l < 1500) snprintf(out + l, 2048 - l, allowed ? "%s%s %s -> %s" : "%s%s (checkpoint %s, run %s)", l ? ", " : "", key, was, now);
+}
+
+// before the command line is applied: find --init_from, read its checkpoint's config and make its model keys
+// the defaults (a config file or --key may still change them; init_check then judges the differences)
+static int init_prepare(int argc, char** argv, Config* c) {
+    const char* spec = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 0;
+        if (!strcmp(argv[i], "--force")) continue;
+        if (i + 1 < argc && !strcmp(argv[i], "--init_from")) spec = argv[i + 1];
+        i++;
+    }
+    if (!spec) return 0;
+    char e[2048];
+    ckpt_init();
+    if (!spec[0] || ckpt_resolve(spec, spec, init_from, sizeof init_from, e, sizeof e) ||
+        ckpt_read_config(init_from, &init_cfg, e, sizeof e)) {
+        snprintf(msg, sizeof msg, "train: --init_from '%s': %s", spec, spec[0] ? e : "empty path (a checkpoint file or a run directory)");
+        return 1;
+    }
+    config_each_key(init_copy_key, c);
+    return 0;
+}
+
+static int init_check(const Config* c) {
+    if (c->resume[0]) {
+        snprintf(msg, sizeof msg, "train: --init_from and resume exclude each other (--init_from starts a new run from a "
+                 "checkpoint's parameters at step 0; resume continues a run exactly)");
+        return 1;
+    }
+    struct InitDiff d = { c, "" };
+    init_changed[0] = 0;
+    config_each_key(init_diff_key, &d);
+    if (d.refused[0]) {
+        snprintf(msg, sizeof msg, "train: --init_from '%s': model keys differ from the checkpoint: %s; only rope_scaling, "
+                 "rope_factor, rope_original_max_seq_len, rope_theta and max_seq_len may change", init_from, d.refused);
+        return 1;
+    }
+    return 0;
+}
+
 // parse the command line into c; 0 or 1 with msg set. *help set for --help.
 static int parse_args(int argc, char** argv, Config* c, int* force, int* help) {
     config_defaults(c);
+    if (init_prepare(argc, argv, c)) return 1;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { *help = 1; return 0; }
@@ -54,11 +127,14 @@ static int parse_args(int argc, char** argv, Config* c, int* force, int* help) {
         if (i + 1 >= argc) { snprintf(msg, sizeof msg, "train: option '%s' needs a value (see --help)", a); return 1; }
         int rc = 0;
         if (!strcmp(a, "-c")) rc = config_load_file(c, argv[++i], msg, sizeof msg);
+        else if (!strcmp(a, "--init_from")) i++;   // read by init_prepare
         else if (!strncmp(a, "--", 2)) rc = config_set(c, a + 2, argv[++i], "command line", msg, sizeof msg);
         else { snprintf(msg, sizeof msg, "train: unexpected argument '%s' (see --help)", a); return 1; }
         if (rc) return 1;
     }
+    if (init_from[0] && init_check(c)) return 1;
     if (config_validate(c, msg, sizeof msg)) return 1;
+    if (!(c->timeout_s >= 0)) { snprintf(msg, sizeof msg, "train: timeout_s = %g must be >= 0 (0: no watchdog)", c->timeout_s); return 1; }
     if (!c->train_data[0]) { snprintf(msg, sizeof msg, "train: train_data is not set (a shard pattern, directory or file)"); return 1; }
     return 0;
 }
@@ -162,9 +238,10 @@ static StepResult train_step(Run* r, int step, long long* cursor) {
 
 // ring statistics of a step over the ring: load imbalance = max/mean attention work; hidden fraction =
 // 1 - exposed communication / un-overlapped communication
-typedef struct { double busy_max, busy_mean, wait_max, hidden; } RingStep;
+typedef struct { double busy_max, busy_mean, wait_max, hidden; long long transfers; } RingStep;
 static RingStep ring_step_stats(const RingStats* st, const Group* cp) {
     RingStep s = {0};
+    s.transfers = (long long)st->transfers;   // ring hops waited for by this rank in the step
     s.busy_max = ctl_max(cp, st->work_s);
     s.busy_mean = ctl_sum(cp, st->work_s) / group_size(cp);
     s.wait_max = ctl_max(cp, st->wait_s);
@@ -192,8 +269,8 @@ static void log_step(Run* r, int step, const StepResult* s, const RingStep* rs, 
             "\"gflops\": %.4f, \"step_ms\": %.3f, \"tokens_seen\": %lld",
             step + 1, s->loss, s->lr, s->gnorm, tps, gflops, s->dt * 1e3, cursor * (long long)T);
     if (have_ring) fprintf(f, ", \"cp_busy_max_s\": %.6f, \"cp_busy_mean_s\": %.6f, \"cp_imbalance\": %.4f, "
-                           "\"cp_wait_max_s\": %.6f, \"cp_hidden\": %.4f", rs->busy_max, rs->busy_mean,
-                           rs->busy_max / rs->busy_mean, rs->wait_max, rs->hidden);
+                           "\"cp_wait_max_s\": %.6f, \"cp_hidden\": %.4f, \"cp_transfers\": %lld", rs->busy_max, rs->busy_mean,
+                           rs->busy_max / rs->busy_mean, rs->wait_max, rs->hidden, rs->transfers);
     if (!isnan(s->vloss)) fprintf(f, ", \"val_loss\": %.9g", s->vloss);
     if (s->vr.checked) fprintf(f, ", \"verify_max_abs\": %.3e, \"verify_max_rel\": %.3e", s->vr.max_abs, s->vr.max_rel);
     fprintf(f, "}\n");
@@ -205,6 +282,7 @@ static void save(Run* r, int step, long long cursor) {
     r->ts.step = step; r->ts.cursor = cursor; r->ts.tokens_seen = cursor * (long long)r->c.seq_len;
     double t1 = now_s();
     int fail = ckpt_save(r->c.out_dir, r->c.keep_last, &r->m, &r->opt, &r->g, &r->ts, msg, sizeof msg);
+    if (fail) ckpt_shutdown();   // (the same on every rank) HDF5 winds down now, not inside MPI's finalize
     grid_check(r->g.world_g, fail, msg);
     if (r->rank0) { printf("saved checkpoint %s/ckpt_%08d.h5 (%.2f s)\n", r->c.out_dir, step, now_s() - t1); fflush(stdout); }
 }
@@ -236,17 +314,124 @@ static void setup_layout(Run* r, const Group* world) {
     grid_check(world, fail, msg);
 }
 
-// out_dir: created and checked now; nothing in it is written until the checkpoint (if any) has loaded,
-// so a refused resume leaves every existing file untouched
+// what the out_dir checks decided (rank 0), for resume() and open_outputs()
+static int run_force;            // --force
+static int other_run;            // resuming into an out_dir that holds another run (only with --force)
+
+// out_dir: created, locked for this run (rank 0 holds OUT_DIR/train.lock until it exits) and checked now;
+// nothing else in it is written until the checkpoint (if any) has loaded, so a refused resume leaves every
+// existing file untouched
 static void check_out_dir(Run* r, int force, const char* metrics_path) {
     int fail = 0;
+    run_force = force;
     if (r->rank0) {
         struct stat st;
-        fail = make_dirs("train: out_dir", r->c.out_dir, msg, sizeof msg);
+        char note[1200];
+        fail = make_dirs("train: out_dir", r->c.out_dir, msg, sizeof msg) || rundir_lock(r->c.out_dir, note, sizeof note, msg, sizeof msg);
+        grid_on_exit(rundir_unlock);   // (before any rank exits: mpirun may kill the rest as soon as one has)
+        if (!fail && note[0]) { printf("note: %s\n", note); fflush(stdout); }
         if (!fail && !force && !r->c.resume[0] && stat(metrics_path, &st) == 0) {
             snprintf(msg, sizeof msg, "train: '%s' exists from an earlier run; choose another out_dir or pass --force", metrics_path);
             fail = 1;
         }
+    }
+    grid_check(r->g.world_g, fail, msg);
+}
+
+// rank 0: is the out_dir another run's than the checkpoint's? (run ids, or for files of earlier builds:
+// whether the checkpoint lies in the out_dir). 1 + msg when so and not --force.
+static int check_run_id(Run* r, const char* cpath) {
+    const char* od = r->c.out_dir;
+    char dir_id[40], p[CFG_STR + 64];
+    struct stat st;
+    int have_id = rundir_read_id(od, dir_id, sizeof dir_id), has_run = have_id;
+    snprintf(p, sizeof p, "%s/metrics.jsonl", od);
+    has_run |= stat(p, &st) == 0;
+    snprintf(p, sizeof p, "%s/latest", od);
+    has_run |= stat(p, &st) == 0;
+    int same = r->ts.run_id[0] && have_id ? !strcmp(r->ts.run_id, dir_id) : rundir_holds(od, cpath);
+    if (!has_run || same) return 0;
+    if (!run_force) {
+        snprintf(msg, sizeof msg, "train: out_dir '%s' holds another run (run id %s) than the checkpoint '%s' (run id %s): "
+                 "resuming would mix the two runs' metrics and checkpoints; resume into the checkpoint's own out_dir or a "
+                 "new one, or pass --force to set the other run's metrics and checkpoints aside and continue here", od,
+                 have_id ? dir_id : "unknown", cpath, r->ts.run_id[0] ? r->ts.run_id : "unknown");
+        return 1;
+    }
+    other_run = 1;
+    printf("note: --force: out_dir '%s' held another run (run id %s); its metrics.jsonl records move to "
+           "metrics.superseded.jsonl and its checkpoints are renamed *.superseded\n", od, have_id ? dir_id : "unknown");
+    return 0;
+}
+
+// every rank: the data cursor of a checkpoint saved at another seq_len, and a data set that changed size.
+// The cursor counts sequences of the checkpoint's seq_len; it is converted through its token position in the
+// epoch. 1 + msg when that position cannot be kept (a shuffled epoch under way), unless --force.
+static int convert_cursor(Run* r, char* note, size_t n) {
+    const Config* c = &r->c;
+    long long T0 = r->ts.seq_len > 0 ? r->ts.seq_len : c->seq_len, T = c->seq_len, cur = r->ts.cursor;
+    long long D0 = r->ts.data_tokens > 0 ? r->ts.data_tokens : r->train.n_tokens, D = r->train.n_tokens;
+    long long n0 = (D0 - 1) / T0, n1 = r->train.n_seq;
+    int k = 0;
+    note[0] = 0;
+    if (n0 < 1) n0 = 1;
+    long long e = cur / n0, done = cur % n0;
+    if (T0 != T && cur > 0) {
+        if (c->shuffle && done && !run_force) {
+            snprintf(msg, sizeof msg, "train: the checkpoint was trained at seq_len %lld, this run asks for %lld: with "
+                     "shuffle = 1 the epoch under way (epoch %lld, %lld of %lld sequences done) cannot continue in another "
+                     "length's order; resume with --seq_len %lld, or pass --force to continue at the same token position of "
+                     "the epoch in the new order (some of its tokens then come twice, others not until the next epoch)",
+                     T0, T, e, done, n0, T0);
+            return 1;
+        }
+        long long pos = done * T0, seq = (pos + T - 1) / T;   // the first whole sequence at or after pos
+        if (seq >= n1) { e++; seq = 0; }
+        long long nc = e * n1 + seq;
+        k += snprintf(note + k, n - k, "seq_len %lld -> %lld: the data cursor (%lld sequences of %lld: epoch %lld, token "
+                      "%lld) continues as %lld sequences of %lld (epoch %lld, token %lld)%s", T0, T, cur, T0, cur / n0, pos,
+                      nc, T, e, seq * T, c->shuffle && done ? ", in the new length's shuffled order" :
+                      seq * T > pos ? ", skipping to the next whole sequence" : "");
+        r->ts.cursor = cur = nc;
+    }
+    if (r->ts.data_tokens > 0 && D0 != D && k < (int)n) {
+        long long now_e = cur / n1, then_e = e;
+        snprintf(note + k, n - k, "%sWARNING: the training data %s since the checkpoint: %lld tokens then, %lld now (%lld "
+                 "sequences of %lld per epoch, was %lld); the data cursor %lld now lies in epoch %lld%s, and the order does "
+                 "not continue the saved one", k ? "\n" : "", D < D0 ? "shrank" : "grew", D0, D, n1, T, n0, cur, now_e,
+                 now_e > then_e ? " (it wrapped past the end of the smaller data set)" : "");
+    }
+    return 0;
+}
+
+// after a checkpoint has loaded: the checks and notes of a resume (see README, "Reliability")
+static void resume_checks(Run* r, const char* cpath) {
+    int fail = r->rank0 && check_run_id(r, cpath);
+    grid_check(r->g.world_g, fail, msg);
+    if (r->c.max_steps <= r->ts.step) {   // (every rank decides the same)
+        if (r->rank0) printf("nothing to train: the checkpoint is at step %lld and max_steps = %d; no step was run and "
+                             "nothing was written (raise --max_steps to continue)\n", r->ts.step, r->c.max_steps);
+        grid_exit(0);
+    }
+    char note[2048];
+    fail = convert_cursor(r, note, sizeof note);
+    grid_check(r->g.world_g, fail, msg);
+    if (r->rank0 && note[0]) printf("%s%s\n", strncmp(note, "WARNING", 7) ? "note: " : "", note);
+    if (r->rank0) {   // records and checkpoints past the resumed step: set aside
+        RunLater l;
+        long long from = other_run ? -1 : r->ts.step;
+        rundir_later(r->c.out_dir, from, &l);
+        if (!other_run && l.ckpts)
+            printf("note: resuming from step %lld, earlier than out_dir '%s' reached (checkpoints up to step %lld, "
+                   "metrics.jsonl up to step %lld): %lld metrics records past step %lld move to metrics.superseded.jsonl "
+                   "and the %lld later checkpoints are renamed ckpt_*.h5.superseded\n", r->ts.step, r->c.out_dir,
+                   l.ckpts_max, l.metrics_max, l.metrics, r->ts.step, l.ckpts);
+        else if (!other_run && l.metrics)
+            printf("note: metrics.jsonl has %lld records past the checkpoint's step %lld (up to step %lld, logged after "
+                   "the last checkpoint of a run that ended): they move to metrics.superseded.jsonl\n", l.metrics,
+                   r->ts.step, l.metrics_max);
+        fail = (l.ckpts || l.metrics) && rundir_supersede(r->c.out_dir, from, cpath, msg, sizeof msg);
+        fflush(stdout);
     }
     grid_check(r->g.world_g, fail, msg);
 }
@@ -263,6 +448,22 @@ static void resume(Run* r) {
                r->ts.cursor, r->ts.tokens_seen, now_s() - t0);
         if (notes[0]) printf("note: %s\n", notes);
     }
+    resume_checks(r, cpath);
+}
+
+// --init_from: the checkpoint's parameters only, resharded to this layout; the training state stays fresh
+// (step 0, data cursor 0, the AdamW moments zero as allocated, so the schedule starts over)
+static void init_load(Run* r) {
+    TrainState ts;
+    double t0 = now_s();
+    int fail = ckpt_load(init_from, &r->m, NULL, &r->g, &ts, INIT_ALLOW, msg, sizeof msg, NULL, 0);
+    grid_check(r->g.world_g, fail, msg);
+    memset(&r->ts, 0, sizeof r->ts);
+    if (r->rank0) {
+        printf("initialised from %s (saved at step %lld): parameters only; step 0, fresh AdamW moments, data cursor 0 "
+               "(%.2f s)\n", init_from, ts.step, now_s() - t0);
+        printf("init_from: model keys changed from the checkpoint: %s\n", init_changed[0] ? init_changed : "none");
+    }
 }
 
 // rank 0: metrics.jsonl and config.txt, now that the run's starting state is settled
@@ -278,8 +479,19 @@ static void open_outputs(Run* r, const char* metrics_path) {
         FILE* cf = fail ? NULL : fopen(path, "w");
         if (!fail && !cf) { snprintf(msg, sizeof msg, "train: cannot write '%s': %s", path, strerror(errno)); fail = 1; }
         if (cf) { config_write(&r->c, cf); fclose(cf); }
+        // the run id: a resumed run keeps its checkpoint's (or the out_dir's, for older files); a new run gets one
+        char dir_id[40];
+        int have = rundir_read_id(r->c.out_dir, dir_id, sizeof dir_id);
+        if (!r->c.resume[0]) rundir_new_id(r->ts.run_id, sizeof r->ts.run_id);
+        else if (!r->ts.run_id[0]) {
+            if (have && !other_run) snprintf(r->ts.run_id, sizeof r->ts.run_id, "%s", dir_id);
+            else rundir_new_id(r->ts.run_id, sizeof r->ts.run_id);
+        }
+        if (!fail && (!have || strcmp(dir_id, r->ts.run_id))) fail = rundir_write_id(r->c.out_dir, r->ts.run_id, msg, sizeof msg);
     }
     grid_check(r->g.world_g, fail, msg);
+    ctl_bcast(r->g.world_g, r->ts.run_id, sizeof r->ts.run_id, 0);   // (every rank writes the checkpoint header)
+    r->ts.data_tokens = r->train.n_tokens;
 }
 
 static void print_banner(const Run* r) {
@@ -315,6 +527,27 @@ static void print_memory(const Run* r) {
                obytes * mib, amax * mib, ringmax * mib, rss_max, rss_min);
 }
 
+// Before any large allocation: the plan of this layout (the same shapes model_build allocates) against the
+// memory the backend has for this rank; one line naming both on every rank when it does not fit.
+static void check_capacity(Run* r, const Group* world) {
+    const Config* c = &r->c;
+    PlanLayout l = { r->g.tp, r->g.cp, r->g.dp, c->zero, c->micro_batch, be_name(), 1, 1 };
+    Plan p;
+    char msg[512];
+    int fail = plan_step(&p, c, &l, c->seq_len, msg, sizeof msg);
+    int node_ranks = (int)ctl_max(world, (double)r->g.local_rank) + 1;
+    double avail = be_memory_available(node_ranks), G = 1024.0 * 1024.0 * 1024.0;
+    if (!fail && p.total > avail) {
+        snprintf(msg, sizeof msg, "train: this layout needs %.2f GiB per rank (parameters %.2f, gradients %.2f, AdamW "
+                 "moments %.2f, activations %.2f, ring %.2f, workspace %.2f) but %.2f GiB are available (%d ranks on "
+                 "this node); try recompute = full, a larger cp or tp, zero = 1, or a smaller micro_batch (build/plan)",
+                 p.total / G, p.params / G, p.grads / G, p.moments / G, (p.acts_kept + p.acts_work + p.acts_scratch) / G,
+                 p.ring / G, p.workspace / G, avail / G, node_ranks);
+        fail = 1;
+    }
+    grid_check(world, fail, msg);
+}
+
 int main(int argc, char** argv) {
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
@@ -325,17 +558,20 @@ int main(int argc, char** argv) {
     if (help) { if (group_rank(world) == 0) usage(stdout); grid_exit(0); }
     grid_check(world, fail, msg);
     const Config* c = &r->c;
+    comm_set_timeout(c->timeout_s);
     setup_layout(r, world);
     char metrics_path[CFG_STR + 64];
     snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", c->out_dir);
     check_out_dir(r, force, metrics_path);
 
+    check_capacity(r, world);
     // the model (this rank's share of each sequence) and the optimizer
     ModelGroups mg = { r->g.tp > 1 ? r->g.tp_g : NULL, r->g.cp_g, c->zero ? r->g.dpcp_g : NULL };
     model_build(&r->m, c, c->micro_batch, c->seq_len, &mg);
     adamw_init(&r->opt, &r->m, r->g.dpcp_g, c->zero);
     ckpt_init();
     if (c->resume[0]) resume(r);
+    else if (init_from[0]) init_load(r);
     open_outputs(r, metrics_path);
     if (r->rank0) print_banner(r);
 
@@ -373,7 +609,7 @@ int main(int argc, char** argv) {
         if (r->rank0) log_step(r, step, &s, &rs, have_ring, cursor, stop);
         if (stop) break;
     }
-    if (saved_at != done_steps) save(r, done_steps, cursor);   // the final checkpoint (max_steps 0: the fresh model)
+    if (saved_at != done_steps && c->save_final) save(r, done_steps, cursor);   // the final checkpoint (max_steps 0: the fresh model)
     if (r->rank0 && done_steps > step0) {
         printf("done: %d steps, final loss %.6f, mean %.0f tok/s, outputs in %s/\n", done_steps, last_loss,
                (double)(done_steps - step0) * c->batch_size * T / t_total, c->out_dir);
