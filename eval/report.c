@@ -535,12 +535,15 @@ int report_svg_ppl(const char* path, const Buckets* b, const Series* s, int ns, 
 int report_passkey_csv(const char* path, const PasskeyGrid* g, char* err, size_t errlen) {
     FILE* f = open_out(path, err, errlen);
     if (!f) return 1;
-    fprintf(f, "context,depth,accuracy\n");
+    fprintf(f, "context,depth,accuracy,digit_accuracy\n");
     for (int i = 0; i < g->nlen; i++)
         for (int j = 0; j < g->ndepth; j++) {
-            double a = g->acc[(size_t)i * g->ndepth + j];
+            size_t k = (size_t)i * g->ndepth + j;
+            double a = g->acc[k], d = g->digits ? g->digits[k] : NAN;
             fprintf(f, "%d,%.10g,", g->lens[i], g->depths[j]);
             if (!isnan(a)) fprintf(f, "%.10g", a);
+            fprintf(f, ",");
+            if (!isnan(d)) fprintf(f, "%.10g", d);
             fprintf(f, "\n");
         }
     return close_out(f, path, err, errlen);
@@ -558,22 +561,30 @@ static void acc_cell(FILE* f, double a) {
     else fprintf(f, " %8.3f", a);
 }
 
-void report_passkey_table(FILE* f, const PasskeyGrid* g) {
+static void passkey_grid_table(FILE* f, const PasskeyGrid* g, const double* acc) {
     char buf[32];
     fprintf(f, "%-15s", "context \\ depth");
     for (int j = 0; j < g->ndepth; j++) { snprintf(buf, sizeof buf, "%g", g->depths[j]); fprintf(f, " %8s", buf); }
     fprintf(f, " %8s\n", "mean");
     for (int i = 0; i < g->nlen; i++) {
         fprintf(f, "%-15d", g->lens[i]);
-        const double* row = g->acc + (size_t)i * g->ndepth;
+        const double* row = acc + (size_t)i * g->ndepth;
         for (int j = 0; j < g->ndepth; j++) acc_cell(f, row[j]);
         acc_cell(f, mean_skip_nan(row, g->ndepth, 1));
         fprintf(f, "\n");
     }
     fprintf(f, "%-15s", "mean");
-    for (int j = 0; j < g->ndepth; j++) acc_cell(f, mean_skip_nan(g->acc + j, g->nlen, g->ndepth));
-    acc_cell(f, mean_skip_nan(g->acc, g->nlen * g->ndepth, 1));
+    for (int j = 0; j < g->ndepth; j++) acc_cell(f, mean_skip_nan(acc + j, g->nlen, g->ndepth));
+    acc_cell(f, mean_skip_nan(acc, g->nlen * g->ndepth, 1));
     fprintf(f, "\n");
+}
+
+void report_passkey_table(FILE* f, const PasskeyGrid* g) {
+    fprintf(f, "passkey retrieval: fraction of documents with every answer digit right\n");
+    passkey_grid_table(f, g, g->acc);
+    if (!g->digits) return;
+    fprintf(f, "fraction of answer digits right (chance 0.1)\n");
+    passkey_grid_table(f, g, g->digits);
 }
 
 // accuracy 0..1 → red (#d73027) → yellow (#fee08b) → green (#1a9850); grey for NaN

@@ -18,8 +18,9 @@
 //              empty; docs = units (documents) with tokens in the bucket, se_nll their standard error of
 //              mean_nll (above), ppl_lo / ppl_hi = exp(mean_nll -/+ se_nll), empty when undefined; labels are
 //              quoted (RFC 4180) when they hold a comma, quote or line break; numbers are %.10g.
-//   passkey    context,depth,accuracy                           one row per length x depth (row-major as
-//              in PasskeyGrid); a NaN accuracy (not measured) is written empty.
+//   passkey    context,depth,accuracy,digit_accuracy            one row per length x depth (row-major as
+//              in PasskeyGrid); accuracy = fraction of documents with every answer digit right, digit_accuracy
+//              = fraction of answer digits right (chance 0.1); NaN (not measured) is written empty.
 //   SVG        standalone SVG 1.1 (UTF-8; labels and titles XML-escaped, invalid UTF-8 / control bytes → '?').
 #pragma once
 #include <stddef.h>
@@ -85,10 +86,12 @@ typedef struct {
     const int* lens;       // [nlen] context lengths
     const double* depths;  // [ndepth] relative depths 0..1
     const double* acc;     // [nlen*ndepth], row = length; NaN = not measured
+    const double* digits;  // [nlen*ndepth] fraction of answer digits right, or NULL (column left empty)
 } PasskeyGrid;
 
 int  report_passkey_csv(const char* path, const PasskeyGrid* g, char* err, size_t errlen);
-// table: one row per context length, one column per depth, then the row mean; a last "mean" row per depth
+// table: one row per context length, one column per depth, then the row mean; a last "mean" row per depth;
+// then (when digits is set) the same table of the fraction of answer digits right
 void report_passkey_table(FILE* f, const PasskeyGrid* g);
 // SVG heatmap: columns = depths (x, "depth of the pass key"), rows = context lengths (y, "context length",
 // in the grid's order from the top), cell colour red (0) → yellow (0.5) → green (1), grey when NaN, the

@@ -87,12 +87,54 @@ PYEOF
 # 5. passkey retrieval grid
 run 2 --passkey --ckpt "$CK" --passkey_lens 128,256 --passkey_depths 0,0.5,1 --passkey_trials 2 --cp 2 --out "$T/ev" --name pk \
   >"$T/p.out" 2>&1 || bad "passkey run: $(tail -2 "$T/p.out")"
-$PY - "$T/ev/pk_passkey.csv" "$T/ev/pk_passkey.svg" <<'PYEOF' && ok "passkey: CSV of 2 x 3 cells in [0, 1], SVG heatmap parses" || bad "passkey outputs"
+$PY - "$T/ev/pk_passkey.csv" "$T/ev/pk_passkey.svg" <<'PYEOF' && ok "passkey: CSV of 2 x 3 cells in [0, 1], digits of 2 x 5 per cell, SVG heatmap parses" || bad "passkey outputs"
 import csv, sys, xml.etree.ElementTree as ET
 rows = list(csv.DictReader(open(sys.argv[1])))
-assert len(rows) == 6 and all(0.0 <= float(r["accuracy"]) <= 1.0 for r in rows)
+assert len(rows) == 6 and all(float(r["accuracy"]) in (0, 0.5, 1) for r in rows)
+# digit accuracy: k of the 2 trials x 5 answer digits; a document counts as retrieved only with all 5 right
+for r in rows:
+    k = float(r["digit_accuracy"]) * 10
+    assert abs(k - round(k)) < 1e-9 and 0 <= k <= 10 and float(r["digit_accuracy"]) >= float(r["accuracy"]), r
+    assert round(k) >= 5 * round(float(r["accuracy"]) * 2), r
 assert sorted({int(r["context"]) for r in rows}) == [128, 256]
 ET.parse(sys.argv[2])
+PYEOF
+
+# 5b. tools/passkey_data.py (synthetic passkey training documents) writes exactly the format build/eval --passkey
+#     scores (the strings of eval/passkey.c), lengths within bounds, and copy drills as documented
+$PY tools/passkey_data.py --out "$T/pk.bin" --tokens 20000 --min-len 110 --max-len 300 --drill-frac 0.3 --seed 4 >"$T/pkd" 2>&1 &&
+$PY - "$T/pk.bin" eval/passkey.c <<'PYEOF' && ok "passkey_data.py: documents in eval/passkey.c's format, lengths 110..300, copy drills" || bad "passkey_data.py: $(tail -2 "$T/pkd")"
+import re, sys, numpy as np
+src = open(sys.argv[2]).read()
+filler = re.search(r'FILLER\[\] = "([^"]*)"', src).group(1)
+needle = re.search(r'"(The pass key is %s[^"]*)"', src).group(1).replace(".", r"\.").replace("%s", "{k}")
+question = re.search(r'"(What is the pass key[^"]*)"', src).group(1).replace(".", r"\.").replace("?", r"\?").replace("%s", "{k}")
+t = np.fromfile(sys.argv[1], dtype=np.uint16, offset=1024)
+starts = np.flatnonzero(t == 256).tolist()
+assert starts[0] == 0 and len(t) >= 20000
+rep = filler * 20
+def is_filler(s): return s == "" or s in rep
+npk = ndrill = 0
+for a, b in zip(starts, starts[1:] + [len(t)]):
+    text = bytes(t[a + 1:b].astype(np.uint8)).decode()
+    m = re.fullmatch(r"(.*?)The pass key is (\d{5})\. (.*)", text, re.S)
+    if m:
+        k = m.group(2)
+        full = re.fullmatch("(.*?)" + needle.format(k=k) + "(.*?)" + question.format(k=k), text, re.S)
+        assert full and is_filler(full.group(1)) and is_filler(full.group(2)), text
+        assert 110 <= b - a <= 300, b - a
+        npk += 1
+    else:
+        m = re.match(r"((?:\d{5} ){1,4}\d{5}\. )", text)
+        assert m, text
+        keys = m.group(1)
+        parts = text.split(keys)
+        assert parts[0] == "" and parts[-1] == "" and 3 <= len(parts) <= 4 and all(is_filler(p) for p in parts), text
+        assert b - a <= 300, b - a
+        ndrill += 1
+frac = ndrill / (npk + ndrill)
+assert 0.15 < frac < 0.45, frac
+print(f"     {npk} passkey documents, {ndrill} drills")
 PYEOF
 
 # 6. bad input: one line, non-zero exit

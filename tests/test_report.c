@@ -400,26 +400,29 @@ static void test_passkey_report(void) {
     int lens[3] = {1024, 4096, 16384};
     double depths[4] = {0, 0.25, 0.5, 1};
     double acc[12] = {1, 1, 0.9, 1, 0.8, 0.75, 0.5, 0.95, 0, 0.1, NAN, 0.3};
-    PasskeyGrid g = {3, 4, lens, depths, acc};
+    double dig[12] = {1, 1, 0.98, 1, 0.96, 0.95, 0.9, 0.99, 0.125, 0.42, NAN, 0.6};
+    PasskeyGrid g = {3, 4, lens, depths, acc, dig};
     char path[512], err[600] = "";
     tpath(path, sizeof path, "passkey.csv");
     CHECK(report_passkey_csv(path, &g, err, sizeof err) == 0, "report_passkey_csv (%s)", err);
     CHECK(py_check("chk_pk.py",
                    "import csv, sys\n"
                    "rows = list(csv.reader(open(sys.argv[1], newline='')))\n"
-                   "assert rows[0] == ['context', 'depth', 'accuracy'], rows[0]\n"
+                   "assert rows[0] == ['context', 'depth', 'accuracy', 'digit_accuracy'], rows[0]\n"
                    "assert len(rows) == 13, len(rows)\n"
-                   "assert rows[1] == ['1024', '0', '1'], rows[1]\n"
-                   "assert rows[6] == ['4096', '0.25', '0.75'], rows[6]\n"
-                   "assert rows[11] == ['16384', '0.5', ''], rows[11]\n"
-                   "assert float(rows[12][2]) == 0.3 and float(rows[12][1]) == 1.0\n", path) == 0,
-          "passkey CSV parses: header, 12 rows, values, NaN empty");
+                   "assert rows[1] == ['1024', '0', '1', '1'], rows[1]\n"
+                   "assert rows[6] == ['4096', '0.25', '0.75', '0.95'], rows[6]\n"
+                   "assert rows[9] == ['16384', '0', '0', '0.125'], rows[9]\n"
+                   "assert rows[11] == ['16384', '0.5', '', ''], rows[11]\n"
+                   "assert float(rows[12][2]) == 0.3 and float(rows[12][1]) == 1.0 and float(rows[12][3]) == 0.6\n", path) == 0,
+          "passkey CSV parses: header, 12 rows, values, digit accuracy, NaN empty");
     char* buf = NULL;
     size_t n = 0;
     FILE* f = open_memstream(&buf, &n);
     report_passkey_table(f, &g);
     fclose(f);
-    CHECK(buf && strstr(buf, "16384") && strstr(buf, "0.950") && strstr(buf, "mean"), "passkey table");
+    CHECK(buf && strstr(buf, "16384") && strstr(buf, "0.950") && strstr(buf, "mean") && strstr(buf, "0.125") &&
+          strstr(buf, "digits right"), "passkey table: documents and digits");
     printf("%s", buf ? buf : "");
     free(buf);
     tpath(path, sizeof path, "passkey.svg");
@@ -452,7 +455,7 @@ static void test_errors(void) {
     CHECK(report_svg_ppl(bad, &b, &s, 1, "t", 0, err, sizeof err) == 1 && strstr(err, bad), "report_svg_ppl unwritable (%s)", err);
     int lens[1] = {1024};
     double depths[1] = {0.5}, acc[1] = {1};
-    PasskeyGrid g = {1, 1, lens, depths, acc};
+    PasskeyGrid g = {1, 1, lens, depths, acc, NULL};
     err[0] = 0;
     CHECK(report_passkey_csv(bad, &g, err, sizeof err) == 1 && strstr(err, bad), "report_passkey_csv unwritable (%s)", err);
     err[0] = 0;
