@@ -102,7 +102,7 @@ PYEOF
 
 # 5b. tools/passkey_data.py (synthetic passkey training documents) writes exactly the format build/eval --passkey
 #     scores (the strings of eval/passkey.c), lengths within bounds, and copy drills as documented
-$PY tools/passkey_data.py --out "$T/pk.bin" --tokens 20000 --min-len 110 --max-len 300 --drill-frac 0.3 --seed 4 >"$T/pkd" 2>&1 &&
+$PY tools/passkey_data.py --out "$T/pk.bin" --tokens 20000 --min-len 110 --max-len 300 --drill-frac 0.3 --drill-copies 4 --seed 4 >"$T/pkd" 2>&1 &&
 $PY - "$T/pk.bin" eval/passkey.c <<'PYEOF' && ok "passkey_data.py: documents in eval/passkey.c's format, lengths 110..300, copy drills" || bad "passkey_data.py: $(tail -2 "$T/pkd")"
 import re, sys, numpy as np
 src = open(sys.argv[2]).read()
@@ -129,7 +129,7 @@ for a, b in zip(starts, starts[1:] + [len(t)]):
         assert m, text
         keys = m.group(1)
         parts = text.split(keys)
-        assert parts[0] == "" and parts[-1] == "" and 3 <= len(parts) <= 4 and all(is_filler(p) for p in parts), text
+        assert parts[0] == "" and parts[-1] == "" and 3 <= len(parts) <= 5 and all(is_filler(p) for p in parts), text
         assert b - a <= 300, b - a
         ndrill += 1
 frac = ndrill / (npk + ndrill)

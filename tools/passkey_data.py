@@ -2,7 +2,8 @@
 """passkey_data.py — a shard of synthetic passkey-retrieval documents in the format build/eval --passkey scores
 (eval/passkey.h, byte tokenizer), as a documented synthetic fraction of training data.
 
-  tools/passkey_data.py --out FILE --tokens N [--min-len A] [--max-len B] [--seed S] [--sep 256] [--drill-frac F [--drill-gap G]]
+  tools/passkey_data.py --out FILE --tokens N [--min-len A] [--max-len B] [--seed S] [--sep 256]
+                        [--drill-frac F [--drill-copies C] [--drill-gap G] [--drill-prefix TEXT]]
 
 Every document: [sep] filler_a needle filler_b question, where
   needle   = "The pass key is NNNNN. Remember it. NNNNN is the pass key. "
@@ -12,9 +13,11 @@ the fillers are the end / the start of the repeated neutral text of eval/passkey
 evaluation draws its keys from another generator, so no evaluated document is a training document).
 
 --drill-frac F makes a fraction F of the documents copy drills instead: [sep], then a list of 2..5 random 5-digit
-numbers (separated by spaces, ended by ". ") written 2..3 times, with neutral filler between the copies (length
-uniform in 0..G tokens, the whole document at most B tokens; --drill-gap 0: copies back to back; default: as far
-as B allows), e.g. "48213 90311. The sky is blue. Here we go. 48213 90311. ".
+numbers (separated by spaces, ended by ". ") written 2..C times (default 3), with neutral filler between the copies
+(length uniform in 0..G tokens, the whole document at most B tokens; --drill-gap 0: copies back to back; default:
+as far as B allows), e.g. "48213 90311. The sky is blue. Here we go. 48213 90311. "; --drill-prefix TEXT puts TEXT before
+every copy (e.g. "The pass key is ", so that the first number of a later copy is found by matching the text before
+it, as the question's answer is).
 Every copy after the first is predictable only by finding the earlier copy across the filler, so these documents
 reward the attention pattern passkey retrieval needs (find the earlier occurrence of the current token, predict
 what followed it) far more densely than passkey documents do (10 of ~300 tokens).
@@ -44,9 +47,9 @@ def document(rng, length, sep):
     return [sep] + list(text.encode())
 
 
-def drill(rng, max_len, max_gap, sep):
-    keys = " ".join(str(rng.randrange(10000, 100000)) for _ in range(rng.randrange(2, 6))) + ". "
-    copies = rng.randrange(2, 4)
+def drill(rng, max_len, max_copies, max_gap, prefix, sep):
+    keys = prefix + " ".join(str(rng.randrange(10000, 100000)) for _ in range(rng.randrange(2, 6))) + ". "
+    copies = rng.randrange(2, max_copies + 1)
     room = max(0, (max_len - 1 - copies * len(keys)) // (copies - 1))
     if max_gap >= 0:
         room = min(room, max_gap)
@@ -65,17 +68,21 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--sep", type=int, default=256)
     ap.add_argument("--drill-frac", type=float, default=0.0)
+    ap.add_argument("--drill-copies", type=int, default=3)
     ap.add_argument("--drill-gap", type=int, default=-1)
+    ap.add_argument("--drill-prefix", default="")
     a = ap.parse_args()
     if not 0 <= a.drill_frac <= 1:
         ap.error("--drill-frac must be within [0, 1]")
+    if a.drill_copies < 2:
+        ap.error("--drill-copies must be at least 2")
     if a.min_len < 103 or a.max_len < a.min_len:
         ap.error("lengths must satisfy 103 <= min-len <= max-len (the needle and the question take 102 tokens)")
     rng = random.Random(a.seed)
     toks, ndoc, ndrill = [], 0, 0
     while len(toks) < a.tokens:
         if a.drill_frac > 0 and rng.random() < a.drill_frac:
-            toks += drill(rng, a.max_len, a.drill_gap, a.sep)
+            toks += drill(rng, a.max_len, a.drill_copies, a.drill_gap, a.drill_prefix, a.sep)
             ndrill += 1
         else:
             toks += document(rng, rng.randrange(a.min_len, a.max_len + 1), a.sep)
