@@ -3,7 +3,7 @@
 # 4 layers, 8 heads, 2 KV heads, d_ff 704) at seq_len 4096 and 16384, one process, one sequence per step;
 # the modes run in turn ROUNDS times (so drift on a shared machine hits every mode), median step time of the
 # steps after the first, as a ratio to `none`; the activation memory each mode allocates.
-#   bash tools/bench_recompute.sh [ROUNDS=2] [STEPS=4]
+#   bash tools/bench_recompute.sh [ROUNDS=2] [STEPS=4]       (LENS="4096 16384": the seq_lens, in turn)
 #   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=2 bash tools/bench_recompute.sh   (peak speed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ echo "threads $OMP_NUM_THREADS, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; $
 echo
 echo "| seq_len | recompute | step ms (median) | × none | activations MiB |"
 echo "|--------:|-----------|-----------------:|-------:|---------------:|"
-for L in 4096 16384; do
+for L in ${LENS:-4096 16384}; do
   for ((r = 0; r < rounds; r++)); do
     for rc in none mlp qkv full; do
       build/train --train_data "$T/data/train_*.bin" --out_dir "$T/o_${L}_${rc}_$r" --force --save_final 0 \
