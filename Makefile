@@ -1,7 +1,9 @@
 # ringlm — build with `make`, test with `make test`, showcase with `make demo`.
 # BACKEND selects the folder backend/$(BACKEND)/ whose backend.mk names its sources, libraries, programs and
 # tests, and the build folder BD (build/ for the CPU, build/<backend>/ otherwise). `make cuda` builds the CUDA
-# programs (build/cuda/...) next to the CPU ones; `make test` builds them too when nvcc is found.
+# programs (build/cuda/...) next to the CPU ones; `make test` builds them too when nvcc is found. `make cuda-emu`
+# builds the same CUDA sources with the host compiler against the host emulation of CUDA, cuBLAS and NCCL
+# (build/emu/...: the CUDA backend without a GPU); `make test` builds and runs it everywhere.
 .DEFAULT_GOAL := all
 CC        := mpicc
 BACKEND   ?= cpu
@@ -28,7 +30,7 @@ include backend/$(BACKEND)/backend.mk
 CFLAGS    := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -I. -I$(H5_INC) $(BACKEND_CFLAGS)
 LDLIBS    := $(BACKEND_LDLIBS) -L$(H5_LIB) -Wl,-rpath,$(H5_LIB) -lhdf5 -fopenmp -lm
 
-.PHONY: all cuda gpu-bundle test demo deps bench clean print-lib-src
+.PHONY: all cuda cuda-emu gpu-bundle test demo deps bench clean print-lib-src
 .SECONDARY:
 all: $(PROGRAMS) $(TEST_BIN)
 
@@ -61,6 +63,10 @@ cuda:
 	@[ -n "$(NVCC)" ] || { echo "make cuda: no nvcc on PATH or in CUDA_HOME=$(CUDA_HOME)/bin" >&2; exit 1; }
 	@$(MAKE) --no-print-directory BACKEND=cuda
 
+# the CUDA programs built by the host compiler against the emulation (no GPU, no nvcc needed)
+cuda-emu:
+	@$(MAKE) --no-print-directory BACKEND=cuda CUDA_EMU=1
+
 # the library sources of this backend's build, one per line (tests/test_build.sh checks the selection)
 print-lib-src:
 	@printf '%s\n' $(LIB_SRC)
@@ -76,6 +82,7 @@ gpu-bundle:
 test: deps
 	@$(MAKE) --no-print-directory all
 	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory cuda; else echo "make test: no nvcc: the CUDA programs are not built"; fi
+	@$(MAKE) --no-print-directory cuda-emu
 	@bash tests/run_all.sh
 
 demo: deps

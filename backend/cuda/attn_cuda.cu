@@ -24,16 +24,9 @@
 //   dQ:    one block per (query tile, head), looping over visible key tiles: dQ += dS K.
 //   That recomputes S and dP once more than a kernel with atomic dQ updates (7 tile matmuls instead of 5),
 //   and in exchange every output element is written by one thread in a fixed order.
-#ifdef ATTN_EMU
-#include "backend/cuda/cu_emu.h"     // a host emulation of the CUDA features used here (tests/gpu/test_attn_emu.cc)
-#else
 #include "backend/cuda/cu_common.h"
 #include <cuda_bf16.h>
 typedef __nv_bfloat16 bf16;
-typedef uint32_t saddr_t;            // a shared-memory address
-#define DYN_SMEM(type, name) extern __shared__ __align__(16) type name[]
-#define LAUNCH(kernel, grid, block, smem, ...) kernel<<<(grid), (block), (smem), cu_stream()>>>(__VA_ARGS__)
-#endif
 #include <limits.h>
 #include <string.h>
 #include <math.h>
@@ -67,7 +60,8 @@ __device__ __forceinline__ bool tiles_full(const AttnArgs& a, int4 q, int4 k) {
 // ---------------------------------------------------------------------------------------------------------
 // PTX helpers
 
-#ifndef ATTN_EMU
+#ifndef CUDA_EMU   // the host emulation has its own (backend/cuda/emu/emu_device.h)
+typedef uint32_t saddr_t;            // a shared-memory address
 __device__ __forceinline__ saddr_t smem_u32(const void* p) { return (saddr_t)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void cp_async16(saddr_t dst, const void* src, int src_bytes) {
@@ -91,11 +85,13 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+#endif
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);   // .x (low half) = lo: the lower column index
-    return *reinterpret_cast<uint32_t*>(&v);
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return u;
 }
-#endif
 
 // Fragment addressing (PTX ISA, mma.m16n8k16 and ldmatrix), lane = 4 * gq + tq:
 //   A 16x16 row-major tile at smem rows r0.., cols c0..:  ldsm_x4(rows r0 + (lane & 15), col c0 + (lane >> 4) * 8)
@@ -982,11 +978,7 @@ __global__ void __launch_bounds__(256) dq_f32_k(AttnArgs a) {
 static int g_attr_done = 0;
 
 template <typename K> static void set_smem(K kern, size_t bytes, const char* what) {
-#ifndef ATTN_EMU
     CU_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), what);
-#else
-    (void)kern; (void)bytes; (void)what;
-#endif
 }
 
 static void check_shape(const char* op, int nh, int nkv, int hd) {

@@ -1,6 +1,31 @@
 # The CUDA backend: one GPU per process, cuBLAS matmuls, own kernels (backend_cuda.cu) and attention block
 # kernels (attn_cuda.cu); data collectives over NCCL, or staged through pinned host memory over MPI
 # (comm/data_cuda.c). Built into build/cuda/ by `make cuda` (= make BACKEND=cuda); needs nvcc.
+# With CUDA_EMU=1 (`make cuda-emu`) the same sources are built by the host compiler against the host emulation of
+# the CUDA runtime, cuBLAS and NCCL in backend/cuda/emu/ into build/emu/: programs that run without a GPU.
+
+# The kernel test links the CPU backend too (the reference), its names prefixed cpu_ (tests/gpu/cpu_names.h).
+CPU_REF_OBJ = $(BD)/obj/ref/backend_cpu.o $(BD)/obj/ref/attn_cpu.o $(BD)/obj/ref/cpu_table.o
+
+ifeq ($(CUDA_EMU),1)
+BD              := build/emu
+EMU_INC         := -Ibackend/cuda/emu/include
+EMU_SRC         := backend/cuda/emu/emu_runtime.cc backend/cuda/emu/emu_cublas.cc backend/cuda/emu/emu_nccl.cc
+BACKEND_SRC     := backend/cuda/backend_cuda.cu backend/cuda/attn_cuda.cu comm/data_cuda.c $(EMU_SRC)
+BACKEND_CFLAGS  := $(EMU_INC)
+BACKEND_LDLIBS  := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lstdc++ -ldl -rdynamic
+EMU_CXX         := mpicxx -std=c++20 -O2 -g -fno-omit-frame-pointer -Wall -Wextra -Wno-unknown-pragmas -Werror \
+                   -DCUDA_EMU -DOMPI_SKIP_MPICXX=1 -I. $(EMU_INC) -I$(BLAS_INC) -I$(H5_INC)
+PROGRAMS        := $(addprefix $(BD)/,train eval bench_kernels)
+TEST_BIN        := $(BD)/tests/test_cuda
+
+$(BD)/obj/%.o: %.cu $(HEADERS) $(wildcard backend/cuda/emu/*.h backend/cuda/emu/include/*.h)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) -x c++ -c $< -o $@
+$(BD)/obj/%.o: %.cc $(HEADERS) $(wildcard backend/cuda/emu/*.h backend/cuda/emu/include/*.h)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) -c $< -o $@
+else
 BD              := build/cuda
 # portable x86 code: the binaries may run on another machine than the one that built them
 OPT             := -O3 -march=x86-64-v3
@@ -17,9 +42,8 @@ TEST_BIN        := $(BD)/tests/test_cuda
 $(BD)/obj/%.o: %.cu $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+endif
 
-# The kernel test links the CPU backend too (the reference), its names prefixed cpu_ (tests/gpu/cpu_names.h).
-CPU_REF_OBJ := $(BD)/obj/ref/backend_cpu.o $(BD)/obj/ref/attn_cpu.o $(BD)/obj/ref/cpu_table.o
 $(BD)/obj/ref/%.o: backend/cpu/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(BLAS_INC) -include tests/gpu/cpu_names.h -c $< -o $@

@@ -354,7 +354,7 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 // every thread of the block gets the result; blockDim.x a multiple of 32, at most 1024
 __device__ double block_sum_d(double v) {
-    __shared__ double sh[32];
+    SHARED(double, sh, [32]);
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     v = warp_sum_d(v);
     __syncthreads();
@@ -365,7 +365,7 @@ __device__ double block_sum_d(double v) {
     return v;
 }
 __device__ float block_max(float v) {
-    __shared__ float sh[32];
+    SHARED(float, sh, [32]);
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     v = warp_max(v);
     __syncthreads();
@@ -402,7 +402,7 @@ void be_matmul(float* C, const float* A, const float* B, int m, int n, int k,
                int transA, int transB, float alpha, float beta) {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
-        scale_k<<<grid_for((size_t)m * n), 256, 0, g_stream>>>(C, (size_t)m * n, beta);
+        LAUNCH(scale_k, grid_for((size_t)m * n), 256, 0, C, (size_t)m * n, beta);
         CU_LAUNCHED("be_matmul (k = 0)");
         return;
     }
@@ -422,7 +422,7 @@ __global__ void add_k(float* y, const float* x, size_t n) {
 }
 void be_add(float* y, const float* x, size_t n) {
     if (!n) return;
-    add_k<<<grid_for(n), 256, 0, g_stream>>>(y, x, n);
+    LAUNCH(add_k, grid_for(n), 256, 0, y, x, n);
     CU_LAUNCHED("be_add");
 }
 
@@ -487,11 +487,11 @@ void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment*
         g_sq_n = n; g_sq_dev = dtab; g_sq_uploaded = 1;
     }
     free(tab);
-    sumsq_chunks_k<<<n, 256, 0, g_stream>>>(part, x, dtab);
+    LAUNCH(sumsq_chunks_k, n, 256, 0, part, x, dtab);
     CU_LAUNCHED("be_sumsq_segments");
     double* res = part + n;   // nclass <= 64 results after the partials
     if (nclass > 64) cu_die("be_sumsq_segments", "%d classes (at most 64)", nclass);
-    sumsq_final_k<<<1, 256, 0, g_stream>>>(res, part, dtab, n, nclass);
+    LAUNCH(sumsq_final_k, 1, 256, 0, res, part, dtab, n, nclass);
     CU_LAUNCHED("be_sumsq_segments");
     be_download(out, res, (size_t)nclass * sizeof(double));
 }
@@ -509,7 +509,7 @@ __global__ void embedding_fwd_k(float* out, const int* tok, const float* wte, in
 }
 void be_embedding_forward(float* out, const int* tok, const float* wte, int N, int C, int v0, int nv) {
     if (N <= 0 || C <= 0) return;
-    embedding_fwd_k<<<grid_for((size_t)N * C), 256, 0, g_stream>>>(out, tok, wte, N, C, v0, nv);
+    LAUNCH(embedding_fwd_k, grid_for((size_t)N * C), 256, 0, out, tok, wte, N, C, v0, nv);
     CU_LAUNCHED("be_embedding_forward");
 }
 
@@ -569,7 +569,7 @@ void be_embedding_backward(float* dwte, const float* dout, const int* tok, int N
     int* dtab = (int*)cu_workspace(WS_EMB, bytes);
     be_upload(dtab, tab, bytes);
     dim3 grid(U, (C + 127) / 128);
-    embedding_bwd_k<<<grid, 128, 0, g_stream>>>(dwte, dout, dtab, U, C);
+    LAUNCH(embedding_bwd_k, grid, 128, 0, dwte, dout, dtab, U, C);
     CU_LAUNCHED("be_embedding_backward");
 }
 
@@ -590,7 +590,7 @@ __global__ void rmsnorm_fwd_k(float* out, float* rstd, const float* x, const flo
 }
 void be_rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
     if (N <= 0 || C <= 0) return;
-    rmsnorm_fwd_k<<<(N + 7) / 8, 256, 0, g_stream>>>(out, rstd, x, w, N, C, eps);
+    LAUNCH(rmsnorm_fwd_k, (N + 7) / 8, 256, 0, out, rstd, x, w, N, C, eps);
     CU_LAUNCHED("be_rmsnorm_forward");
 }
 
@@ -611,7 +611,7 @@ __global__ void rmsnorm_bwd_dx_k(float* dx, const float* dout, const float* x, c
 // dw partials: block (32 columns x 8 row lanes) sums rows [g * per, (g+1) * per) of its columns
 __global__ void rmsnorm_bwd_dw_part_k(float* part, const float* dout, const float* x, const float* rstd,
                                       int N, int C, int per) {
-    __shared__ float sh[8][33];
+    SHARED(float, sh, [8][33]);
     int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     int c = blockIdx.x * 32 + tx, g = blockIdx.y;
     int r0 = g * per, r1 = r0 + per < N ? r0 + per : N;
@@ -636,16 +636,16 @@ __global__ void rmsnorm_bwd_dw_sum_k(float* dw, const float* part, int G, int C)
 void be_rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
                          const float* rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
-    rmsnorm_bwd_dx_k<<<(N + 7) / 8, 256, 0, g_stream>>>(dx, dout, x, w, rstd, N, C);
+    LAUNCH(rmsnorm_bwd_dx_k, (N + 7) / 8, 256, 0, dx, dout, x, w, rstd, N, C);
     CU_LAUNCHED("be_rmsnorm_backward (dx)");
     int G = (N + 63) / 64;
     if (G > 256) G = 256;
     int per = (N + G - 1) / G;
     G = (N + per - 1) / per;
     float* part = (float*)cu_workspace(WS_RMS_DW, (size_t)G * C * sizeof(float));
-    rmsnorm_bwd_dw_part_k<<<dim3((C + 31) / 32, G), 256, 0, g_stream>>>(part, dout, x, rstd, N, C, per);
+    LAUNCH(rmsnorm_bwd_dw_part_k, dim3((C + 31) / 32, G), 256, 0, part, dout, x, rstd, N, C, per);
     CU_LAUNCHED("be_rmsnorm_backward (dw partials)");
-    rmsnorm_bwd_dw_sum_k<<<(C + 255) / 256, 256, 0, g_stream>>>(dw, part, G, C);
+    LAUNCH(rmsnorm_bwd_dw_sum_k, (C + 255) / 256, 256, 0, dw, part, G, C);
     CU_LAUNCHED("be_rmsnorm_backward (dw)");
 }
 
@@ -668,12 +668,12 @@ __global__ void rope_k(float* x, const int* pos, const float* cs, int N, int nh,
 }
 void be_rope_forward(float* x, const int* pos, const float* cs, int N, int nh, int hd) {
     if (N <= 0 || nh <= 0 || hd < 2) return;
-    rope_k<<<grid_for((size_t)N * nh * (hd / 2)), 256, 0, g_stream>>>(x, pos, cs, N, nh, hd, 1.0f);
+    LAUNCH(rope_k, grid_for((size_t)N * nh * (hd / 2)), 256, 0, x, pos, cs, N, nh, hd, 1.0f);
     CU_LAUNCHED("be_rope_forward");
 }
 void be_rope_backward(float* dx, const int* pos, const float* cs, int N, int nh, int hd) {
     if (N <= 0 || nh <= 0 || hd < 2) return;
-    rope_k<<<grid_for((size_t)N * nh * (hd / 2)), 256, 0, g_stream>>>(dx, pos, cs, N, nh, hd, -1.0f);
+    LAUNCH(rope_k, grid_for((size_t)N * nh * (hd / 2)), 256, 0, dx, pos, cs, N, nh, hd, -1.0f);
     CU_LAUNCHED("be_rope_backward");
 }
 
@@ -696,12 +696,12 @@ __global__ void swiglu_bwd_k(float* dg, float* du, const float* dh, const float*
 }
 void be_swiglu_forward(float* h, const float* g, const float* u, size_t n) {
     if (!n) return;
-    swiglu_fwd_k<<<grid_for(n), 256, 0, g_stream>>>(h, g, u, n);
+    LAUNCH(swiglu_fwd_k, grid_for(n), 256, 0, h, g, u, n);
     CU_LAUNCHED("be_swiglu_forward");
 }
 void be_swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, size_t n) {
     if (!n) return;
-    swiglu_bwd_k<<<grid_for(n), 256, 0, g_stream>>>(dg, du, dh, g, u, n);
+    LAUNCH(swiglu_bwd_k, grid_for(n), 256, 0, dg, du, dh, g, u, n);
     CU_LAUNCHED("be_swiglu_backward");
 }
 
@@ -720,7 +720,7 @@ __global__ void xent_lse_k(float* lse, const float* logits, int ld, int nv) {
 }
 void be_xent_lse(float* lse, const float* logits, int N, int ld, int nv) {
     if (N <= 0) return;
-    xent_lse_k<<<N, 256, 0, g_stream>>>(lse, logits, ld, nv);
+    LAUNCH(xent_lse_k, N, 256, 0, lse, logits, ld, nv);
     CU_LAUNCHED("be_xent_lse");
 }
 
@@ -732,7 +732,7 @@ __global__ void xent_tl_k(float* tl, const float* logits, const int* targets, in
 }
 void be_xent_target_logit(float* tl, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
     if (N <= 0) return;
-    xent_tl_k<<<cu_blocks(N, 256), 256, 0, g_stream>>>(tl, logits, targets, N, ld, nv, v0);
+    LAUNCH(xent_tl_k, cu_blocks(N, 256), 256, 0, tl, logits, targets, N, ld, nv, v0);
     CU_LAUNCHED("be_xent_target_logit");
 }
 
@@ -742,7 +742,7 @@ __global__ void xent_loss_k(float* losses, const float* lse, const float* tl, co
 }
 void be_xent_loss(float* losses, const float* lse, const float* tl, const int* targets, int N) {
     if (N <= 0) return;
-    xent_loss_k<<<cu_blocks(N, 256), 256, 0, g_stream>>>(losses, lse, tl, targets, N);
+    LAUNCH(xent_loss_k, cu_blocks(N, 256), 256, 0, losses, lse, tl, targets, N);
     CU_LAUNCHED("be_xent_loss");
 }
 
@@ -767,7 +767,7 @@ __global__ void xent_bwd_k(float* logits, const float* lse, const int* targets, 
 }
 void be_xent_backward(float* logits, const float* lse, const int* targets, int N, int ld, int nv, int v0, float scale) {
     if (N <= 0) return;
-    xent_bwd_k<<<N, 256, 0, g_stream>>>(logits, lse, targets, ld, nv, v0, scale);
+    LAUNCH(xent_bwd_k, N, 256, 0, logits, lse, targets, ld, nv, v0, scale);
     CU_LAUNCHED("be_xent_backward");
 }
 
@@ -780,7 +780,7 @@ __global__ void row_max_k(float* mx, const float* logits, int ld, int nv) {
 }
 void be_row_max(float* mx, const float* logits, int N, int ld, int nv) {
     if (N <= 0) return;
-    row_max_k<<<N, 256, 0, g_stream>>>(mx, logits, ld, nv);
+    LAUNCH(row_max_k, N, 256, 0, mx, logits, ld, nv);
     CU_LAUNCHED("be_row_max");
 }
 
@@ -790,7 +790,7 @@ __global__ void argmax_hit_k(float* hit, const float* mx, const float* tl, const
 }
 void be_argmax_hit(float* hit, const float* mx, const float* tl, const int* targets, int N) {
     if (N <= 0) return;
-    argmax_hit_k<<<cu_blocks(N, 256), 256, 0, g_stream>>>(hit, mx, tl, targets, N);
+    LAUNCH(argmax_hit_k, cu_blocks(N, 256), 256, 0, hit, mx, tl, targets, N);
     CU_LAUNCHED("be_argmax_hit");
 }
 
@@ -800,7 +800,7 @@ __global__ void exp_sub_k(float* x, const float* m, int N) {
 }
 void be_exp_sub(float* x, const float* m, int N) {
     if (N <= 0) return;
-    exp_sub_k<<<cu_blocks(N, 256), 256, 0, g_stream>>>(x, m, N);
+    LAUNCH(exp_sub_k, cu_blocks(N, 256), 256, 0, x, m, N);
     CU_LAUNCHED("be_exp_sub");
 }
 
@@ -810,7 +810,7 @@ __global__ void log_add_k(float* lse, const float* s, const float* m, int N) {
 }
 void be_log_add(float* lse, const float* s, const float* m, int N) {
     if (N <= 0) return;
-    log_add_k<<<cu_blocks(N, 256), 256, 0, g_stream>>>(lse, s, m, N);
+    LAUNCH(log_add_k, cu_blocks(N, 256), 256, 0, lse, s, m, N);
     CU_LAUNCHED("be_log_add");
 }
 
@@ -830,6 +830,6 @@ __global__ void adamw_k(float* p, const float* g, float* m, float* v, size_t n, 
 void be_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
               float eps, float wd, float bc1, float bc2, float gscale) {
     if (!n) return;
-    adamw_k<<<grid_for(n), 256, 0, g_stream>>>(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, gscale);
+    LAUNCH(adamw_k, grid_for(n), 256, 0, p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, gscale);
     CU_LAUNCHED("be_adamw");
 }

@@ -36,6 +36,19 @@ enum { WS_RMS_DW, WS_EMB, WS_SUMSQ, WS_SUMSQ_TAB, WS_COPY,
        WS_ATT_Q, WS_ATT_K, WS_ATT_V, WS_ATT_DO, WS_ATT_MM, WS_COUNT };
 void* cu_workspace(int slot, size_t bytes);
 
+// Kernel launches and shared memory, written once for nvcc and for the host emulation (make cuda-emu, CUDA_EMU:
+// backend/cuda/emu/): LAUNCH(kernel, grid, block, smem, args...) queues a kernel on the compute stream;
+// SHARED(type, name, dims) declares a static shared array (e.g. SHARED(float, sh, [8][33])); DYN_SMEM(type, name)
+// names the dynamic shared memory.
+#ifdef CUDA_EMU
+#define LAUNCH(kernel, grid, block, smem, ...) \
+    emu_launch(#kernel, kernel, dim3(grid), dim3(block), (size_t)(smem), (void*)cu_stream(), __VA_ARGS__)
+#else
+#define LAUNCH(kernel, grid, block, smem, ...) kernel<<<(grid), (block), (smem), cu_stream()>>>(__VA_ARGS__)
+#define SHARED(type, name, dims) __shared__ type name dims
+#define DYN_SMEM(type, name) extern __shared__ __align__(16) type name[]
+#endif
+
 // launch geometry helper
 static inline unsigned cu_blocks(size_t n, unsigned threads) {
     size_t b = (n + threads - 1) / threads;

@@ -1,0 +1,154 @@
+// emu_cublas.cc — cuBLAS for the host emulation: cublasGemmEx as a reference GEMM on device memory.
+// Column-major, as cuBLAS: C = alpha op(A) op(B) + beta C with op(A) [m, k], op(B) [k, n], leading dimensions
+// lda, ldb, ldc checked as cuBLAS checks them and every matrix checked to lie inside its allocation. The compute
+// type sets the input rounding of the tensor cores: CUBLAS_COMPUTE_32F_FAST_16BF rounds A and B to bf16 (to
+// nearest even), CUBLAS_COMPUTE_32F_FAST_TF32 to tf32 (10-bit mantissa, to nearest, ties away from zero, as
+// cvt.rna.tf32.f32), CUBLAS_COMPUTE_32F keeps them; products of the rounded inputs are exact in fp32 and summed in
+// fp32 (by OpenBLAS's sgemm on the rounded copies). beta = 0 means C is not read (NaN in C does not propagate).
+// Runs in stream order on the handle's stream, and counts for the race checks like any operation.
+#include "emu_internal.h"
+#include "cublas_v2.h"
+#include <cblas.h>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+struct EmuBlas {
+    cudaStream_t stream;
+    void* ws;
+    size_t ws_bytes;
+    bool dead;
+};
+
+namespace {
+float round_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+    u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+float round_tf32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x;   // inf, NaN
+    u = (u + 0x1000u) & ~0x1fffu;
+    memcpy(&x, &u, 4);
+    return x;
+}
+// a rows x cols column-major matrix with leading dimension ld, packed (ld = rows) and rounded
+void pack(std::vector<float>& out, const float* src, int rows, int cols, int ld, int compute) {
+    out.resize((size_t)rows * cols);
+    for (int c = 0; c < cols; c++)
+        for (int r = 0; r < rows; r++) {
+            float v = src[(size_t)c * ld + r];
+            out[(size_t)c * rows + r] = compute == CUBLAS_COMPUTE_32F_FAST_16BF ? round_bf16(v)
+                                      : compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? round_tf32(v) : v;
+        }
+}
+}   // namespace
+
+extern "C" {
+
+const char* cublasGetStatusString(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "the operation completed successfully";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    }
+    return "unknown error";
+}
+
+cublasStatus_t cublasCreate(cublasHandle_t* h) {
+    emu::ensure_init();
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return CUBLAS_STATUS_NOT_INITIALIZED;
+    EmuBlas* b = new EmuBlas();
+    b->stream = NULL;
+    b->ws = NULL;
+    b->ws_bytes = 0;
+    b->dead = false;
+    *h = b;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t h) {
+    if (!h || h->dead) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->dead = true;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+    if (!h || h->dead) return CUBLAS_STATUS_NOT_INITIALIZED;
+    emu::stream_of(s);
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void* ws, size_t bytes) {
+    if (!h || h->dead) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (bytes && !ws) return CUBLAS_STATUS_INVALID_VALUE;
+    if (bytes) emu::need_device("cublasSetWorkspace", "the workspace", ws, bytes);
+    if ((uintptr_t)ws % 256) return CUBLAS_STATUS_INVALID_VALUE;   // cuBLAS needs 256-byte alignment
+    h->ws = ws;
+    h->ws_bytes = bytes;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void* alpha, const void* A, cudaDataType_t at, int lda, const void* B, cudaDataType_t bt,
+                            int ldb, const void* beta, void* C, cudaDataType_t ct, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo) {
+    (void)algo;
+    if (!h || h->dead) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF && compute != CUBLAS_COMPUTE_32F_FAST_TF32)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T)) return CUBLAS_STATUS_INVALID_VALUE;
+    int ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;   // A as stored
+    int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
+    if (m < 0 || n < 0 || k < 0 || lda < (ar > 1 ? ar : 1) || ldb < (br > 1 ? br : 1) || ldc < (m > 1 ? m : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    float al, be;
+    memcpy(&al, alpha, 4);   // the pointer mode is host (cuBLAS's default)
+    memcpy(&be, beta, 4);
+    const char* op = "cublasGemmEx";
+    size_t cbytes = ((size_t)(n - 1) * ldc + m) * 4;
+    emu::need_device(op, "C", C, cbytes);
+    bool use_ab = k > 0 && al != 0.0f;
+    if (use_ab) {
+        emu::need_device(op, "A", A, ((size_t)(ac - 1) * lda + ar) * 4);
+        emu::need_device(op, "B", B, ((size_t)(bc - 1) * ldb + br) * 4);
+    }
+    emu::Stream* s = emu::stream_of(h->stream);
+    uint64_t t = emu::begin_op(s, op);
+    if (use_ab) {
+        emu::access(s, t, op, A, ((size_t)(ac - 1) * lda + ar) * 4, false);
+        emu::access(s, t, op, B, ((size_t)(bc - 1) * ldb + br) * 4, false);
+    }
+    emu::access(s, t, op, C, cbytes, true);
+    emu::DeviceAccess da;
+    float* c = (float*)C;
+    if (be == 0.0f)
+        for (int j = 0; j < n; j++) memset(c + (size_t)j * ldc, 0, (size_t)m * 4);
+    if (!use_ab) {
+        if (be != 0.0f && be != 1.0f)
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++) c[(size_t)j * ldc + i] *= be;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    static std::vector<float> pa, pb;
+    pack(pa, (const float*)A, ar, ac, lda, compute);
+    pack(pb, (const float*)B, br, bc, ldb, compute);
+    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                m, n, k, al, pa.data(), ar > 1 ? ar : 1, pb.data(), br > 1 ? br : 1, be == 0.0f ? 0.0f : be, c, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+}   // extern "C"

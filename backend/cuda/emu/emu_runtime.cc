@@ -1,0 +1,1263 @@
+// emu_runtime.cc — a host emulation of the CUDA runtime for ringlm's CUDA backend (make cuda-emu): the real
+// sources (backend_cuda.cu, attn_cuda.cu, comm/data_cuda.c) compiled by the host compiler against
+// backend/cuda/emu/include/ run on a machine without a GPU, and run strictly:
+//
+// Device: one emulated Hopper GPU per cudaSetDevice index (RINGLM_EMU_DEVICES per node, default 8; 0 = no
+//   device), with an H200's limits (132 SMs, 1024 threads per block, 48 KiB of shared memory per block without
+//   the opt-in attribute, 227 KiB with it) and RINGLM_EMU_MEMORY_MIB of memory (default 16384).
+//   RINGLM_EMU_CC (default 9.0) sets the compute capability.
+// Memory: every device allocation lies in an address range reserved for the emulated device and ends at a
+//   page followed by a guard page; freed allocations stay unmapped (never reused), new allocations are filled
+//   with NaN bytes. Device memory is mapped readable and writable only while the emulation itself runs an
+//   operation (a kernel, a copy, a memset, cuBLAS, NCCL); at any other time a dereference by host code ends the
+//   process with one line naming the function (RINGLM_EMU_HOSTCHECK=0 turns that off for speed). An access
+//   past the end of an allocation, of freed memory or outside any allocation ends it likewise, naming the
+//   kernel, block and thread, or the call. Kernel pointer arguments must point into live device memory (or
+//   pinned host memory); copies must stay inside their allocations and match their cudaMemcpyKind.
+// Streams: operations run when they are enqueued, in stream order; NCCL operations complete later (when
+//   something waits for them). Each stream carries a vector clock; events, stream waits and host
+//   synchronisations merge clocks. An operation that touches bytes another stream touched (one of the two a
+//   write) without an event ordering them ends the process with one line naming both operations. Kernels are
+//   known by their pointer arguments (a pointer to const is a read, others reads and writes; pointers inside
+//   struct arguments count as reads).
+// Kernels: see emu_device.h (fibers, barriers, warp collectives, shared memory, launch limits).
+// What it cannot show: timing, occupancy and register limits, __launch_bounds__ (not checked), bank conflicts,
+// memory-model effects that real hardware orders differently, the hardware's accumulation order inside mma
+// and cuBLAS (here: fp32 in k order, or OpenBLAS's), and anything the CUDA driver does that is not modelled.
+#include "emu_internal.h"
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <dlfcn.h>
+#include <map>
+#include <mpi.h>
+#include <signal.h>
+#include <string>
+#include <sys/mman.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+#include <vector>
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+namespace emu {
+
+static const size_t PAGE = 4096;
+static inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+double now(void) {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// errors
+
+void die(const char* fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cuda emulation: %s\n", buf);
+    fflush(stderr);
+    fflush(stdout);
+    int init = 0, fin = 0, size = 1;
+    MPI_Initialized(&init);
+    if (init) MPI_Finalized(&fin);
+    if (init && !fin) MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1);
+}
+
+static cudaError_t g_last = cudaSuccess;
+static cudaError_t g_detail_code = cudaSuccess;
+static char g_detail[700];
+static cudaError_t fail(cudaError_t e, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static cudaError_t fail(cudaError_t e, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_detail, sizeof g_detail, fmt, ap);
+    va_end(ap);
+    g_detail_code = e;
+    g_last = e;
+    return e;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// the device
+
+static bool g_init = false;
+static int g_ndev = 8, g_dev = 0;
+static cudaDeviceProp g_prop;
+static size_t g_total = 0, g_used = 0;
+static bool g_hostcheck = true;
+static double g_timeout = 300;
+
+static void on_fault(int sig, siginfo_t* si, void* ctx);
+static void init_memory(void);
+
+static long env_long(const char* name, long def, long lo, long hi) {
+    const char* s = getenv(name);
+    if (!s || !*s) return def;
+    char* e;
+    long v = strtol(s, &e, 10);
+    if (*e || v < lo || v > hi) die("%s = '%s' must be an integer in [%ld, %ld]", name, s, lo, hi);
+    return v;
+}
+
+static void fill_props(int dev) {
+    memset(&g_prop, 0, sizeof g_prop);
+    const char* cc = getenv("RINGLM_EMU_CC");
+    int major = 9, minor = 0;
+    if (cc && *cc && sscanf(cc, "%d.%d", &major, &minor) != 2) die("RINGLM_EMU_CC = '%s' must be major.minor", cc);
+    snprintf(g_prop.name, sizeof g_prop.name, "NVIDIA H200 (host emulation)");
+    char host[256] = "host";
+    gethostname(host, sizeof host - 1);
+    uint64_t h = 1469598103934665603ULL;
+    for (const char* p = host; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    memcpy(g_prop.uuid.bytes, &h, 8);
+    uint64_t d = 0x454d5544ULL << 32 | (unsigned)dev;   // "EMUD" + index
+    memcpy(g_prop.uuid.bytes + 8, &d, 8);
+    g_prop.totalGlobalMem = g_total;
+    g_prop.sharedMemPerBlock = 48 << 10;
+    g_prop.sharedMemPerBlockOptin = 232448;
+    g_prop.sharedMemPerMultiprocessor = 233472;
+    g_prop.regsPerBlock = 65536;
+    g_prop.warpSize = 32;
+    g_prop.maxThreadsPerBlock = 1024;
+    g_prop.maxThreadsDim[0] = 1024; g_prop.maxThreadsDim[1] = 1024; g_prop.maxThreadsDim[2] = 64;
+    g_prop.maxGridSize[0] = 2147483647; g_prop.maxGridSize[1] = 65535; g_prop.maxGridSize[2] = 65535;
+    g_prop.major = major; g_prop.minor = minor;
+    g_prop.multiProcessorCount = 132;
+    g_prop.maxThreadsPerMultiProcessor = 2048;
+    g_prop.l2CacheSize = 60 << 20;
+    g_prop.clockRate = 1980000;
+    g_prop.memoryClockRate = 3201000;
+    g_prop.memoryBusWidth = 6144;
+    g_prop.pciBusID = dev;
+}
+
+void ensure_init(void) {
+    if (g_init) return;
+    g_init = true;
+    g_ndev = (int)env_long("RINGLM_EMU_DEVICES", 8, 0, 64);
+    g_total = (size_t)env_long("RINGLM_EMU_MEMORY_MIB", 16384, 1, 1 << 22) << 20;
+    g_hostcheck = env_long("RINGLM_EMU_HOSTCHECK", 1, 0, 1) != 0;
+    g_timeout = (double)env_long("RINGLM_EMU_TIMEOUT_S", 300, 1, 86400);
+    fill_props(0);
+    init_memory();
+    // faults become one line: an alternate stack, so that a fiber's stack overflow is reported too
+    static char altstack[1 << 16];
+    stack_t ss;
+    ss.ss_sp = altstack; ss.ss_size = sizeof altstack; ss.ss_flags = 0;
+    sigaltstack(&ss, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+}
+int device_index(void) { return g_dev; }
+const cudaDeviceProp& props(void) { ensure_init(); return g_prop; }
+
+// ---------------------------------------------------------------------------------------------------------
+// memory
+
+static uintptr_t g_space_lo, g_space_hi, g_bump;      // the reserved device address range
+static std::map<uintptr_t, Alloc*> g_allocs;           // by lo, live and freed (device and pinned)
+static std::vector<Alloc*> g_live_dev;                 // live device allocations (their protection toggles)
+static unsigned long g_serial = 0;
+static int g_device_depth = 0;                         // DeviceAccess nesting
+
+static void init_memory(void) {
+    size_t reserve = (size_t)1 << 40;   // 1 TiB of address space, no memory: PROT_NONE, never reused
+    void* p = mmap(NULL, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        reserve = (size_t)1 << 36;
+        p = mmap(NULL, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) die("cannot reserve address space for the emulated device memory");
+    }
+    g_space_lo = (uintptr_t)p;
+    g_space_hi = g_space_lo + reserve;
+    g_bump = g_space_lo + PAGE;   // a guard page first
+}
+
+bool in_device_space(const void* p) { return (uintptr_t)p >= g_space_lo && (uintptr_t)p < g_space_hi; }
+
+Alloc* find_alloc(const void* p) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = g_allocs.upper_bound(a);
+    if (it == g_allocs.begin()) return NULL;
+    --it;
+    Alloc* r = it->second;
+    uintptr_t end = r->hi + (r->kind == DEVICE ? PAGE : 0);
+    return a < end ? r : NULL;
+}
+
+static int prot_now(void) { return !g_hostcheck || g_device_depth > 0 ? PROT_READ | PROT_WRITE : PROT_NONE; }
+
+static Alloc* new_alloc(size_t bytes, int kind, const char* how) {
+    size_t need = round_up(bytes ? bytes : 1, 16), span = round_up(need, PAGE);
+    Alloc* r = new Alloc();
+    if (kind == DEVICE) {
+        if (g_bump + span + PAGE > g_space_hi) die("%s: the emulated device's address space is exhausted", how);
+        r->lo = g_bump;
+        r->hi = g_bump + span;
+        g_bump = r->hi + PAGE;
+        if (mprotect((void*)r->lo, span, PROT_READ | PROT_WRITE)) die("%s: mprotect failed", how);
+        memset((void*)r->lo, 0xFF, span);   // NaN bytes: uninitialised device memory is garbage
+        if (prot_now() != (PROT_READ | PROT_WRITE)) mprotect((void*)r->lo, span, prot_now());
+        r->base = r->hi - need;              // the end of the allocation meets the guard page
+        g_live_dev.push_back(r);
+    } else {
+        void* p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) { delete r; return NULL; }
+        r->lo = (uintptr_t)p;
+        r->hi = r->lo + span;
+        r->base = r->lo;
+    }
+    r->size = bytes;
+    r->kind = kind;
+    r->live = true;
+    r->serial = ++g_serial;
+    r->how = how;
+    g_allocs[r->lo] = r;
+    return r;
+}
+
+static void free_alloc(Alloc* r) {
+    r->live = false;
+    if (r->kind == DEVICE) {
+        mprotect((void*)r->lo, r->hi - r->lo, PROT_NONE);
+        madvise((void*)r->lo, r->hi - r->lo, MADV_DONTNEED);
+        for (size_t i = 0; i < g_live_dev.size(); i++)
+            if (g_live_dev[i] == r) { g_live_dev[i] = g_live_dev.back(); g_live_dev.pop_back(); break; }
+        g_used -= r->size;
+    } else {
+        // pinned memory: unmapped, its range kept as a record (a later mapping may reuse the addresses)
+        munmap((void*)r->lo, r->hi - r->lo);
+        g_allocs.erase(r->lo);
+        delete r;
+    }
+}
+
+Alloc* need_device(const char* op, const char* what, const void* p, size_t bytes) {
+    Alloc* r = find_alloc(p);
+    if (!r || r->kind != DEVICE) {
+        if (in_device_space(p)) die("%s: %s %p lies outside every device allocation", op, what, p);
+        die("%s: %s %p is not device memory (a host pointer)", op, what, p);
+    }
+    if (!r->live) die("%s: %s %p lies in device memory freed earlier (allocation #%lu of %zu bytes)", op, what, p, r->serial, r->size);
+    uintptr_t a = (uintptr_t)p;
+    if (a < r->base || a + bytes > r->base + r->size)
+        die("%s: %s [%p, +%zu bytes) does not lie inside its allocation (#%lu: %zu bytes, the range starts at byte %td)",
+            op, what, p, bytes, r->serial, r->size, (ptrdiff_t)(a - r->base));
+    return r;
+}
+
+static void set_device_prot(int prot) {
+    for (Alloc* r : g_live_dev) mprotect((void*)r->lo, r->hi - r->lo, prot);
+}
+DeviceAccess::DeviceAccess() {
+    if (g_device_depth++ == 0 && g_hostcheck) set_device_prot(PROT_READ | PROT_WRITE);
+}
+DeviceAccess::~DeviceAccess() {
+    if (--g_device_depth == 0 && g_hostcheck) set_device_prot(PROT_NONE);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// streams, events, clocks, races
+
+static const int MAXS = 64;
+typedef uint64_t Clock[MAXS];
+struct Stream {
+    int id;
+    unsigned flags;
+    bool dead;
+    Clock vc;                       // what this stream's next operation is ordered after
+    std::deque<Deferred*> pending;  // deferred operations, in order
+    unsigned long pseq;             // sequence number of the last deferred operation
+    double done_time;               // when the last deferred operation completed
+};
+static Stream* g_streams[MAXS];
+static int g_nstreams = 0;
+static Clock g_host;                // what the host has waited for
+
+static Stream* make_stream(unsigned flags) {
+    if (g_nstreams == MAXS) die("more than %d streams", MAXS);
+    Stream* s = new Stream();
+    s->id = g_nstreams;
+    s->flags = flags;
+    memcpy(s->vc, g_host, sizeof(Clock));
+    g_streams[g_nstreams++] = s;
+    return s;
+}
+Stream* stream_of(cudaStream_t cs) {
+    ensure_init();
+    if (!g_nstreams) make_stream(cudaStreamDefault);   // stream 0: the legacy default stream
+    Stream* s = cs ? reinterpret_cast<Stream*>(cs) : g_streams[0];
+    if (s->dead) die("use of a destroyed stream");
+    return s;
+}
+int stream_id(const Stream* s) { return s->id; }
+static void merge(Clock a, const Clock b) {
+    for (int i = 0; i < g_nstreams; i++) if (b[i] > a[i]) a[i] = b[i];
+}
+
+// complete s's deferred operations up to sequence number upto; blocking or not (then: false when one is not done)
+static bool complete(Stream* s, unsigned long upto, bool blocking) {
+    while (!s->pending.empty() && s->pending.front()->seq <= upto) {
+        Deferred* d = s->pending.front();
+        if (blocking) d->wait();
+        else if (!d->test()) return false;
+        {
+            DeviceAccess da;
+            d->finish();
+        }
+        s->done_time = now();
+        s->pending.pop_front();
+        delete d;
+    }
+    return true;
+}
+static void complete_all(Stream* s) { complete(s, ~0ul, true); }
+
+void defer(Stream* s, Deferred* d) {
+    d->seq = ++s->pseq;
+    s->pending.push_back(d);
+}
+
+// ---- the access history: operations not yet known to be ordered before every stream's next operation ----
+struct Access {
+    uintptr_t lo, hi;
+    bool write, point;
+    int stream;
+    uint64_t time;
+    const char* op;
+};
+static std::vector<Access> g_hist;
+
+static void prune(void) {
+    uint64_t known[MAXS];
+    for (int x = 0; x < g_nstreams; x++) {
+        uint64_t k = ~0ull;
+        for (int s = 0; s < g_nstreams; s++) {
+            if (s == x || g_streams[s]->dead) continue;
+            uint64_t v = g_streams[s]->vc[x] > g_host[x] ? g_streams[s]->vc[x] : g_host[x];
+            if (v < k) k = v;
+        }
+        known[x] = k;
+    }
+    size_t j = 0;
+    for (size_t i = 0; i < g_hist.size(); i++)
+        if (g_hist[i].time > known[g_hist[i].stream]) g_hist[j++] = g_hist[i];
+    g_hist.resize(j);
+}
+
+static void describe(char* out, size_t n, uintptr_t a) {
+    Alloc* r = find_alloc((void*)a);
+    if (r) snprintf(out, n, "byte %td of allocation #%lu (%zu bytes)", (ptrdiff_t)(a - r->base), r->serial, r->size);
+    else snprintf(out, n, "address %p", (void*)a);
+}
+
+uint64_t begin_op(Stream* s, const char* op) {
+    (void)op;
+    complete_all(s);
+    if (s->id == 0) {   // the legacy default stream waits for every blocking stream
+        for (int i = 1; i < g_nstreams; i++)
+            if (!g_streams[i]->dead && !(g_streams[i]->flags & cudaStreamNonBlocking)) {
+                complete_all(g_streams[i]);
+                merge(s->vc, g_streams[i]->vc);
+            }
+    } else if (!(s->flags & cudaStreamNonBlocking) && g_nstreams) {
+        complete_all(g_streams[0]);
+        merge(s->vc, g_streams[0]->vc);
+    }
+    merge(s->vc, g_host);
+    return ++s->vc[s->id];
+}
+
+void access(Stream* s, uint64_t t, const char* op, const void* p, size_t bytes, bool write, bool point) {
+    uintptr_t lo = (uintptr_t)p, hi = lo + (point ? 1 : bytes);
+    if (!point && !bytes) return;
+    for (const Access& h : g_hist) {
+        if (h.stream == s->id || s->vc[h.stream] >= h.time) continue;
+        if (!write && !h.write) continue;
+        bool overlap = point && h.point ? lo == h.lo
+                     : point ? (h.lo <= lo && lo < h.hi)
+                     : h.point ? (lo <= h.lo && h.lo < hi)
+                     : (lo < h.hi && h.lo < hi);
+        if (!overlap) continue;
+        char where[160];
+        describe(where, sizeof where, lo > h.lo ? lo : h.lo);
+        die("race: %s on stream %d %s device memory (%s) that %s on stream %d %s, and no event orders the two "
+            "(cudaEventRecord on one stream, cudaStreamWaitEvent on the other)", op, s->id, write ? "writes" : "reads",
+            where, h.op, h.stream, h.write ? "writes" : "reads");
+    }
+    g_hist.push_back(Access{ lo, hi, write, point, s->id, t, op });
+    if (g_hist.size() > 4096) prune();
+}
+
+static void host_waited(const Clock vc) {
+    merge(g_host, vc);
+    prune();
+}
+
+struct EmuEventRec {
+    Stream* s;
+    Clock vc;
+    unsigned long seq;
+    unsigned flags;
+    double t_rec, t;
+    bool recorded, resolved, dead;
+};
+
+}   // namespace emu
+
+struct EmuEvent : emu::EmuEventRec {};
+
+// ---------------------------------------------------------------------------------------------------------
+// kernels: fibers
+
+namespace emu {
+
+extern "C" void emu_ctx_switch(void** save_sp, void* to_sp);
+#if defined(__x86_64__)
+// saves the callee-saved registers, MXCSR and the x87 control word on the current stack, stores the stack pointer
+// in *save_sp, switches to to_sp and restores the same from there
+asm(R"(
+    .text
+    .globl emu_ctx_switch
+    .type emu_ctx_switch, @function
+emu_ctx_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_ctx_switch, .-emu_ctx_switch
+)");
+#else
+#error "the CUDA emulation's fibers are written for x86-64"
+#endif
+
+enum { F_READY, F_WAIT_BLOCK, F_WAIT_WARP, F_DONE };
+struct CpCopy { unsigned char* dst; const unsigned char* src; int bytes; };
+struct Fiber {
+    void* sp;
+    int state;
+    std::vector<CpCopy> open;
+    std::deque<std::vector<CpCopy>> groups;
+};
+struct Warp {
+    unsigned live;          // lanes still running
+    unsigned arrived;       // lanes at the current collective
+    unsigned mask;          // its mask
+    unsigned participants;  // lanes of the last completed collective
+    int kind, nwait;
+    uint64_t v[32];
+    uintptr_t addr[32];
+    uint32_t a[32][4], b[32][2];
+    float c[32][4];
+};
+
+static const size_t STACK = 128 << 10;     // per fiber, with a guard page below
+static unsigned char* g_stacks = NULL;     // 1024 stacks
+static unsigned char* g_dsm_region = NULL; // dynamic shared memory: [region][guard]
+static unsigned char* g_ssm_region = NULL; // static shared memory: [region][guard]
+static const size_t DSM_MAX = 232448, SSM_MAX = 48 << 10;
+static size_t g_dsm_span, g_ssm_span;
+static uint32_t g_mxcsr = 0x1f80;
+static uint16_t g_fpucw = 0x37f;
+
+struct Launch {
+    const char* name;
+    const void* fn;
+    Runner run;
+    void* tuple;
+    dim3 grid, block;
+    int nt;
+    unsigned char* dsm;         // this launch's dynamic shared memory (ends at the guard page)
+    size_t dsm_bytes;
+    std::vector<std::pair<const void*, size_t>> statics;   // static shared variables: key, offset
+    size_t ssm_used;
+    size_t max_dyn;             // the opt-in maximum of dynamic shared memory set for this kernel
+    std::vector<Fiber> fib;
+    std::vector<Warp> warps;
+    int cur, live, block_arrived;
+    void* sched_sp;
+    unsigned long block_linear;
+};
+static Launch* g_L = NULL;
+
+static void init_kernels(void) {
+    if (g_stacks) return;
+    size_t per = STACK + PAGE;
+    void* p = mmap(NULL, per * 1024, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) die("cannot map the emulated threads' stacks");
+    g_stacks = (unsigned char*)p;
+    for (int i = 0; i < 1024; i++) mprotect(g_stacks + i * per, PAGE, PROT_NONE);
+    g_dsm_span = round_up(DSM_MAX, PAGE);
+    g_ssm_span = round_up(SSM_MAX, PAGE);
+    p = mmap(NULL, g_dsm_span + PAGE + g_ssm_span + PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) die("cannot map the emulated shared memory");
+    g_dsm_region = (unsigned char*)p;
+    g_ssm_region = g_dsm_region + g_dsm_span + PAGE;
+    mprotect(g_dsm_region + g_dsm_span, PAGE, PROT_NONE);
+    mprotect(g_ssm_region + g_ssm_span, PAGE, PROT_NONE);
+    uint32_t mx;
+    uint16_t cw;
+    asm volatile("stmxcsr %0" : "=m"(mx));
+    asm volatile("fnstcw %0" : "=m"(cw));
+    g_mxcsr = mx; g_fpucw = cw;
+}
+
+static void where(char* out, size_t n) {
+    if (!g_L) { snprintf(out, n, "host code"); return; }
+    snprintf(out, n, "kernel %s (block (%u, %u, %u) thread (%u, %u, %u) of a %ux%ux%u block)", g_L->name, blockIdx.x,
+             blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z, g_L->block.x, g_L->block.y, g_L->block.z);
+}
+[[noreturn]] static void kdie(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static void kdie(const char* fmt, ...) {
+    char msg[600], w[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    where(w, sizeof w);
+    die("%s: %s", w, msg);
+}
+
+static void yield(void) {
+    Fiber& f = g_L->fib[g_L->cur];
+    emu_ctx_switch(&f.sp, g_L->sched_sp);
+}
+
+static void release_block(void) {
+    for (Fiber& f : g_L->fib) if (f.state == F_WAIT_BLOCK) f.state = F_READY;
+    g_L->block_arrived = 0;
+}
+static void release_warp(int w) {
+    Warp& W = g_L->warps[w];
+    W.participants = W.arrived;
+    W.nwait = 0;
+    W.arrived = 0;
+    for (int l = 0; l < 32; l++) {
+        int t = w * 32 + l;
+        if (t < g_L->nt && g_L->fib[t].state == F_WAIT_WARP) g_L->fib[t].state = F_READY;
+    }
+}
+static void maybe_release_warp(int w) {
+    Warp& W = g_L->warps[w];
+    if (W.nwait && (W.arrived & W.live & W.mask) == (W.live & W.mask)) release_warp(w);
+}
+
+static void fiber_entry(void) {
+    Launch* L = g_L;
+    L->run(L->fn, L->tuple);
+    int t = L->cur;
+    Fiber& f = L->fib[t];
+    f.state = F_DONE;
+    f.open.clear();
+    f.groups.clear();
+    L->live--;
+    Warp& W = L->warps[t / 32];
+    W.live &= ~(1u << (t % 32));
+    maybe_release_warp(t / 32);
+    if (L->block_arrived && L->block_arrived == L->live) release_block();
+    emu_ctx_switch(&f.sp, L->sched_sp);
+    __builtin_unreachable();
+}
+
+static void fiber_start(int t) {
+    unsigned char* top = g_stacks + (size_t)t * (STACK + PAGE) + PAGE + STACK;
+    unsigned char* sp = top - 72;
+    memset(sp, 0, 72);
+    memcpy(sp, &g_mxcsr, 4);
+    memcpy(sp + 4, &g_fpucw, 2);
+    void (*entry)(void) = fiber_entry;
+    memcpy(sp + 56, &entry, sizeof entry);
+    g_L->fib[t].sp = sp;
+    g_L->fib[t].state = F_READY;
+    g_L->fib[t].open.clear();
+    g_L->fib[t].groups.clear();
+}
+
+int lane(void) { return g_L->cur & 31; }
+
+void block_barrier(void) {
+    if (!g_L) die("__syncthreads outside a kernel");
+    Fiber& f = g_L->fib[g_L->cur];
+    f.state = F_WAIT_BLOCK;
+    if (++g_L->block_arrived == g_L->live) release_block();
+    yield();
+}
+
+unsigned warp_barrier(unsigned mask, int kind) {
+    if (!g_L) die("a warp collective outside a kernel");
+    int t = g_L->cur, w = t / 32, l = t % 32;
+    Warp& W = g_L->warps[w];
+    if (!(mask >> l & 1)) kdie("a warp collective with mask 0x%08x, which does not include the calling lane %d", mask, l);
+    static const char* names[] = { "", "__syncwarp", "a shuffle", "ldmatrix", "mma.sync" };
+    if (W.nwait == 0) { W.kind = kind; W.mask = mask; W.arrived = 0; }
+    else if (W.kind != kind || W.mask != mask)
+        kdie("the lanes of warp %d meet at different warp collectives (%s with mask 0x%08x and %s with mask 0x%08x): "
+             "divergent warp code", w, names[W.kind], W.mask, names[kind], mask);
+    W.arrived |= 1u << l;
+    W.nwait++;
+    g_L->fib[t].state = F_WAIT_WARP;
+    maybe_release_warp(w);
+    yield();
+    return W.participants;
+}
+
+uint64_t shfl(unsigned mask, uint64_t v, int src) {
+    int t = g_L->cur;
+    Warp& W = g_L->warps[t / 32];
+    W.v[t % 32] = v;
+    unsigned who = warp_barrier(mask, K_SHFL);
+    if (!(who >> src & 1)) kdie("a shuffle reads lane %d, which has exited or is not in the shuffle", src);
+    uint64_t r = W.v[src];
+    warp_barrier(mask, K_SHFL);
+    return r;
+}
+
+unsigned char* dyn_smem(void) {
+    if (!g_L) die("dynamic shared memory outside a kernel");
+    return g_L->dsm;
+}
+
+void* static_smem(const void* key, size_t bytes, size_t align) {
+    if (!g_L) die("shared memory outside a kernel");
+    for (auto& s : g_L->statics) if (s.first == key) return g_ssm_region + s.second;
+    size_t off = round_up(g_L->ssm_used, align < 16 ? 16 : align);
+    if (off + bytes > SSM_MAX) kdie("static shared memory beyond %zu bytes", SSM_MAX);
+    if (off + bytes + g_L->dsm_bytes > g_prop.sharedMemPerBlockOptin)
+        kdie("%zu bytes of static and %zu bytes of dynamic shared memory exceed the device's %zu per block", off + bytes,
+             g_L->dsm_bytes, g_prop.sharedMemPerBlockOptin);
+    g_L->statics.push_back({ key, off });
+    g_L->ssm_used = off + bytes;
+    memset(g_ssm_region + off, 0xFF, bytes);
+    return g_ssm_region + off;
+}
+
+void check_smem(const void* p, size_t n, const char* what) {
+    const unsigned char* q = (const unsigned char*)p;
+    if (q < g_L->dsm || q + n > g_L->dsm + g_L->dsm_bytes || ((uintptr_t)q & 15))
+        kdie("%s: shared-memory access at offset %td (%zu bytes) outside the block's %zu bytes of dynamic shared memory "
+             "or not 16-byte aligned", what, q - g_L->dsm, n, g_L->dsm_bytes);
+}
+
+void cp_async16(uintptr_t dst, const void* src, int src_bytes) {
+    check_smem((const void*)dst, 16, "cp.async");
+    if (src_bytes != 0 && src_bytes != 16) kdie("cp.async with src-size %d (this emulation: 0 or 16)", src_bytes);
+    if (src_bytes && ((uintptr_t)src & 15)) kdie("cp.async.cg from a global address %p that is not 16-byte aligned", src);
+    g_L->fib[g_L->cur].open.push_back(CpCopy{ (unsigned char*)dst, (const unsigned char*)src, src_bytes });
+}
+void cp_commit(void) {
+    Fiber& f = g_L->fib[g_L->cur];
+    f.groups.push_back(f.open);
+    f.open.clear();
+}
+void cp_wait(int n) {   // the copies of the oldest groups land now: a missing wait reads stale shared memory
+    Fiber& f = g_L->fib[g_L->cur];
+    while ((int)f.groups.size() > n) {
+        for (const CpCopy& c : f.groups.front()) {
+            if (c.bytes) memcpy(c.dst, c.src, 16);
+            else memset(c.dst, 0, 16);
+        }
+        f.groups.pop_front();
+    }
+}
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8i..8i+7 give the row addresses of matrix i; register i
+// of lane l holds matrix i's row l/4, columns 2(l%4), 2(l%4)+1 — transposed: rows 2(l%4), 2(l%4)+1 of column l/4
+void ldmatrix(uint32_t (&r)[4], uintptr_t addr, bool trans) {
+    int t = g_L->cur, l = t % 32;
+    Warp& W = g_L->warps[t / 32];
+    check_smem((const void*)addr, 16, "ldmatrix");
+    W.addr[l] = addr;
+    if (warp_barrier(0xffffffffu, K_LDMATRIX) != 0xffffffffu) kdie("ldmatrix.sync.aligned without all 32 lanes of the warp");
+    for (int i = 0; i < 4; i++) {
+        uint16_t lo, hi;
+        if (!trans) {
+            const uint16_t* row = (const uint16_t*)W.addr[8 * i + l / 4];
+            lo = row[2 * (l % 4)]; hi = row[2 * (l % 4) + 1];
+        } else {
+            const uint16_t* r0 = (const uint16_t*)W.addr[8 * i + 2 * (l % 4)];
+            const uint16_t* r1 = (const uint16_t*)W.addr[8 * i + 2 * (l % 4) + 1];
+            lo = r0[l / 4]; hi = r1[l / 4];
+        }
+        r[i] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+    warp_barrier(0xffffffffu, K_LDMATRIX);
+}
+
+static inline float bf_half(uint32_t reg, int hi) {
+    uint32_t u = (hi ? reg >> 16 : reg & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: A reg r of lane l = row l/4 + 8(r&1), columns
+// 2(l%4) + 8(r>>1) + {0,1}; B reg r = rows 2(l%4) + 8r + {0,1} of column l/4; C/D element e = row l/4 + 8(e>>1),
+// column 2(l%4) + (e&1). Products exact in fp32, summed in k order onto the accumulator.
+void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    int t = g_L->cur, l = t % 32;
+    Warp& W = g_L->warps[t / 32];
+    for (int i = 0; i < 4; i++) { W.a[l][i] = a[i]; W.c[l][i] = d[i]; }
+    W.b[l][0] = b0; W.b[l][1] = b1;
+    if (warp_barrier(0xffffffffu, K_MMA) != 0xffffffffu) kdie("mma.sync.aligned without all 32 lanes of the warp");
+    int g = l >> 2, tq = l & 3;
+    for (int e = 0; e < 4; e++) {
+        int row = g + 8 * (e >> 1), col = 2 * tq + (e & 1);
+        float acc = W.c[l][e];
+        for (int k = 0; k < 16; k++) {
+            int al = (row % 8) * 4 + (k % 8) / 2, areg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+            int bl = col * 4 + (k % 8) / 2, breg = k >= 8 ? 1 : 0;
+            acc += bf_half(W.a[al][areg], k & 1) * bf_half(W.b[bl][breg], k & 1);
+        }
+        d[e] = acc;
+    }
+    warp_barrier(0xffffffffu, K_MMA);
+}
+
+// ---- kernel attributes set with cudaFuncSetAttribute ----
+static std::map<const void*, int> g_maxdyn;
+
+static void run_block(Launch* L) {
+    unsigned long b = L->block_linear;
+    if (L->dsm_bytes) memset(L->dsm, 0xFF, L->dsm_bytes);
+    if (L->ssm_used) memset(g_ssm_region, 0xFF, L->ssm_used);
+    L->live = L->nt;
+    L->block_arrived = 0;
+    for (int t = 0; t < L->nt; t++) fiber_start(t);
+    for (size_t w = 0; w < L->warps.size(); w++) {
+        Warp& W = L->warps[w];
+        int n = L->nt - (int)w * 32;
+        W.live = n >= 32 ? 0xffffffffu : (1u << n) - 1;
+        W.arrived = 0; W.nwait = 0; W.participants = 0; W.kind = 0; W.mask = 0;
+    }
+    bool rev = b & 1;
+    unsigned bx = L->block.x, by = L->block.y;
+    while (L->live > 0) {
+        bool any = false;
+        for (int i = 0; i < L->nt; i++) {
+            int t = rev ? L->nt - 1 - i : i;
+            if (L->fib[t].state != F_READY) continue;
+            any = true;
+            L->cur = t;
+            threadIdx = uint3{ (unsigned)t % bx, ((unsigned)t / bx) % by, (unsigned)t / (bx * by) };
+            emu_ctx_switch(&L->sched_sp, L->fib[t].sp);
+        }
+        if (!any && L->live > 0) {
+            int nb = 0, nw = 0;
+            for (const Fiber& f : L->fib) { nb += f.state == F_WAIT_BLOCK; nw += f.state == F_WAIT_WARP; }
+            threadIdx = uint3{ 0, 0, 0 };
+            kdie("deadlock: %d threads wait at __syncthreads and %d at warp collectives that cannot complete "
+                 "(a barrier in divergent code?)", nb, nw);
+        }
+    }
+}
+
+void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, void* stream, const Arg* args, int nargs,
+            Runner run, void* tuple) {
+    ensure_init();
+    init_kernels();
+    if (g_L) die("kernel %s launched from inside kernel %s (dynamic parallelism is not used by ringlm)", name, g_L->name);
+    const cudaDeviceProp& P = g_prop;
+    unsigned long nt = (unsigned long)block.x * block.y * block.z;
+    if (!block.x || !block.y || !block.z || block.x > (unsigned)P.maxThreadsDim[0] || block.y > (unsigned)P.maxThreadsDim[1] ||
+        block.z > (unsigned)P.maxThreadsDim[2] || nt > (unsigned long)P.maxThreadsPerBlock) {
+        fail(cudaErrorInvalidConfiguration, "kernel %s: a block of %ux%ux%u threads (at most %d per block, %dx%dx%d)", name,
+             block.x, block.y, block.z, P.maxThreadsPerBlock, P.maxThreadsDim[0], P.maxThreadsDim[1], P.maxThreadsDim[2]);
+        return;
+    }
+    if (!grid.x || !grid.y || !grid.z || grid.x > (unsigned)P.maxGridSize[0] || grid.y > (unsigned)P.maxGridSize[1] ||
+        grid.z > (unsigned)P.maxGridSize[2]) {
+        fail(cudaErrorInvalidConfiguration, "kernel %s: a grid of %ux%ux%u blocks (at most %dx%dx%d)", name, grid.x, grid.y,
+             grid.z, P.maxGridSize[0], P.maxGridSize[1], P.maxGridSize[2]);
+        return;
+    }
+    auto md = g_maxdyn.find(fn);
+    size_t maxdyn = md == g_maxdyn.end() ? P.sharedMemPerBlock : (size_t)md->second;
+    if (smem > maxdyn) {
+        fail(cudaErrorInvalidValue, "kernel %s: %zu bytes of dynamic shared memory, but at most %zu for this kernel%s", name,
+             smem, maxdyn, md == g_maxdyn.end() ? " (above 48 KiB needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize))" : "");
+        return;
+    }
+    Stream* s = stream_of((cudaStream_t)stream);
+    uint64_t t = begin_op(s, name);
+    // pointer arguments: live device (or pinned) memory; they are what the race checks know of the kernel
+    for (int i = 0; i < nargs; i++) {
+        if (args[i].ptr) {
+            const void* p;
+            memcpy(&p, args[i].p, sizeof p);
+            if (!p) continue;
+            Alloc* r = find_alloc(p);
+            if (r && r->live && r->kind == PINNED) continue;
+            if (!r || !r->live || r->kind != DEVICE || (uintptr_t)p < r->base || (uintptr_t)p > r->base + r->size) {
+                if (r && !r->live)
+                    die("kernel %s: argument %d (%p) points into device memory freed earlier (allocation #%lu of %zu bytes)",
+                        name, i + 1, p, r->serial, r->size);
+                if (in_device_space(p) || r)
+                    die("kernel %s: argument %d (%p) points outside every device allocation", name, i + 1, p);
+                die("kernel %s: argument %d (%p) is host memory, which a kernel cannot read (cudaMalloc or cudaMallocHost)",
+                    name, i + 1, p);
+            }
+            access(s, t, name, p, 1, args[i].ptr == 2, true);
+        } else {
+            for (size_t o = 0; o + 8 <= args[i].bytes; o += 8) {
+                uintptr_t v;
+                memcpy(&v, (const char*)args[i].p + o, 8);
+                if (!in_device_space((void*)v)) continue;
+                Alloc* r = find_alloc((void*)v);
+                if (!r || !r->live || v < r->base || v > r->base + r->size)
+                    die("kernel %s: argument %d holds a pointer (%p, at byte %zu) to %s", name, i + 1, (void*)v, o,
+                        r && !r->live ? "device memory freed earlier" : "no device allocation");
+                access(s, t, name, (void*)v, 1, false, true);
+            }
+        }
+    }
+    Launch L;
+    L.name = name; L.fn = fn; L.run = run; L.tuple = tuple; L.grid = grid; L.block = block; L.nt = (int)nt;
+    L.dsm_bytes = smem;
+    L.dsm = g_dsm_region + g_dsm_span - round_up(smem, 16);
+    L.ssm_used = 0;
+    L.max_dyn = maxdyn;
+    L.fib.resize(nt);
+    L.warps.resize((nt + 31) / 32);
+    L.cur = 0;
+    blockDim = block;
+    gridDim = grid;
+    DeviceAccess da;
+    g_L = &L;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                blockIdx = uint3{ bx, by, bz };
+                L.block_linear = bx + (unsigned long)grid.x * (by + (unsigned long)grid.y * bz);
+                run_block(&L);
+            }
+    g_L = NULL;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// faults: one line
+
+static void on_fault(int sig, siginfo_t* si, void* ctx) {
+    uintptr_t a = (uintptr_t)si->si_addr;
+    char msg[900], w[300], fn[200] = "";
+    where(w, sizeof w);
+    ucontext_t* uc = (ucontext_t*)ctx;
+    Dl_info di;
+    void* pc = (void*)uc->uc_mcontext.gregs[REG_RIP];
+    if (dladdr(pc, &di) && di.dli_sname) snprintf(fn, sizeof fn, " (in %s)", di.dli_sname);
+    Alloc* r = find_alloc((void*)a);
+    size_t per = STACK + PAGE;
+    if (g_L && a >= (uintptr_t)(g_dsm_region + g_dsm_span) && a < (uintptr_t)(g_dsm_region + g_dsm_span + PAGE))
+        snprintf(msg, sizeof msg, "%s: shared-memory access past the end of the block's %zu bytes of dynamic shared memory",
+                 w, g_L->dsm_bytes);
+    else if (g_L && a >= (uintptr_t)(g_ssm_region + g_ssm_span) && a < (uintptr_t)(g_ssm_region + g_ssm_span + PAGE))
+        snprintf(msg, sizeof msg, "%s: shared-memory access past the end of the static shared memory", w);
+    else if (g_stacks && a >= (uintptr_t)g_stacks && a < (uintptr_t)g_stacks + 1024 * per && (a - (uintptr_t)g_stacks) % per < PAGE)
+        snprintf(msg, sizeof msg, "%s: the thread's stack (%zu KiB in this emulation) overflowed", w, STACK >> 10);
+    else if (r && r->kind == DEVICE) {
+        if (!r->live)
+            snprintf(msg, sizeof msg, "%s%s: access to device memory freed earlier (byte %td of allocation #%lu of %zu bytes)",
+                     w, fn, (ptrdiff_t)(a - r->base), r->serial, r->size);
+        else if (a >= r->hi)
+            snprintf(msg, sizeof msg, "%s%s: out-of-bounds access %td bytes past the end of a device allocation (#%lu of %zu bytes)",
+                     w, fn, (ptrdiff_t)(a - (r->base + r->size)), r->serial, r->size);
+        else if (!g_L && g_device_depth == 0)
+            snprintf(msg, sizeof msg, "host code%s read or wrote device memory (byte %td of allocation #%lu of %zu bytes) "
+                     "without a copy (cudaMemcpy)", fn, (ptrdiff_t)(a - r->base), r->serial, r->size);
+        else
+            snprintf(msg, sizeof msg, "%s%s: fault at byte %td of device allocation #%lu of %zu bytes", w, fn,
+                     (ptrdiff_t)(a - r->base), r->serial, r->size);
+    } else if (in_device_space((void*)a))
+        snprintf(msg, sizeof msg, "%s%s: access to an address of the emulated device (%p) that no allocation holds", w, fn, (void*)a);
+    else
+        snprintf(msg, sizeof msg, "%s%s: %s at address %p (not device memory)", w, fn, sig == SIGBUS ? "bus error" : "segmentation fault",
+                 (void*)a);
+    char line[1000];
+    int n = snprintf(line, sizeof line, "cuda emulation: %s\n", msg);
+    if (write(2, line, n > 0 ? (size_t)n : 0) < 0) {}
+    _exit(1);
+}
+
+}   // namespace emu
+
+// =========================================================================================================
+// the runtime API
+
+using namespace emu;
+
+extern "C" {
+
+const char* cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInitializationError: return "cudaErrorInitializationError";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    default: return "cudaErrorUnknown";
+    }
+}
+
+static const char* plain_string(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    default: return "unknown error";
+    }
+}
+
+// the last error set with details by the emulation carries them (it names the kernel or call)
+const char* cudaGetErrorString(cudaError_t e) {
+    static char buf[900];
+    if (e != cudaSuccess && e == g_detail_code && g_detail[0]) {
+        snprintf(buf, sizeof buf, "%s (%s)", plain_string(e), g_detail);
+        return buf;
+    }
+    return plain_string(e);
+}
+cudaError_t cudaGetLastError(void) { cudaError_t e = g_last; g_last = cudaSuccess; return e; }
+cudaError_t cudaPeekAtLastError(void) { return g_last; }
+
+cudaError_t cudaGetDeviceCount(int* n) {
+    ensure_init();
+    if (g_ndev == 0) { *n = 0; return fail(cudaErrorNoDevice, "RINGLM_EMU_DEVICES = 0"); }
+    *n = g_ndev;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int dev) {
+    ensure_init();
+    if (dev < 0 || dev >= g_ndev) return fail(cudaErrorInvalidDevice, "cudaSetDevice(%d) with %d devices", dev, g_ndev);
+    g_dev = dev;
+    fill_props(dev);
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* dev) { ensure_init(); *dev = g_dev; return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int dev) {
+    ensure_init();
+    if (dev < 0 || dev >= g_ndev) return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d) with %d devices", dev, g_ndev);
+    int keep = g_dev;
+    fill_props(dev);
+    *prop = g_prop;
+    fill_props(keep);
+    return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int* v) { *v = 13000; return cudaSuccess; }
+cudaError_t cudaRuntimeGetVersion(int* v) { *v = 13000; return cudaSuccess; }
+
+cudaError_t cudaDeviceSynchronize(void) {
+    ensure_init();
+    stream_of(NULL);
+    for (int i = 0; i < g_nstreams; i++) {
+        Stream* s = g_streams[i];
+        if (s->dead) continue;
+        complete_all(s);
+        host_waited(s->vc);
+    }
+    return cudaSuccess;
+}
+
+// ---- memory ----
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+    ensure_init();
+    if (!p) return fail(cudaErrorInvalidValue, "cudaMalloc with a NULL result pointer");
+    if (g_used + bytes > g_total)
+        return fail(cudaErrorMemoryAllocation, "cudaMalloc of %zu bytes with %zu of %zu bytes of the emulated device in use",
+                    bytes, g_used, g_total);
+    Alloc* r = new_alloc(bytes, DEVICE, "cudaMalloc");
+    g_used += bytes;
+    *p = (void*)r->base;
+    return cudaSuccess;
+}
+static cudaError_t free_device(void* p, const char* op) {
+    if (!p) return cudaSuccess;
+    Alloc* r = find_alloc(p);
+    if (!r || r->kind != DEVICE || (uintptr_t)p != r->base)
+        return fail(cudaErrorInvalidValue, "%s(%p): not a pointer that cudaMalloc returned", op, p);
+    if (!r->live) return fail(cudaErrorInvalidValue, "%s(%p): freed twice (allocation #%lu)", op, p, r->serial);
+    free_alloc(r);
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+    ensure_init();
+    cudaDeviceSynchronize();   // cudaFree synchronises the device
+    return free_device(p, "cudaFree");
+}
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t cs) {
+    ensure_init();
+    Stream* s = stream_of(cs);
+    begin_op(s, "cudaMallocAsync");
+    if (g_used + bytes > g_total)
+        return fail(cudaErrorMemoryAllocation, "cudaMallocAsync of %zu bytes with %zu of %zu bytes of the emulated device in use",
+                    bytes, g_used, g_total);
+    Alloc* r = new_alloc(bytes, DEVICE, "cudaMallocAsync");
+    g_used += bytes;
+    *p = (void*)r->base;
+    return cudaSuccess;
+}
+cudaError_t cudaFreeAsync(void* p, cudaStream_t cs) {
+    ensure_init();
+    Stream* s = stream_of(cs);
+    begin_op(s, "cudaFreeAsync");
+    // every stream's deferred work is finished first: this emulation frees at once
+    for (int i = 0; i < g_nstreams; i++) if (!g_streams[i]->dead) complete_all(g_streams[i]);
+    return free_device(p, "cudaFreeAsync");
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+    ensure_init();
+    Alloc* r = new_alloc(bytes, PINNED, "cudaMallocHost");
+    if (!r) return fail(cudaErrorMemoryAllocation, "cudaMallocHost of %zu bytes", bytes);
+    *p = (void*)r->base;
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* p) {
+    ensure_init();
+    if (!p) return cudaSuccess;
+    Alloc* r = find_alloc(p);
+    if (!r || r->kind != PINNED || (uintptr_t)p != r->base)
+        return fail(cudaErrorInvalidValue, "cudaFreeHost(%p): not a pointer that cudaMallocHost returned", p);
+    cudaDeviceSynchronize();
+    free_alloc(r);
+    return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* fr, size_t* tot) {
+    ensure_init();
+    *fr = g_total - g_used;
+    *tot = g_total;
+    return cudaSuccess;
+}
+int emu_pointer_kind(const void* p) {
+    ensure_init();
+    Alloc* r = find_alloc(p);
+    if (!r || !r->live || (uintptr_t)p < r->base || (uintptr_t)p >= r->base + r->size) return 0;
+    return r->kind;
+}
+
+static bool is_dev(const void* p) { return in_device_space(p); }
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t cs) {
+    ensure_init();
+    Stream* s = stream_of(cs);
+    if (!bytes) return cudaSuccess;
+    bool dd = is_dev(dst), sd = is_dev(src);
+    if (kind == cudaMemcpyDefault) kind = (cudaMemcpyKind)((sd ? 2 : 0) + (dd ? 1 : 0));
+    static const char* kinds[] = { "cudaMemcpyHostToHost", "cudaMemcpyHostToDevice", "cudaMemcpyDeviceToHost",
+                                   "cudaMemcpyDeviceToDevice" };
+    if ((int)kind < 0 || (int)kind > 3) return fail(cudaErrorInvalidValue, "cudaMemcpyAsync: kind %d", (int)kind);
+    bool want_dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool want_sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (dd != want_dd || sd != want_sd)
+        return fail(cudaErrorInvalidValue, "cudaMemcpyAsync with %s, but the destination %p is %s and the source %p is %s",
+                    kinds[kind], dst, dd ? "device memory" : "host memory", src, sd ? "device memory" : "host memory");
+    if (dd) need_device("cudaMemcpyAsync", "destination", dst, bytes);
+    if (sd) need_device("cudaMemcpyAsync", "source", src, bytes);
+    if ((const char*)dst < (const char*)src + bytes && (const char*)src < (const char*)dst + bytes)
+        return fail(cudaErrorInvalidValue, "cudaMemcpyAsync: the source and destination ranges overlap (%zu bytes)", bytes);
+    uint64_t t = begin_op(s, kinds[kind]);
+    if (sd) access(s, t, kinds[kind], src, bytes, false);
+    if (dd) access(s, t, kinds[kind], dst, bytes, true);
+    DeviceAccess da;
+    memcpy(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, NULL);
+    if (e == cudaSuccess) cudaStreamSynchronize(NULL);
+    return e;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t cs) {
+    ensure_init();
+    Stream* s = stream_of(cs);
+    if (!bytes) return cudaSuccess;
+    if (!is_dev(p)) return fail(cudaErrorInvalidValue, "cudaMemsetAsync on %p, which is not device memory", p);
+    need_device("cudaMemsetAsync", "destination", p, bytes);
+    uint64_t t = begin_op(s, "cudaMemsetAsync");
+    access(s, t, "cudaMemsetAsync", p, bytes, true);
+    DeviceAccess da;
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+    cudaError_t e = cudaMemsetAsync(p, value, bytes, NULL);
+    if (e == cudaSuccess) cudaStreamSynchronize(NULL);
+    return e;
+}
+
+// ---- streams ----
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+    ensure_init();
+    stream_of(NULL);
+    *s = reinterpret_cast<cudaStream_t>(make_stream(flags));
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t cs) {
+    Stream* s = stream_of(cs);
+    if (s->id == 0) return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy of the default stream");
+    complete_all(s);
+    s->dead = true;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t cs) {
+    Stream* s = stream_of(cs);
+    begin_op(s, "cudaStreamSynchronize");   // (a blocking stream also waits for the default stream)
+    complete_all(s);
+    host_waited(s->vc);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t cs) {
+    Stream* s = stream_of(cs);
+    if (!complete(s, ~0ul, false)) return cudaErrorNotReady;
+    host_waited(s->vc);
+    return cudaSuccess;
+}
+
+// ---- events ----
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+    ensure_init();
+    EmuEvent* ev = new EmuEvent();
+    memset(static_cast<EmuEventRec*>(ev), 0, sizeof(EmuEventRec));
+    ev->flags = flags;
+    *e = ev;
+    return cudaSuccess;
+}
+static EmuEvent* live_event(cudaEvent_t e, const char* op) {
+    if (!e) die("%s: a NULL event", op);
+    if (e->dead) die("%s: an event that was destroyed", op);
+    return e;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    live_event(e, "cudaEventDestroy")->dead = true;   // kept: a later use is reported
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t cs) {
+    EmuEvent* ev = live_event(e, "cudaEventRecord");
+    Stream* s = stream_of(cs);
+    merge(s->vc, g_host);
+    memcpy(ev->vc, s->vc, sizeof(Clock));
+    ev->s = s;
+    ev->seq = s->pseq;
+    ev->t_rec = now();
+    ev->recorded = true;
+    ev->resolved = s->pending.empty();   // nothing deferred before it: complete when recorded
+    ev->t = ev->t_rec;
+    return cudaSuccess;
+}
+// the event's work done (blocking or not): its time is when the last of it completed
+static bool resolve(EmuEvent* ev, bool blocking) {
+    if (!ev->recorded) return true;   // never recorded: complete at once (CUDA's rule)
+    if (!ev->resolved) {
+        if (!complete(ev->s, ev->seq, blocking)) return false;
+        ev->resolved = true;
+        if (ev->s->done_time > ev->t) ev->t = ev->s->done_time;
+    }
+    return true;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    EmuEvent* ev = live_event(e, "cudaEventQuery");
+    if (!resolve(ev, false)) return cudaErrorNotReady;
+    if (ev->recorded) host_waited(ev->vc);
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    EmuEvent* ev = live_event(e, "cudaEventSynchronize");
+    resolve(ev, true);
+    if (ev->recorded) host_waited(ev->vc);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t cs, cudaEvent_t e, unsigned flags) {
+    (void)flags;
+    EmuEvent* ev = live_event(e, "cudaStreamWaitEvent");
+    Stream* s = stream_of(cs);
+    if (!ev->recorded) return cudaSuccess;
+    resolve(ev, true);   // this emulation runs s's next operation at once: what it waits for completes now
+    merge(s->vc, ev->vc);
+    return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    EmuEvent *x = live_event(a, "cudaEventElapsedTime"), *y = live_event(b, "cudaEventElapsedTime");
+    if ((x->flags | y->flags) & cudaEventDisableTiming)
+        return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event created with cudaEventDisableTiming");
+    if (!x->recorded || !y->recorded) return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event never recorded");
+    if (!x->resolved || !y->resolved) return cudaErrorNotReady;
+    *ms = (float)((y->t - x->t) * 1e3);
+    return cudaSuccess;
+}
+
+// ---- kernels ----
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
+    ensure_init();
+    memset(attr, 0, sizeof *attr);
+    attr->maxThreadsPerBlock = g_prop.maxThreadsPerBlock;
+    auto it = g_maxdyn.find(func);
+    attr->maxDynamicSharedSizeBytes = it == g_maxdyn.end() ? (int)g_prop.sharedMemPerBlock : it->second;
+    attr->numRegs = 32;
+    attr->ptxVersion = attr->binaryVersion = g_prop.major * 10 + g_prop.minor;
+    return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+    ensure_init();
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || (size_t)value > g_prop.sharedMemPerBlockOptin)
+            return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %d): at most %zu on this device",
+                        value, g_prop.sharedMemPerBlockOptin);
+        g_maxdyn[func] = value;
+        return cudaSuccess;
+    }
+    return cudaSuccess;
+}
+
+}   // extern "C"
