@@ -3,10 +3,12 @@
 # Each test prints its own final "N passed, N failed" line; this sums them and ends with the total line.
 # GPU tests (build/cuda/tests/test_*, built by `make test` where nvcc is found) on a machine without a GPU print
 # one line containing "no CUDA device" and exit 77: counted as skipped (named before the total), not passed.
+# build/emu/tests/test_* are the same GPU tests built against the host emulation of CUDA (make cuda-emu): they
+# run everywhere.
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 total_p=0; total_f=0; broken=(); skipped=()
-for t in build/tests/test_* tests/test_*.sh build/cuda/tests/test_*; do
+for t in build/tests/test_* tests/test_*.sh build/cuda/tests/test_* build/emu/tests/test_*; do
   [ -e "$t" ] || continue
   echo "=== $t"
   start=$(date +%s)

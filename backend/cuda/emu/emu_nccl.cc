@@ -135,10 +135,11 @@ int mpi_ready() {
 
 int check_count(size_t bytes) { return bytes <= (size_t)0x7fffffff; }
 
-void post(Op* o) {
+// post one operation of a group whose stream's turn came at time t (emu::begin_op): the operations of one group
+// are one NCCL kernel on a real GPU and run together; the next group on the stream starts after this one ends
+void post(Op* o, uint64_t t) {
     emu::Stream* s = emu::stream_of(o->stream);
     const char* name = kind_name[o->kind];
-    uint64_t t = emu::begin_op(s, name);
     size_t bytes = o->count * o->es, n = (size_t)o->c->size;
     size_t sbytes = o->kind == REDUCESCATTER ? bytes * n : bytes, rbytes = o->kind == ALLGATHER ? bytes * n : bytes;
     bool sends = o->kind != RECV && !(o->kind == BROADCAST && o->c->rank != o->peer);
@@ -202,7 +203,7 @@ ncclResult_t enqueue(Kind kind, const void* send, void* recv, size_t count, nccl
     o->kind = kind; o->c = c; o->send = send; o->recv = recv; o->count = count; o->es = es; o->type = type; o->red = red;
     o->peer = peer; o->stream = stream;
     if (g_depth > 0) g_queued.push_back(o);
-    else post(o);
+    else post(o, emu::begin_op(emu::stream_of(stream), name));
     return ncclSuccess;
 }
 
@@ -311,7 +312,15 @@ ncclResult_t ncclGroupEnd(void) {
     if (--g_depth == 0) {
         std::vector<Op*> q;
         q.swap(g_queued);
-        for (Op* o : q) post(o);
+        std::vector<std::pair<cudaStream_t, uint64_t>> turn;   // each stream's turn, taken before anything is posted
+        for (Op* o : q) {
+            bool seen = false;
+            for (auto& x : turn) seen |= x.first == o->stream;
+            if (!seen) turn.push_back({ o->stream, emu::begin_op(emu::stream_of(o->stream), kind_name[o->kind]) });
+        }
+        for (Op* o : q)
+            for (auto& x : turn)
+                if (x.first == o->stream) { post(o, x.second); break; }
     }
     return ncclSuccess;
 }

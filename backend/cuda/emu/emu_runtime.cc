@@ -7,8 +7,8 @@
 //   the opt-in attribute, 227 KiB with it) and RINGLM_EMU_MEMORY_MIB of memory (default 16384).
 //   RINGLM_EMU_CC (default 9.0) sets the compute capability.
 // Memory: every device allocation lies in an address range reserved for the emulated device and ends at a
-//   page followed by a guard page; freed allocations stay unmapped (never reused), new allocations are filled
-//   with NaN bytes. Device memory is mapped readable and writable only while the emulation itself runs an
+//   page followed by a guard page; freed allocations stay unmapped (never reused), new allocations up to 16 MiB
+//   are filled with NaN bytes (larger ones read as zero until written). Device memory is mapped readable and writable only while the emulation itself runs an
 //   operation (a kernel, a copy, a memset, cuBLAS, NCCL); at any other time a dereference by host code ends the
 //   process with one line naming the function (RINGLM_EMU_HOSTCHECK=0 turns that off for speed). An access
 //   past the end of an allocation, of freed memory or outside any allocation ends it likewise, naming the
@@ -47,6 +47,7 @@ dim3 blockDim, gridDim;
 namespace emu {
 
 static const size_t PAGE = 4096;
+static const size_t POISON_MAX = 16 << 20;
 static inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 double now(void) {
@@ -212,9 +213,13 @@ static Alloc* new_alloc(size_t bytes, int kind, const char* how) {
         r->lo = g_bump;
         r->hi = g_bump + span;
         g_bump = r->hi + PAGE;
-        if (mprotect((void*)r->lo, span, PROT_READ | PROT_WRITE)) die("%s: mprotect failed", how);
-        memset((void*)r->lo, 0xFF, span);   // NaN bytes: uninitialised device memory is garbage
-        if (prot_now() != (PROT_READ | PROT_WRITE)) mprotect((void*)r->lo, span, prot_now());
+        // NaN bytes: uninitialised device memory is garbage. Allocations above POISON_MAX stay zero pages until
+        // written (a page touched costs every later protection change of it; the 32 MiB cuBLAS workspace is one)
+        if (span <= POISON_MAX) {
+            if (mprotect((void*)r->lo, span, PROT_READ | PROT_WRITE)) die("%s: mprotect failed", how);
+            memset((void*)r->lo, 0xFF, span);
+        }
+        mprotect((void*)r->lo, span, prot_now());
         r->base = r->hi - need;              // the end of the allocation meets the guard page
         g_live_dev.push_back(r);
     } else {
