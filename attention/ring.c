@@ -20,7 +20,9 @@ void ring_positions(int layout, int P, int r, int T, int* pos) {
     for (int i = 0; i < c; i++) { pos[i] = r * c + i; pos[c + i] = (2 * P - 1 - r) * c + i; }
 }
 
-// time of one un-overlapped ring hop of a K/V block (median of 5), for the hidden-fraction estimate
+// time of one un-overlapped ring hop of a K/V block (median of 5), for the hidden-fraction estimate. comm_wait may
+// only order the backend's queue after the hop (a GPU transport enqueues a stream wait and returns): be_sync waits
+// until the block has arrived before the clock is read.
 static double calibrate(Ring* R) {
     if (R->P == 1) return 0;
     size_t n = (size_t)2 * R->Tl * R->Hk;
@@ -31,6 +33,7 @@ static double calibrate(Ring* R) {
         double t0 = now_s();
         comm_hop(R->g, R->kv[0], R->kv[1], n, R->rq);
         comm_wait(R->rq);
+        be_sync();
         t[i] = now_s() - t0;
     }
     return ctl_max(R->g, median(t, 5));

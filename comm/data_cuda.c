@@ -118,17 +118,17 @@ static void staged_allreduce(const Group* g, float* buf, size_t n, MPI_Op op) {
 }
 
 // ---- data collectives ----
-void comm_allreduce_sum(const Group* g, float* buf, size_t n) {
+static void comm_allreduce_sum_(const Group* g, float* buf, size_t n) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) { staged_allreduce(g, buf, n, MPI_SUM); return; }
     nc(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nccl_of(g), stream()), "ncclAllReduce (sum)");
 }
-void comm_allreduce_max(const Group* g, float* buf, size_t n) {
+static void comm_allreduce_max_(const Group* g, float* buf, size_t n) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) { staged_allreduce(g, buf, n, MPI_MAX); return; }
     nc(ncclAllReduce(buf, buf, n, ncclFloat, ncclMax, nccl_of(g), stream()), "ncclAllReduce (max)");
 }
-void comm_broadcast(const Group* g, float* buf, size_t n, int root) {
+static void comm_broadcast_(const Group* g, float* buf, size_t n, int root) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) {
         float* h = staged(n);
@@ -141,7 +141,7 @@ void comm_broadcast(const Group* g, float* buf, size_t n, int root) {
 }
 // Staged all-gather: the other parts zeroed, then summed (x + 0 is exact, so every part arrives unchanged).
 // Staged reduce-scatter: a sum over the whole buffer (the own part is what reduce-scatter defines).
-void comm_allgather(const Group* g, float* buf, size_t n) {
+static void comm_allgather_(const Group* g, float* buf, size_t n) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) {
         size_t all = (size_t)g->size * n;
@@ -155,7 +155,7 @@ void comm_allgather(const Group* g, float* buf, size_t n) {
     }
     nc(ncclAllGather(buf + (size_t)g->rank * n, buf, n, ncclFloat, nccl_of(g), stream()), "ncclAllGather");
 }
-void comm_reduce_scatter_sum(const Group* g, float* buf, size_t n) {
+static void comm_reduce_scatter_sum_(const Group* g, float* buf, size_t n) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) { staged_allreduce(g, buf, (size_t)g->size * n, MPI_SUM); return; }
     nc(ncclReduceScatter(buf, buf + (size_t)g->rank * n, n, ncclFloat, ncclSum, nccl_of(g), stream()),
@@ -217,7 +217,7 @@ static void post(const Group* g, Hop* h, float* buf, size_t n, int peer, int rec
     }
 }
 
-void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r) {
+static void comm_hop_(const Group* g, const float* send, float* recv, size_t n, CommReq* r) {
     Hop* h = next_hop(r);
     int next = (g->rank + 1) % g->size, prev = (g->rank - 1 + g->size) % g->size;
     h->n = n;
@@ -271,7 +271,7 @@ static void land(Hop* h) {
     }
 }
 
-int comm_test(CommReq* r) {
+static int comm_test_(CommReq* r) {
     for (int i = 0; i < r->n; i++) {
         Hop* h = &r->hop[i];
         if (resolved == T_NCCL) {
@@ -289,11 +289,54 @@ int comm_test(CommReq* r) {
     return 1;
 }
 
-void comm_wait(CommReq* r) {
+static void comm_wait_(CommReq* r) {
     for (int i = 0; i < r->n; i++) {
         Hop* h = &r->hop[i];
         if (resolved != T_NCCL && h->nrq) comm_watch_wait(h->g, h->nrq, h->rq, "ring hop", NULL);
         land(h);
     }
     r->n = 0;
+}
+
+// ---- the public calls: bracketed for the backend's profile (class "communication waits") ----
+void comm_allreduce_sum(const Group* g, float* buf, size_t n) {
+    cuda_backend_prof_comm(1);
+    comm_allreduce_sum_(g, buf, n);
+    cuda_backend_prof_comm(0);
+}
+void comm_allreduce_max(const Group* g, float* buf, size_t n) {
+    cuda_backend_prof_comm(1);
+    comm_allreduce_max_(g, buf, n);
+    cuda_backend_prof_comm(0);
+}
+void comm_broadcast(const Group* g, float* buf, size_t n, int root) {
+    cuda_backend_prof_comm(1);
+    comm_broadcast_(g, buf, n, root);
+    cuda_backend_prof_comm(0);
+}
+void comm_allgather(const Group* g, float* buf, size_t n) {
+    cuda_backend_prof_comm(1);
+    comm_allgather_(g, buf, n);
+    cuda_backend_prof_comm(0);
+}
+void comm_reduce_scatter_sum(const Group* g, float* buf, size_t n) {
+    cuda_backend_prof_comm(1);
+    comm_reduce_scatter_sum_(g, buf, n);
+    cuda_backend_prof_comm(0);
+}
+void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r) {
+    cuda_backend_prof_comm(1);
+    comm_hop_(g, send, recv, n, r);
+    cuda_backend_prof_comm(0);
+}
+int comm_test(CommReq* r) {
+    cuda_backend_prof_comm(1);
+    int done = comm_test_(r);
+    cuda_backend_prof_comm(0);
+    return done;
+}
+void comm_wait(CommReq* r) {
+    cuda_backend_prof_comm(1);
+    comm_wait_(r);
+    cuda_backend_prof_comm(0);
 }

@@ -15,3 +15,6 @@ int cuda_backend_started(void);
 void* cuda_backend_stream(void);
 // the UUID (16 bytes) of the backend's device, to find ranks that share one; valid once started
 void cuda_backend_device_uuid(unsigned char uuid[16]);
+// The backend's profile by kernel class (RINGLM_CUDA_PROFILE): the transport brackets its calls with begin = 1 and
+// begin = 0 (class "communication waits"); nothing happens unless profiling is on.
+void cuda_backend_prof_comm(int begin);

@@ -1028,6 +1028,7 @@ static const bf16* to_bf16(int slot, const float* src, int T, int H, int hd, int
 }
 
 void attn_forward_begin(float* out, float* lse, int Tq, int nh, int hd) {
+    PROF(PROF_ATTN_FWD);
     if (Tq <= 0) return;
     LAUNCH(fill_k, grid_n((size_t)Tq * nh * hd), 256, 0, out, (size_t)Tq * nh * hd, 0.0f);
     LAUNCH(fill_k, grid_n((size_t)Tq * nh), 256, 0, lse, (size_t)Tq * nh, -INFINITY);
@@ -1035,6 +1036,7 @@ void attn_forward_begin(float* out, float* lse, int Tq, int nh, int hd) {
 }
 
 void attn_backward_begin(float* D, const float* dout, const float* out, int Tq, int nh, int hd) {
+    PROF(PROF_ATTN_BWD);
     long n = (long)Tq * nh;
     if (n <= 0) return;
     LAUNCH(bwd_begin_k, (unsigned)((n + 7) / 8), 256, 0, D, dout, out, n, hd);
@@ -1042,6 +1044,7 @@ void attn_backward_begin(float* D, const float* dout, const float* out, int Tq, 
 }
 
 void attn_merge(float* o1, float* lse1, const float* o2, const float* lse2, int Tq, int nh, int hd) {
+    PROF(PROF_ATTN_FWD);
     long n = (long)Tq * nh;
     if (n <= 0) return;
     LAUNCH(merge_k, (unsigned)((n + 255) / 256), 256, 0, o1, lse1, o2, lse2, n, hd);
@@ -1084,6 +1087,7 @@ void attn_block_forward(float* out, float* lse,
                         const float* q, const int* qpos, const int* qdoc, int Tq,
                         const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,
                         int nh, int nkv, int hd, float scale, int mask) {
+    PROF(PROF_ATTN_FWD);
     if (Tq <= 0 || Tk <= 0) return;
     ensure_init();
     check_shape("attn_block_forward", nh, nkv, hd);
@@ -1134,6 +1138,7 @@ void attn_block_backward(float* dq, float* dk, float* dv,
                          const int* qpos, const int* qdoc, int Tq,
                          const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,
                          int nh, int nkv, int hd, float scale, int mask) {
+    PROF(PROF_ATTN_BWD);
     if (Tq <= 0 || Tk <= 0) return;
     ensure_init();
     check_shape("attn_block_backward", nh, nkv, hd);

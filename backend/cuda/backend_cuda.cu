@@ -53,6 +53,19 @@ static void need_started(const char* op) {
     if (!g_started) cu_die(op, "called before be_init");
 }
 
+// ---- memory peaks: what the backend holds (be_alloc + scratch; sampled when either grows) and what the device
+// has in use (cudaMemGetInfo, sampled at every synchronisation: be_sync, be_upload, be_download) ----
+static size_t g_ws_total = 0, g_held_peak = 0, g_held_ws_at_peak = 0, g_dev_used_peak = 0, g_dev_total = 0;
+static void note_held(void) {
+    if (g_alloc_now + g_ws_total > g_held_peak) { g_held_peak = g_alloc_now + g_ws_total; g_held_ws_at_peak = g_ws_total; }
+}
+static void note_device_use(void) {
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) { cudaGetLastError(); return; }
+    g_dev_total = tot;
+    if (tot - fr > g_dev_used_peak) g_dev_used_peak = tot - fr;
+}
+
 // ---- a tiny table of allocation sizes (for the memory report; the backend frees by pointer) ----
 typedef struct { void* p; size_t n; } AllocRec;
 static AllocRec* g_recs = NULL;
@@ -66,6 +79,7 @@ static void rec_add(void* p, size_t n) {
     g_recs[g_nrec++] = AllocRec{ p, n };
     g_alloc_now += n;
     if (g_alloc_now > g_alloc_peak) g_alloc_peak = g_alloc_now;
+    note_held();
 }
 static void rec_del(void* p) {
     for (size_t i = g_nrec; i-- > 0;)
@@ -79,6 +93,7 @@ void* cu_workspace(int slot, size_t bytes) {
     if (bytes <= g_ws_size[slot]) return g_ws[slot];
     size_t n = bytes + bytes / 4 + 4096;   // grow with headroom: a slightly larger call does not re-allocate
     if (g_ws[slot]) CU_CHECK(cudaFreeAsync(g_ws[slot], g_stream), "workspace (cudaFreeAsync)");
+    g_ws_total -= g_ws_size[slot];
     g_ws[slot] = NULL; g_ws_size[slot] = 0;
     cudaError_t e = cudaMallocAsync(&g_ws[slot], n, g_stream);
     if (e != cudaSuccess) {
@@ -89,19 +104,130 @@ void* cu_workspace(int slot, size_t bytes) {
                n / 1048576.0, cudaGetErrorString(e), fr / 1073741824.0, tot / 1073741824.0);
     }
     g_ws_size[slot] = n;
+    g_ws_total += n;
+    note_held();
     return g_ws[slot];
 }
 
+// RINGLM_CUDA_MEMORY: one line at exit with the peaks (not what is left after the arenas are freed)
 static void memory_report(void) {
     if (!g_started || !getenv("RINGLM_CUDA_MEMORY")) return;
-    size_t ws = 0, fr = 0, tot = 0;
-    for (int i = 0; i < WS_COUNT; i++) ws += g_ws_size[i];
-    cudaMemGetInfo(&fr, &tot);
-    printf("cuda backend: device %d memory: be_alloc peak %.1f MiB (params, grads, moments, activations, ring buffers), "
-           "scratch %.1f MiB, cuBLAS workspace %.0f MiB, device in use %.1f of %.1f GiB\n", g_device,
-           g_alloc_peak / 1048576.0, ws / 1048576.0, BLAS_WS_BYTES / 1048576.0, (tot - fr) / 1073741824.0,
-           tot / 1073741824.0);
+    note_device_use();
+    printf("cuda backend: device %d memory: peak held %.1f MiB (be_alloc: params, grads, moments, activations, ring "
+           "buffers %.1f MiB at most; scratch %.1f MiB at that peak), cuBLAS workspace %.0f MiB; device in use at most "
+           "%.2f of %.2f GiB (sampled at synchronisations)\n", g_device, g_held_peak / 1048576.0, g_alloc_peak / 1048576.0,
+           g_held_ws_at_peak / 1048576.0, BLAS_WS_BYTES / 1048576.0, g_dev_used_peak / 1073741824.0,
+           g_dev_total / 1073741824.0);
     fflush(stdout);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// the profile by kernel class (RINGLM_CUDA_PROFILE=<file>): every backend call (and the transport's calls) is
+// bracketed by two events on the compute stream; only the outermost bracket counts (be_embedding_backward's own
+// be_download is part of "embedding"). At exit the file gets a markdown table: per class the calls, the summed
+// milliseconds on the GPU's clock and the share; "idle" is the span from the first to the last event not covered
+// by any class (the GPU waiting for the host). Rank r > 0 writes <file>.rank<r>.
+
+static const char* PROF_NAMES[PROF_NCLASS] = { "matmul", "attention forward", "attention backward",
+                                               "norms and pointwise", "embedding", "cross-entropy", "optimizer",
+                                               "copies", "communication waits" };
+static const char* g_prof_path = NULL;
+static int g_prof_depth = 0;
+static double g_prof_ms[PROF_NCLASS];
+static long g_prof_calls[PROF_NCLASS];
+typedef struct { cudaEvent_t a, b; int cls; } ProfPair;
+static ProfPair* g_prof_pend = NULL;
+static int g_prof_n = 0, g_prof_cap = 0;
+static cudaEvent_t* g_prof_pool = NULL;
+static int g_prof_npool = 0, g_prof_cappool = 0;
+static cudaEvent_t g_prof_first = NULL, g_prof_last = NULL, g_prof_open = NULL;
+static int g_prof_open_cls = -1;
+
+static cudaEvent_t prof_event(void) {
+    if (g_prof_npool) return g_prof_pool[--g_prof_npool];
+    cudaEvent_t e;
+    CU_CHECK(cudaEventCreate(&e), "profile (cudaEventCreate)");
+    return e;
+}
+static void prof_recycle(cudaEvent_t e) {
+    if (e == g_prof_first || e == g_prof_last) return;
+    if (g_prof_npool == g_prof_cappool) {
+        g_prof_cappool = g_prof_cappool ? 2 * g_prof_cappool : 1024;
+        g_prof_pool = (cudaEvent_t*)realloc(g_prof_pool, g_prof_cappool * sizeof(cudaEvent_t));
+        if (!g_prof_pool) cu_die("profile", "out of host memory");
+    }
+    g_prof_pool[g_prof_npool++] = e;
+}
+static void prof_harvest(void) {
+    if (!g_prof_n) return;
+    CU_CHECK(cudaEventSynchronize(g_prof_pend[g_prof_n - 1].b), "profile (a queued kernel failed)");
+    for (int i = 0; i < g_prof_n; i++) {
+        float ms = 0;
+        CU_CHECK(cudaEventElapsedTime(&ms, g_prof_pend[i].a, g_prof_pend[i].b), "profile (cudaEventElapsedTime)");
+        g_prof_ms[g_prof_pend[i].cls] += ms;
+        g_prof_calls[g_prof_pend[i].cls]++;
+        prof_recycle(g_prof_pend[i].a);
+        prof_recycle(g_prof_pend[i].b);
+    }
+    g_prof_n = 0;
+}
+void cu_prof_begin(int cls) {
+    if (!g_prof_path || !g_started || g_prof_depth++ > 0) return;
+    g_prof_open = prof_event();
+    g_prof_open_cls = cls;
+    CU_CHECK(cudaEventRecord(g_prof_open, g_stream), "profile (cudaEventRecord)");
+    if (!g_prof_first) g_prof_first = g_prof_open;
+}
+void cu_prof_end(void) {
+    if (!g_prof_path || !g_started || --g_prof_depth > 0) return;
+    cudaEvent_t b = prof_event();
+    CU_CHECK(cudaEventRecord(b, g_stream), "profile (cudaEventRecord)");
+    if (g_prof_n == g_prof_cap) {
+        if (g_prof_n >= 4096) prof_harvest();
+        else {
+            g_prof_cap = g_prof_cap ? 2 * g_prof_cap : 256;
+            g_prof_pend = (ProfPair*)realloc(g_prof_pend, g_prof_cap * sizeof(ProfPair));
+            if (!g_prof_pend) cu_die("profile", "out of host memory");
+        }
+    }
+    if (g_prof_last && g_prof_last != g_prof_first) {   // the previous last event is an ordinary one again
+        cudaEvent_t keep = g_prof_last;
+        g_prof_last = NULL;
+        int used = 0;
+        for (int i = 0; i < g_prof_n && !used; i++) used = g_prof_pend[i].a == keep || g_prof_pend[i].b == keep;
+        if (!used) prof_recycle(keep);
+    }
+    g_prof_pend[g_prof_n++] = ProfPair{ g_prof_open, b, g_prof_open_cls };
+    g_prof_last = b;
+}
+extern "C" void cuda_backend_prof_comm(int begin) {
+    if (begin) cu_prof_begin(PROF_COMM);
+    else cu_prof_end();
+}
+static void prof_report(void) {
+    if (!g_prof_path || !g_started || !g_prof_first) return;
+    prof_harvest();
+    float span = 0;
+    CU_CHECK(cudaEventSynchronize(g_prof_last), "profile (a queued kernel failed)");
+    CU_CHECK(cudaEventElapsedTime(&span, g_prof_first, g_prof_last), "profile (cudaEventElapsedTime)");
+    const char* r = getenv("OMPI_COMM_WORLD_RANK");
+    if (!r) r = getenv("PMI_RANK");
+    if (!r) r = getenv("SLURM_PROCID");
+    char path[4096];
+    if (r && atoi(r) > 0) snprintf(path, sizeof path, "%s.rank%d", g_prof_path, atoi(r));
+    else snprintf(path, sizeof path, "%s", g_prof_path);
+    FILE* f = fopen(path, "w");
+    if (!f) { fprintf(stderr, "cuda backend: cannot write the profile to %s\n", path); return; }
+    double sum = 0;
+    for (int c = 0; c < PROF_NCLASS; c++) sum += g_prof_ms[c];
+    double idle = span > sum ? span - sum : 0, all = sum + idle;
+    fprintf(f, "| class | calls | ms | share |\n|---|---:|---:|---:|\n");
+    for (int c = 0; c < PROF_NCLASS; c++)
+        fprintf(f, "| %s | %ld | %.2f | %.1f %% |\n", PROF_NAMES[c], g_prof_calls[c], g_prof_ms[c],
+                all > 0 ? 100 * g_prof_ms[c] / all : 0.0);
+    fprintf(f, "| idle (the GPU waiting for the host) | | %.2f | %.1f %% |\n", idle, all > 0 ? 100 * idle / all : 0.0);
+    fprintf(f, "| total (first to last event) | | %.2f | 100 %% |\n", all);
+    fclose(f);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -162,7 +288,10 @@ extern "C" int cuda_backend_start(int local_rank, char* err, size_t errlen) {
     }
     g_device = dev;
     g_started = 1;
+    note_device_use();
     atexit(memory_report);
+    const char* prof = getenv("RINGLM_CUDA_PROFILE");
+    if (prof && *prof) { g_prof_path = prof; atexit(prof_report); }
     return 0;
 }
 
@@ -187,6 +316,7 @@ double be_memory_available(int node_ranks) {
 void be_sync(void) {
     need_started("be_sync");
     CU_CHECK(cudaStreamSynchronize(g_stream), "be_sync (a queued kernel or copy failed)");
+    note_device_use();
 }
 
 // Rows per attention call while a ring transfer is in flight: the GPU needs no host polling (NCCL progresses
@@ -315,19 +445,25 @@ void be_free(void* p) {
 }
 void be_upload(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
+    PROF(PROF_COPY);
     CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_stream), "be_upload (cudaMemcpyAsync)");
     CU_CHECK(cudaStreamSynchronize(g_stream), "be_upload (a queued kernel or copy failed)");
+    note_device_use();
 }
 void be_download(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
+    PROF(PROF_COPY);
     CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_stream), "be_download (cudaMemcpyAsync)");
     CU_CHECK(cudaStreamSynchronize(g_stream), "be_download (a queued kernel or copy failed)");
+    note_device_use();
 }
 void be_zero(void* p, size_t bytes) {
+    PROF(PROF_COPY);
     if (bytes) CU_CHECK(cudaMemsetAsync(p, 0, bytes, g_stream), "be_zero (cudaMemsetAsync)");
 }
 void be_copy(void* dst, const void* src, size_t bytes) {   // memmove semantics
     if (!bytes || dst == src) return;
+    PROF(PROF_COPY);
     const char *d = (const char*)dst, *s = (const char*)src;
     if (d < s + bytes && s < d + bytes) {   // overlapping: through scratch
         void* tmp = cu_workspace(WS_COPY, bytes);
@@ -400,6 +536,7 @@ static unsigned grid_for(size_t n) {   // grid-stride kernels: at most 8 blocks 
 // with the operands swapped and the same transposition flags and leading dimensions.
 void be_matmul(float* C, const float* A, const float* B, int m, int n, int k,
                int transA, int transB, float alpha, float beta) {
+    PROF(PROF_MATMUL);
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
         LAUNCH(scale_k, grid_for((size_t)m * n), 256, 0, C, (size_t)m * n, beta);
@@ -421,6 +558,7 @@ __global__ void add_k(float* y, const float* x, size_t n) {
         y[i] += x[i];
 }
 void be_add(float* y, const float* x, size_t n) {
+    PROF(PROF_POINTWISE);
     if (!n) return;
     LAUNCH(add_k, grid_for(n), 256, 0, y, x, n);
     CU_LAUNCHED("be_add");
@@ -454,6 +592,7 @@ static int g_sq_n = 0, g_sq_cap = 0, g_sq_uploaded = 0;
 static SqChunk* g_sq_dev = NULL;
 
 void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment* seg, int nseg) {
+    PROF(PROF_OPTIM);
     need_started("be_sumsq_segments");
     for (int c = 0; c < nclass; c++) out[c] = 0;
     if (nclass <= 0) return;
@@ -508,6 +647,7 @@ __global__ void embedding_fwd_k(float* out, const int* tok, const float* wte, in
     }
 }
 void be_embedding_forward(float* out, const int* tok, const float* wte, int N, int C, int v0, int nv) {
+    PROF(PROF_EMBED);
     if (N <= 0 || C <= 0) return;
     LAUNCH(embedding_fwd_k, grid_for((size_t)N * C), 256, 0, out, tok, wte, N, C, v0, nv);
     CU_LAUNCHED("be_embedding_forward");
@@ -530,6 +670,7 @@ __global__ void embedding_bwd_k(float* dwte, const float* dout, const int* tab, 
 static int* g_emb_host = NULL;
 static size_t g_emb_cap = 0;
 void be_embedding_backward(float* dwte, const float* dout, const int* tok, int N, int C, int v0, int nv) {
+    PROF(PROF_EMBED);
     if (N <= 0 || C <= 0 || nv <= 0) return;
     size_t need = (size_t)N + (size_t)nv + 2 * ((size_t)N + 1) + (size_t)N;   // tokens, counts, rows+starts, order
     if (need > g_emb_cap) {
@@ -589,6 +730,7 @@ __global__ void rmsnorm_fwd_k(float* out, float* rstd, const float* x, const flo
     for (int c = lane; c < C; c += 32) oi[c] = xi[c] * r * w[c];
 }
 void be_rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
+    PROF(PROF_POINTWISE);
     if (N <= 0 || C <= 0) return;
     LAUNCH(rmsnorm_fwd_k, (N + 7) / 8, 256, 0, out, rstd, x, w, N, C, eps);
     CU_LAUNCHED("be_rmsnorm_forward");
@@ -635,6 +777,7 @@ __global__ void rmsnorm_bwd_dw_sum_k(float* dw, const float* part, int G, int C)
 }
 void be_rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
                          const float* rstd, int N, int C) {
+    PROF(PROF_POINTWISE);
     if (N <= 0 || C <= 0) return;
     LAUNCH(rmsnorm_bwd_dx_k, (N + 7) / 8, 256, 0, dx, dout, x, w, rstd, N, C);
     CU_LAUNCHED("be_rmsnorm_backward (dx)");
@@ -667,11 +810,13 @@ __global__ void rope_k(float* x, const int* pos, const float* cs, int N, int nh,
     }
 }
 void be_rope_forward(float* x, const int* pos, const float* cs, int N, int nh, int hd) {
+    PROF(PROF_POINTWISE);
     if (N <= 0 || nh <= 0 || hd < 2) return;
     LAUNCH(rope_k, grid_for((size_t)N * nh * (hd / 2)), 256, 0, x, pos, cs, N, nh, hd, 1.0f);
     CU_LAUNCHED("be_rope_forward");
 }
 void be_rope_backward(float* dx, const int* pos, const float* cs, int N, int nh, int hd) {
+    PROF(PROF_POINTWISE);
     if (N <= 0 || nh <= 0 || hd < 2) return;
     LAUNCH(rope_k, grid_for((size_t)N * nh * (hd / 2)), 256, 0, dx, pos, cs, N, nh, hd, -1.0f);
     CU_LAUNCHED("be_rope_backward");
@@ -695,11 +840,13 @@ __global__ void swiglu_bwd_k(float* dg, float* du, const float* dh, const float*
     }
 }
 void be_swiglu_forward(float* h, const float* g, const float* u, size_t n) {
+    PROF(PROF_POINTWISE);
     if (!n) return;
     LAUNCH(swiglu_fwd_k, grid_for(n), 256, 0, h, g, u, n);
     CU_LAUNCHED("be_swiglu_forward");
 }
 void be_swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, size_t n) {
+    PROF(PROF_POINTWISE);
     if (!n) return;
     LAUNCH(swiglu_bwd_k, grid_for(n), 256, 0, dg, du, dh, g, u, n);
     CU_LAUNCHED("be_swiglu_backward");
@@ -719,6 +866,7 @@ __global__ void xent_lse_k(float* lse, const float* logits, int ld, int nv) {
     if (threadIdx.x == 0) lse[blockIdx.x] = nv > 0 ? m + (float)log(s) : -INFINITY;
 }
 void be_xent_lse(float* lse, const float* logits, int N, int ld, int nv) {
+    PROF(PROF_XENT);
     if (N <= 0) return;
     LAUNCH(xent_lse_k, N, 256, 0, lse, logits, ld, nv);
     CU_LAUNCHED("be_xent_lse");
@@ -731,6 +879,7 @@ __global__ void xent_tl_k(float* tl, const float* logits, const int* targets, in
     tl[i] = (targets[i] >= 0 && t >= 0 && t < nv) ? logits[(size_t)i * ld + t] : 0.0f;
 }
 void be_xent_target_logit(float* tl, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
+    PROF(PROF_XENT);
     if (N <= 0) return;
     LAUNCH(xent_tl_k, cu_blocks(N, 256), 256, 0, tl, logits, targets, N, ld, nv, v0);
     CU_LAUNCHED("be_xent_target_logit");
@@ -741,6 +890,7 @@ __global__ void xent_loss_k(float* losses, const float* lse, const float* tl, co
     if (i < N) losses[i] = targets[i] >= 0 ? lse[i] - tl[i] : 0.0f;
 }
 void be_xent_loss(float* losses, const float* lse, const float* tl, const int* targets, int N) {
+    PROF(PROF_XENT);
     if (N <= 0) return;
     LAUNCH(xent_loss_k, cu_blocks(N, 256), 256, 0, losses, lse, tl, targets, N);
     CU_LAUNCHED("be_xent_loss");
@@ -766,6 +916,7 @@ __global__ void xent_bwd_k(float* logits, const float* lse, const int* targets, 
     }
 }
 void be_xent_backward(float* logits, const float* lse, const int* targets, int N, int ld, int nv, int v0, float scale) {
+    PROF(PROF_XENT);
     if (N <= 0) return;
     LAUNCH(xent_bwd_k, N, 256, 0, logits, lse, targets, ld, nv, v0, scale);
     CU_LAUNCHED("be_xent_backward");
@@ -779,6 +930,7 @@ __global__ void row_max_k(float* mx, const float* logits, int ld, int nv) {
     if (threadIdx.x == 0) mx[blockIdx.x] = m;
 }
 void be_row_max(float* mx, const float* logits, int N, int ld, int nv) {
+    PROF(PROF_XENT);
     if (N <= 0) return;
     LAUNCH(row_max_k, N, 256, 0, mx, logits, ld, nv);
     CU_LAUNCHED("be_row_max");
@@ -789,6 +941,7 @@ __global__ void argmax_hit_k(float* hit, const float* mx, const float* tl, const
     if (i < N) hit[i] = targets[i] >= 0 && tl[i] >= mx[i] ? 1.0f : 0.0f;
 }
 void be_argmax_hit(float* hit, const float* mx, const float* tl, const int* targets, int N) {
+    PROF(PROF_XENT);
     if (N <= 0) return;
     LAUNCH(argmax_hit_k, cu_blocks(N, 256), 256, 0, hit, mx, tl, targets, N);
     CU_LAUNCHED("be_argmax_hit");
@@ -799,6 +952,7 @@ __global__ void exp_sub_k(float* x, const float* m, int N) {
     if (i < N) x[i] = x[i] == -INFINITY ? 0.0f : expf(x[i] - m[i]);
 }
 void be_exp_sub(float* x, const float* m, int N) {
+    PROF(PROF_XENT);
     if (N <= 0) return;
     LAUNCH(exp_sub_k, cu_blocks(N, 256), 256, 0, x, m, N);
     CU_LAUNCHED("be_exp_sub");
@@ -809,6 +963,7 @@ __global__ void log_add_k(float* lse, const float* s, const float* m, int N) {
     if (i < N) lse[i] = m[i] + logf(s[i]);
 }
 void be_log_add(float* lse, const float* s, const float* m, int N) {
+    PROF(PROF_XENT);
     if (N <= 0) return;
     LAUNCH(log_add_k, cu_blocks(N, 256), 256, 0, lse, s, m, N);
     CU_LAUNCHED("be_log_add");
@@ -829,6 +984,7 @@ __global__ void adamw_k(float* p, const float* g, float* m, float* v, size_t n, 
 }
 void be_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
               float eps, float wd, float bc1, float bc2, float gscale) {
+    PROF(PROF_OPTIM);
     if (!n) return;
     LAUNCH(adamw_k, grid_for(n), 256, 0, p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, gscale);
     CU_LAUNCHED("be_adamw");

@@ -49,6 +49,18 @@ void* cu_workspace(int slot, size_t bytes);
 #define DYN_SMEM(type, name) extern __shared__ __align__(16) type name[]
 #endif
 
+// The profile by kernel class (RINGLM_CUDA_PROFILE, see backend_cuda.cu): PROF(class) at the top of a backend call
+// brackets the rest of the call; nested brackets count for the outermost.
+enum { PROF_MATMUL, PROF_ATTN_FWD, PROF_ATTN_BWD, PROF_POINTWISE, PROF_EMBED, PROF_XENT, PROF_OPTIM, PROF_COPY,
+       PROF_COMM, PROF_NCLASS };
+void cu_prof_begin(int cls);
+void cu_prof_end(void);
+struct CuProfScope {
+    explicit CuProfScope(int cls) { cu_prof_begin(cls); }
+    ~CuProfScope() { cu_prof_end(); }
+};
+#define PROF(cls) CuProfScope prof_scope_(cls)
+
 // launch geometry helper
 static inline unsigned cu_blocks(size_t n, unsigned threads) {
     size_t b = (n + threads - 1) / threads;

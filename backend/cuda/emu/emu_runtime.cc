@@ -290,7 +290,7 @@ struct Stream {
     Clock vc;                       // what this stream's next operation is ordered after
     std::deque<Deferred*> pending;  // deferred operations, in order
     unsigned long pseq;             // sequence number of the last deferred operation
-    double done_time;               // when the last deferred operation completed
+    std::deque<std::pair<unsigned long, double>> done;   // recent completions: sequence number, time
 };
 static Stream* g_streams[MAXS];
 static int g_nstreams = 0;
@@ -327,7 +327,8 @@ static bool complete(Stream* s, unsigned long upto, bool blocking) {
             DeviceAccess da;
             d->finish();
         }
-        s->done_time = now();
+        s->done.push_back({ d->seq, now() });
+        if (s->done.size() > 4096) s->done.pop_front();
         s->pending.pop_front();
         delete d;
     }
@@ -1207,7 +1208,8 @@ static bool resolve(EmuEvent* ev, bool blocking) {
     if (!ev->resolved) {
         if (!complete(ev->s, ev->seq, blocking)) return false;
         ev->resolved = true;
-        if (ev->s->done_time > ev->t) ev->t = ev->s->done_time;
+        for (auto it = ev->s->done.rbegin(); it != ev->s->done.rend(); ++it)   // when its last operation completed
+            if (it->first <= ev->seq) { if (it->second > ev->t) ev->t = it->second; break; }
     }
     return true;
 }
@@ -1237,7 +1239,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     if ((x->flags | y->flags) & cudaEventDisableTiming)
         return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event created with cudaEventDisableTiming");
     if (!x->recorded || !y->recorded) return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event never recorded");
-    if (!x->resolved || !y->resolved) return cudaErrorNotReady;
+    if (!resolve(x, false) || !resolve(y, false)) return cudaErrorNotReady;
     *ms = (float)((y->t - x->t) * 1e3);
     return cudaSuccess;
 }
