@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cxxabi.h>
 #include <deque>
 #include <dlfcn.h>
 #include <map>
@@ -582,6 +583,11 @@ static void maybe_release_warp(int w) {
     if (W.nwait && (W.arrived & W.live & W.mask) == (W.live & W.mask)) release_warp(w);
 }
 
+[[noreturn]] static void divergent_barrier(void) {
+    kdie("__syncthreads in divergent code: %d of the block's %d threads have exited while others wait at (or still "
+         "reach) the barrier", g_L->nt - g_L->live, g_L->nt);
+}
+
 static void fiber_entry(void) {
     Launch* L = g_L;
     L->run(L->fn, L->tuple);
@@ -594,7 +600,7 @@ static void fiber_entry(void) {
     Warp& W = L->warps[t / 32];
     W.live &= ~(1u << (t % 32));
     maybe_release_warp(t / 32);
-    if (L->block_arrived && L->block_arrived == L->live) release_block();
+    if (L->block_arrived) divergent_barrier();
     emu_ctx_switch(&f.sp, L->sched_sp);
     __builtin_unreachable();
 }
@@ -617,6 +623,7 @@ int lane(void) { return g_L->cur & 31; }
 
 void block_barrier(void) {
     if (!g_L) die("__syncthreads outside a kernel");
+    if (g_L->live < g_L->nt) divergent_barrier();   // the CUDA programming model: every thread reaches it
     Fiber& f = g_L->fib[g_L->cur];
     f.state = F_WAIT_BLOCK;
     if (++g_L->block_arrived == g_L->live) release_block();
@@ -882,7 +889,11 @@ static void on_fault(int sig, siginfo_t* si, void* ctx) {
     ucontext_t* uc = (ucontext_t*)ctx;
     Dl_info di;
     void* pc = (void*)uc->uc_mcontext.gregs[REG_RIP];
-    if (dladdr(pc, &di) && di.dli_sname) snprintf(fn, sizeof fn, " (in %s)", di.dli_sname);
+    if (!g_L && dladdr(pc, &di) && di.dli_sname) {
+        int st = 0;
+        char* dm = abi::__cxa_demangle(di.dli_sname, NULL, NULL, &st);
+        snprintf(fn, sizeof fn, " (in %s)", st == 0 && dm ? dm : di.dli_sname);
+    }
     Alloc* r = find_alloc((void*)a);
     size_t per = STACK + PAGE;
     if (g_L && a >= (uintptr_t)(g_dsm_region + g_dsm_span) && a < (uintptr_t)(g_dsm_region + g_dsm_span + PAGE))

@@ -1,0 +1,136 @@
+// emu_faults.cu — programs that break a rule of the CUDA hardware or runtime, one per case, for the host emulation
+// (built by `make cuda-emu` into build/emu/tests/emu_faults; run by tests/test_cuda_emu.sh): each must end the
+// process with one line on stderr naming the kernel or call and what was wrong, and a non-zero exit — where a real
+// GPU would fault, hang or silently compute garbage. `ok` is the control: correct code of the same shapes runs.
+//   emu_faults CASE      (CASE: ok, host_read, oob, use_after_free, host_arg, block_limit, smem_optin, smem_oob,
+//                         race, race_kernel, divergent_barrier, deadlock, shfl_exited, memcpy_range, memcpy_kind,
+//                         double_free)
+#include "backend/cuda/cu_common.h"
+#include <cstdio>
+#include <cstring>
+
+// what cu_common.h's LAUNCH needs: the compute stream of this test
+static cudaStream_t g_s;
+cudaStream_t cu_stream(void) { return g_s; }
+
+__global__ void fill_k(float* x, int n, float v) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = v;
+}
+__global__ void sum_k(float* out, const float* x, int n) {   // one block: a shared-memory tree
+    SHARED(float, sh, [256]);
+    float v = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) v += x[i];
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = sh[0];
+}
+__global__ void smem_k(float* out, int n) {   // n floats of dynamic shared memory, and one more when asked
+    DYN_SMEM(float, sm);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sm[i] = (float)i;
+    __syncthreads();
+    if (threadIdx.x == 0) *out = sm[n - 1];
+}
+__global__ void divergent_k(float* out) {   // __syncthreads reached by half the block only
+    if (threadIdx.x < 32) __syncthreads();
+    out[threadIdx.x] = 1.0f;
+}
+__global__ void deadlock_k(float* out) {   // half of warp 1 waits at __syncthreads, the other half at a shuffle
+    float v = (float)threadIdx.x;
+    if (threadIdx.x < 48) __syncthreads();
+    else v += __shfl_xor_sync(0xffffffffu, v, 1);
+    out[threadIdx.x] = v;
+}
+__global__ void shfl_k(float* out) {   // lanes 16..31 exit before the shuffle
+    if ((threadIdx.x & 31) >= 16) return;
+    float v = (float)threadIdx.x;
+    v += __shfl_xor_sync(0xffffffffu, v, 16);
+    out[threadIdx.x] = v;
+}
+
+static int check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) { fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e)); return 1; }
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    const char* c = argc > 1 ? argv[1] : "ok";
+    if (cudaSetDevice(0) || cudaStreamCreateWithFlags(&g_s, cudaStreamNonBlocking)) { fprintf(stderr, "no device\n"); return 2; }
+    const int n = 1000;
+    float *d, *out, h[1000];
+    if (check(cudaMalloc((void**)&d, n * sizeof(float)), "cudaMalloc") || check(cudaMalloc((void**)&out, 256 * sizeof(float)), "cudaMalloc"))
+        return 1;
+    if (!strcmp(c, "ok")) {   // the same shapes, correctly
+        LAUNCH(fill_k, (n + 255) / 256, 256, 0, d, n, 0.5f);
+        LAUNCH(sum_k, 1, 256, 0, out, d, n);
+        cudaFuncSetAttribute(smem_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10);
+        LAUNCH(smem_k, 1, 128, 64 << 10, out + 1, (64 << 10) / 4);
+        if (check(cudaGetLastError(), "launch")) return 1;
+        cudaEvent_t ev;
+        cudaStream_t s2;
+        cudaEventCreate(&ev);
+        cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+        LAUNCH(fill_k, (n + 255) / 256, 256, 0, d, n, 2.0f);
+        cudaEventRecord(ev, g_s);
+        cudaStreamWaitEvent(s2, ev, 0);
+        if (check(cudaMemcpyAsync(h, d, n * sizeof(float), cudaMemcpyDeviceToHost, s2), "copy")) return 1;
+        cudaStreamSynchronize(s2);
+        float r[2];
+        cudaMemcpy(r, out, 2 * sizeof(float), cudaMemcpyDeviceToHost);
+        if (r[0] != 500.0f || r[1] != (float)((64 << 10) / 4 - 1) || h[n - 1] != 2.0f) {
+            fprintf(stderr, "wrong results %g %g %g\n", r[0], r[1], h[n - 1]);
+            return 1;
+        }
+        printf("ok: sum %g, shared %g, copied %g\n", r[0], r[1], h[n - 1]);
+        return 0;
+    }
+    if (!strcmp(c, "host_read")) { printf("%g\n", d[3]); return 0; }                  // no cudaMemcpy
+    if (!strcmp(c, "oob")) { LAUNCH(fill_k, 4, 256, 0, d, 1024, 1.0f); return 0; }   // 24 floats past the end
+    if (!strcmp(c, "use_after_free")) {
+        float* stale = d + 10;
+        cudaFree(d);
+        LAUNCH(fill_k, 1, 32, 0, stale, 32, 1.0f);
+        return 0;
+    }
+    if (!strcmp(c, "host_arg")) { LAUNCH(fill_k, 4, 256, 0, h, n, 1.0f); return 0; }   // a host array
+    if (!strcmp(c, "block_limit")) {
+        LAUNCH(fill_k, 1, 2048, 0, d, n, 1.0f);
+        return check(cudaGetLastError(), "fill_k launch") ? 1 : 0;
+    }
+    if (!strcmp(c, "smem_optin")) {   // 64 KiB of dynamic shared memory without cudaFuncSetAttribute
+        LAUNCH(smem_k, 1, 128, 64 << 10, out, (64 << 10) / 4);
+        return check(cudaGetLastError(), "smem_k launch") ? 1 : 0;
+    }
+    if (!strcmp(c, "smem_oob")) { LAUNCH(smem_k, 1, 128, 4096, out, 4096 / 4 + 300); return 0; }
+    if (!strcmp(c, "race")) {   // a copy on a second stream reads what a kernel wrote, without an event
+        cudaStream_t s2;
+        cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+        LAUNCH(fill_k, (n + 255) / 256, 256, 0, d, n, 2.0f);
+        cudaMemcpyAsync(h, d, n * sizeof(float), cudaMemcpyDeviceToHost, s2);
+        return 0;
+    }
+    if (!strcmp(c, "race_kernel")) {   // a kernel reads what a memset on another stream writes, without an event
+        cudaStream_t s2;
+        cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+        cudaMemsetAsync(d, 0, n * sizeof(float), s2);
+        LAUNCH(sum_k, 1, 256, 0, out, d, n);
+        return 0;
+    }
+    if (!strcmp(c, "divergent_barrier")) { LAUNCH(divergent_k, 1, 64, 0, out); return 0; }
+    if (!strcmp(c, "deadlock")) { LAUNCH(deadlock_k, 1, 64, 0, out); return 0; }
+    if (!strcmp(c, "shfl_exited")) { LAUNCH(shfl_k, 1, 32, 0, out); return 0; }
+    if (!strcmp(c, "memcpy_range"))   // 4 bytes more than the allocation holds
+        return check(cudaMemcpy(h, d, n * sizeof(float) + 4, cudaMemcpyDeviceToHost), "cudaMemcpy") ? 1 : 0;
+    if (!strcmp(c, "memcpy_kind"))    // host-to-device with the directions swapped
+        return check(cudaMemcpy(h, d, 16, cudaMemcpyHostToDevice), "cudaMemcpy") ? 1 : 0;
+    if (!strcmp(c, "double_free")) {
+        cudaFree(d);
+        return check(cudaFree(d), "cudaFree") ? 1 : 0;
+    }
+    fprintf(stderr, "emu_faults: unknown case %s\n", c);
+    return 2;
+}
