@@ -68,6 +68,12 @@ static int resolve(char* err, size_t errlen) {
     }
     resolved = transport == T_MPI || (transport == T_AUTO && shared) ? T_MPI : T_NCCL;
     if (resolved == T_NCCL) cu(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (world > 1 && group_rank(group_world()) == 0) {
+        printf("transport: %s\n", resolved == T_NCCL ? "nccl (every rank has a GPU of its own)"
+               : shared ? "mpi, staged through pinned host memory (ranks share a GPU)"
+                        : "mpi, staged through pinned host memory (comm = mpi)");
+        fflush(stdout);
+    }
     return 0;
 }
 

@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# The CUDA backend without a GPU: the real CUDA sources built against the host emulation of CUDA, cuBLAS and NCCL
+# (make cuda-emu: build/emu/train, build/emu/eval, build/emu/tests/emu_faults), run against the CPU backend.
+#   1. the emulation's own rules: each broken rule ends the program with one line naming the kernel or call;
+#   2. training in fp32 at 1 rank, cp 2 (NCCL), cp 2 (--comm mpi, host-staged), tp 2, tp 2 x cp 2 (NCCL), cp 2 x dp 2
+#      with ZeRO-1 (ranks sharing one emulated GPU: auto picks the staged transport): per-step losses within 1e-5
+#      (relative) of the CPU backend in the same layout;
+#   3. doc_mask (1 rank, cp 2) and every recompute mode (cp 2), fp32, within 1e-5 of the CPU;
+#   4. bf16 and tf32 matmuls / attention against the CPU's fp32 (1 rank; bf16 also tp 2 x cp 2 with doc_mask): bf16
+#      within 2e-3, tf32 within 3e-4 per step, and
+#      different from fp32 (the mode ran). Why these: after 3 steps the observed differences are ~1e-4 (bf16, inputs
+#      rounded to 8 mantissa bits; the loss averages the per-token errors) and ~3e-5 (tf32, 11 bits): 10-20x margin;
+#      a wrong kernel moves the loss by far more (a wrong head or row: > 1e-2);
+#   5. determinism: the same bf16 run twice gives identical losses and gradient norms;
+#   6. checkpoints cross backends: CPU writes step 2, the emulated GPU resumes to step 4, and the other way round;
+#      losses of steps 3-4 within 1e-5 of an uninterrupted CPU run;
+#   7. eval by position (cp 1 and cp 2) on a CPU checkpoint: per-position NLL within 1e-5 of the CPU's;
+#   8. bad input: no device, a GPU that is not Hopper, too little device memory, NCCL with ranks sharing a GPU; the
+#      profile by kernel class and the peak-memory line.
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+E=build/emu
+[ -x $E/train ] && [ -x $E/eval ] && [ -x $E/tests/emu_faults ] || { bad "no $E programs: run make cuda-emu"; finish; }
+export RINGLM_EMU_TIMEOUT_S=120
+
+# ---- 1. the emulation's rules ----
+if out=$($E/tests/emu_faults ok 2>&1); then ok "emulation control (correct kernels, shared memory, events): $out"
+else bad "emulation control: $out"; fi
+fault() { expect_err "emulation: $1" "$2" 1 $E/tests/emu_faults "$1"; }
+fault host_read "host code (in main) read or wrote device memory|without a copy"
+fault oob "kernel fill_k (block (3, 0, 0)|out-of-bounds access 92 bytes past the end"
+fault use_after_free "kernel fill_k: argument 1|freed earlier"
+fault host_arg "kernel fill_k: argument 1|is host memory"
+fault block_limit "fill_k launch: invalid configuration argument|2048x1x1 threads"
+fault smem_optin "smem_k launch: invalid argument|65536 bytes of dynamic shared memory|cudaFuncSetAttribute"
+fault smem_oob "kernel smem_k|past the end of the block's 4096 bytes of dynamic shared memory"
+fault race "race: cudaMemcpyDeviceToHost on stream 2 reads|that fill_k on stream 1 writes|no event orders"
+fault race_kernel "race: sum_k on stream 1 reads|cudaMemsetAsync on stream 2 writes"
+fault divergent_barrier "kernel divergent_k|__syncthreads in divergent code"
+fault deadlock "kernel deadlock_k|deadlock: 48 threads wait at __syncthreads and 16 at warp collectives"
+fault shfl_exited "kernel shfl_k|a shuffle reads lane 16, which has exited"
+fault memcpy_range "cudaMemcpyAsync: source|does not lie inside its allocation"
+fault memcpy_kind "cudaMemcpy: invalid argument|cudaMemcpyHostToDevice, but the destination"
+fault double_free "cudaFree: invalid argument|freed twice"
+
+# ---- data and the model ----
+build/prepare --out "$T/data" --val-frac 0.2 model attention data train tests tools >/dev/null 2>"$T/prep.err" \
+  || { bad "prepare: $(cat "$T/prep.err")"; finish; }
+VAL=$(ls "$T"/data/val_*.bin | head -1)
+cat > "$T/e.conf" <<CONF
+vocab_size = 257
+d_model = 64
+n_layer = 2
+n_head = 4
+n_kv_head = 2
+d_ff = 160
+max_seq_len = 128
+seq_len = 64
+batch_size = 4
+micro_batch = 2
+max_steps = 3
+lr = 3e-3
+warmup_steps = 1
+log_every = 1
+val_every = 0
+ckpt_every = 0
+save_final = 0
+matmul_precision = fp32
+train_data = $T/data/train_*.bin
+CONF
+STEPS=3
+# tr NAME NP BIN ARGS...: BIN (build or build/emu) trains on NP ranks into $T/NAME; FAIL on a non-zero exit
+tr() {
+  local name=$1 np=$2 bin=$3; shift 3
+  timeout 300 $(launch "$np") $bin/train -c "$T/e.conf" --out_dir "$T/$name" "$@" </dev/null >"$T/$name.out" 2>"$T/$name.err" \
+    || { bad "$name: exit $?: $(head -c 400 "$T/$name.err")"; return 1; }
+}
+cmp_runs() {   # DESCRIPTION A B TOL
+  if same_losses "$2" "$3" "$4" >"$T/cmp.out" 2>&1; then ok "$1: $(tail -n 1 "$T/cmp.out" | sed 's/^ *//')"
+  else bad "$1: $(tail -n 3 "$T/cmp.out" | tr '\n' ' ')"; fi
+}
+
+# ---- 2. layouts, fp32 ----
+while read -r name np dev args; do
+  [ -z "$name" ] && continue
+  # shellcheck disable=SC2086
+  tr "c_$name" "$np" build $args && RINGLM_EMU_DEVICES=$dev tr "g_$name" "$np" $E $args &&
+    cmp_runs "fp32 $name ($np ranks${args:+: $args}): emulated GPU vs CPU" "c_$name" "g_$name" 1e-5
+done <<'RUNS'
+one 1 8
+cp2 2 8 --cp 2
+cp2mpi 2 8 --cp 2 --comm mpi
+tp2 2 8 --tp 2
+tp2cp2 4 8 --tp 2 --cp 2
+cp2dp2z 4 1 --cp 2 --zero 1
+RUNS
+cmp_runs "layout independence: cp 2 x dp 2 ZeRO-1 on the emulated GPU vs one CPU process" c_one g_cp2dp2z 1e-5
+grep -q "^transport: nccl" "$T/g_tp2cp2.out" && grep -q "^transport: mpi, staged .*(ranks share a GPU)" "$T/g_cp2dp2z.out" &&
+  grep -q "^transport: mpi, staged .*(comm = mpi)" "$T/g_cp2mpi.out" \
+  && ok "transports: nccl with a GPU per rank, staged MPI when ranks share a GPU (auto) or when asked" \
+  || bad "transports: $(grep -h '^transport' "$T"/g_tp2cp2.out "$T"/g_cp2dp2z.out "$T"/g_cp2mpi.out | tr '\n' ' ')"
+
+# ---- 3. doc_mask and recompute ----
+# short documents (paragraphs of the README): every 64-token window holds document boundaries
+mkdir -p "$T/docs"
+awk -v d="$T/docs" 'BEGIN { RS = ""; n = 0 } { f = sprintf("%s/p%04d.txt", d, n++); print > f; close(f) }' README.md
+build/prepare --out "$T/short" --val-frac 0 "$T/docs" >/dev/null 2>&1 || bad "prepare short documents"
+SH=(--train_data "$T/short/train_*.bin" --doc_mask 1)
+tr c_doc 1 build "${SH[@]}" && tr g_doc 1 $E "${SH[@]}" && cmp_runs "fp32 doc_mask, 1 rank" c_doc g_doc 1e-5
+tr g_doccp 2 $E "${SH[@]}" --cp 2 && cmp_runs "fp32 doc_mask through the ring (cp 2, NCCL)" c_doc g_doccp 1e-5
+tr c_nodoc 1 build --train_data "$T/short/train_*.bin" &&
+  if same_losses c_doc c_nodoc 1e-4 >/dev/null 2>&1; then bad "doc_mask leaves the losses of the short documents as they are"
+  else ok "doc_mask changes the losses of the short documents (the masks are active)"; fi
+for rc in mlp qkv full; do
+  tr "g_rc_$rc" 2 $E --cp 2 --recompute $rc && cmp_runs "fp32 recompute $rc (cp 2) vs the CPU without recompute" c_one "g_rc_$rc" 1e-5
+done
+
+# ---- 4. bf16 and tf32 ----
+tr g_bf16 1 $E --matmul_precision bf16 && cmp_runs "bf16 vs the CPU's fp32 (tolerance 2e-3)" c_one g_bf16 2e-3
+tr g_tf32 1 $E --matmul_precision tf32 && cmp_runs "tf32 vs the CPU's fp32 (tolerance 3e-4)" c_one g_tf32 3e-4
+tr g_bf16_l 4 $E --matmul_precision bf16 --tp 2 --cp 2 --doc_mask 1 --train_data "$T/short/train_*.bin" &&
+  cmp_runs "bf16, tp 2 x cp 2 with doc_mask vs the CPU's fp32 (tolerance 2e-3)" c_doc g_bf16_l 2e-3
+for p in bf16 tf32; do
+  if same_losses c_one "g_$p" 1e-7 >/dev/null 2>&1; then bad "$p losses equal fp32's to 1e-7: the mode did not run"
+  else ok "$p losses differ from fp32 beyond 1e-7 (the $p path ran)"; fi
+done
+
+# ---- 5. determinism ----
+tr g_bf16b 1 $E --matmul_precision bf16 &&
+  $PY - "$T/g_bf16/metrics.jsonl" "$T/g_bf16b/metrics.jsonl" <<'PYEOF' >"$T/det.out" 2>&1 \
+  && ok "bf16 run twice: losses and gradient norms identical bit for bit" || bad "bf16 determinism: $(cat "$T/det.out")"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]; b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) == 3
+assert [(r["loss"], r["grad_norm"]) for r in a] == [(r["loss"], r["grad_norm"]) for r in b], (a, b)
+PYEOF
+
+# ---- 6. checkpoints across backends ----
+tr c_full4 1 build --max_steps 4
+tr c_half 1 build --max_steps 2 --save_final 1 && tr g_resume 1 $E --max_steps 4 --resume "$T/c_half/ckpt_00000002.h5"
+tr g_half 2 $E --max_steps 2 --save_final 1 --cp 2 && tr c_resume 1 build --max_steps 4 --resume "$T/g_half/ckpt_00000002.h5"
+tail2() {   # DESCRIPTION RUN: its steps 3-4 against c_full4's
+  $PY - "$T/c_full4/metrics.jsonl" "$T/$2/metrics.jsonl" <<'PYEOF' >"$T/r.out" 2>&1 && ok "$1: $(cat "$T/r.out")" || bad "$1: $(cat "$T/r.out")"
+import json, sys
+a = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
+b = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2]))}
+assert sorted(b) == [3, 4], sorted(b)
+w = max(abs(a[s] - b[s]) / a[s] for s in (3, 4))
+print(f"steps 3-4 within {w:.1e} of an uninterrupted CPU run")
+assert w <= 1e-5
+PYEOF
+}
+tail2 "CPU checkpoint resumed on the emulated GPU" g_resume
+tail2 "emulated-GPU checkpoint (cp 2) resumed on the CPU" c_resume
+
+# ---- 7. eval by position ----
+CK="$T/c_half/ckpt_00000002.h5"
+EV=(--ckpt "$CK" --data "$VAL" --seq_len 128 --docs 2 --bucket 1 --out "$T/ev")
+build/eval "${EV[@]}" --name cpu >"$T/ev1.out" 2>&1 || bad "CPU eval: $(tail -2 "$T/ev1.out")"
+$E/eval "${EV[@]}" --name gpu >"$T/ev2.out" 2>&1 || bad "emulated eval: $(tail -2 "$T/ev2.out")"
+$(launch 2) $E/eval "${EV[@]}" --cp 2 --name gpucp2 >"$T/ev3.out" 2>&1 || bad "emulated eval cp 2: $(tail -2 "$T/ev3.out")"
+$PY - "$T/ev" <<'PYEOF' >"$T/ev.out" 2>&1 && ok "eval by position: $(cat "$T/ev.out")" || bad "eval by position: $(cat "$T/ev.out")"
+import csv, sys
+d = sys.argv[1]
+a, b, c = ({int(r["bucket_lo"]): float(r["mean_nll"]) for r in csv.DictReader(open(f"{d}/{n}.csv"))} for n in ("cpu", "gpu", "gpucp2"))
+assert len(a) == len(b) == len(c) == 128
+w = max(max(abs(a[p] - b[p]), abs(a[p] - c[p])) / abs(a[p]) for p in a)
+print(f"128 positions, emulated GPU (cp 1, cp 2) within {w:.1e} of the CPU")
+assert w <= 1e-5
+PYEOF
+
+# ---- 8. bad input, profile, memory ----
+ERR_SKIP='^ *[a-z_0-9]* = ' RINGLM_EMU_DEVICES=0 expect_err "no GPU: one line" "no CUDA device" 1 $E/train -c "$T/e.conf" --out_dir "$T/bad1"
+RINGLM_EMU_CC=8.0 expect_err "a GPU that is not Hopper: one line" "compute capability 8.0|Hopper" 1 $E/train -c "$T/e.conf" --out_dir "$T/bad2"
+RINGLM_EMU_MEMORY_MIB=34 expect_err "too little device memory: the capacity check's line" "this layout needs|GiB are available" 1 \
+  $E/train -c "$T/e.conf" --out_dir "$T/bad3"
+RINGLM_EMU_DEVICES=1 expect_err "NCCL with two ranks on one GPU: one line" "nccl cannot run two ranks on one GPU" 2 \
+  $E/train -c "$T/e.conf" --out_dir "$T/bad4" --cp 2 --comm nccl
+RINGLM_CUDA_PROFILE="$T/prof.md" RINGLM_CUDA_MEMORY=1 tr g_prof 2 $E --cp 2 &&
+  $PY - "$T/prof.md" "$T/prof.md.rank1" "$T/g_prof.out" <<'PYEOF' >"$T/p.out" 2>&1 && ok "profile: $(cat "$T/p.out")" || bad "profile: $(cat "$T/p.out")"
+import re, sys
+for f in sys.argv[1:3]:
+    rows = {l.split("|")[1].strip(): l.split("|")[2:5] for l in open(f) if l.startswith("| ") and not l.startswith("| class")}
+    want = ["matmul", "attention forward", "attention backward", "norms and pointwise", "embedding", "cross-entropy",
+            "optimizer", "copies", "communication waits"]
+    for k in want: assert k in rows and int(rows[k][0]) > 0, (f, k, rows.get(k))
+    tot = float(rows["total (first to last event)"][1])
+    parts = sum(float(rows[k][1]) for k in want) + float(rows["idle (the GPU waiting for the host)"][1])
+    assert abs(parts - tot) <= 1e-6 * tot + 0.02, (parts, tot)
+out = open(sys.argv[3]).read()
+m = re.search(r"device in use at most ([0-9.]+) of ([0-9.]+) GiB", out)
+assert m and float(m.group(1)) > 0, out[-400:]
+print(f"every class on both ranks, the shares sum to the span; peak device use {m.group(1)} GiB")
+PYEOF
+
+finish
