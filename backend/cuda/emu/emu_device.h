@@ -54,7 +54,7 @@ extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 
 namespace emu {
-enum { K_SYNCWARP = 1, K_SHFL, K_LDMATRIX, K_MMA };
+enum { K_SYNCWARP = 1, K_SHFL, K_LDMATRIX, K_MMA, K_LDMATRIX_T };
 int lane(void);
 void block_barrier(void);
 // the calling lane arrives at a collective of `kind` over the lanes in mask; returns once every lane of mask

@@ -474,23 +474,32 @@ emu_ctx_switch:
 
 enum { F_READY, F_WAIT_BLOCK, F_WAIT_WARP, F_DONE };
 struct CpCopy { unsigned char* dst; const unsigned char* src; int bytes; };
+// cp.async bookkeeping of one thread: copies in issue order; committed groups end at gend[]; copies before
+// `applied` have landed
 struct Fiber {
     void* sp;
     int state;
-    std::vector<CpCopy> open;
-    std::deque<std::vector<CpCopy>> groups;
+    std::vector<CpCopy> cp;
+    size_t applied;
+    std::vector<size_t> gend;
+    size_t gdone;
 };
+// A warp collective completes when its last lane arrives: that lane computes every lane's result (release hook)
+// into the warp's slots, from which each lane takes its own after the barrier. The next collective's results are
+// written only when all lanes have arrived at it again, so one barrier per collective suffices.
 struct Warp {
     unsigned live;          // lanes still running
     unsigned arrived;       // lanes at the current collective
     unsigned mask;          // its mask
     unsigned participants;  // lanes of the last completed collective
     int kind, nwait;
-    uint64_t v[32];
+    uint64_t v[32], vout[32];
+    int src[32];
     uintptr_t addr[32];
-    uint32_t a[32][4], b[32][2];
-    float c[32][4];
+    uint32_t a[32][4], b[32][2], r[32][4];
+    float c[32][4], d[32][4];
 };
+typedef void (*ReleaseHook)(Warp& W);
 
 static const size_t STACK = 128 << 10;     // per fiber, with a guard page below
 static unsigned char* g_stacks = NULL;     // 1024 stacks
@@ -513,13 +522,15 @@ struct Launch {
     std::vector<std::pair<const void*, size_t>> statics;   // static shared variables: key, offset
     size_t ssm_used;
     size_t max_dyn;             // the opt-in maximum of dynamic shared memory set for this kernel
-    std::vector<Fiber> fib;
-    std::vector<Warp> warps;
+    Fiber* fib;                 // g_fibers
+    Warp* warps;                // g_warps
     int cur, live, block_arrived;
     void* sched_sp;
     unsigned long block_linear;
 };
 static Launch* g_L = NULL;
+static Fiber g_fibers[1024];   // kept from launch to launch (their vectors keep their capacity)
+static Warp g_warps[32];
 
 static void init_kernels(void) {
     if (g_stacks) return;
@@ -565,12 +576,14 @@ static void yield(void) {
 }
 
 static void release_block(void) {
-    for (Fiber& f : g_L->fib) if (f.state == F_WAIT_BLOCK) f.state = F_READY;
+    for (int t = 0; t < g_L->nt; t++) if (g_L->fib[t].state == F_WAIT_BLOCK) g_L->fib[t].state = F_READY;
     g_L->block_arrived = 0;
 }
+static ReleaseHook g_hook[32];   // per warp: the result computation of the collective in progress
 static void release_warp(int w) {
     Warp& W = g_L->warps[w];
     W.participants = W.arrived;
+    if (g_hook[w]) g_hook[w](W);
     W.nwait = 0;
     W.arrived = 0;
     for (int l = 0; l < 32; l++) {
@@ -594,8 +607,6 @@ static void fiber_entry(void) {
     int t = L->cur;
     Fiber& f = L->fib[t];
     f.state = F_DONE;
-    f.open.clear();
-    f.groups.clear();
     L->live--;
     Warp& W = L->warps[t / 32];
     W.live &= ~(1u << (t % 32));
@@ -613,10 +624,13 @@ static void fiber_start(int t) {
     memcpy(sp + 4, &g_fpucw, 2);
     void (*entry)(void) = fiber_entry;
     memcpy(sp + 56, &entry, sizeof entry);
-    g_L->fib[t].sp = sp;
-    g_L->fib[t].state = F_READY;
-    g_L->fib[t].open.clear();
-    g_L->fib[t].groups.clear();
+    Fiber& f = g_L->fib[t];
+    f.sp = sp;
+    f.state = F_READY;
+    f.cp.clear();
+    f.applied = 0;
+    f.gend.clear();
+    f.gdone = 0;
 }
 
 int lane(void) { return g_L->cur & 31; }
@@ -630,13 +644,13 @@ void block_barrier(void) {
     yield();
 }
 
-unsigned warp_barrier(unsigned mask, int kind) {
+static unsigned collective(unsigned mask, int kind, ReleaseHook hook) {
     if (!g_L) die("a warp collective outside a kernel");
     int t = g_L->cur, w = t / 32, l = t % 32;
     Warp& W = g_L->warps[w];
     if (!(mask >> l & 1)) kdie("a warp collective with mask 0x%08x, which does not include the calling lane %d", mask, l);
-    static const char* names[] = { "", "__syncwarp", "a shuffle", "ldmatrix", "mma.sync" };
-    if (W.nwait == 0) { W.kind = kind; W.mask = mask; W.arrived = 0; }
+    static const char* names[] = { "", "__syncwarp", "a shuffle", "ldmatrix", "mma.sync", "ldmatrix.trans" };
+    if (W.nwait == 0) { W.kind = kind; W.mask = mask; W.arrived = 0; g_hook[w] = hook; }
     else if (W.kind != kind || W.mask != mask)
         kdie("the lanes of warp %d meet at different warp collectives (%s with mask 0x%08x and %s with mask 0x%08x): "
              "divergent warp code", w, names[W.kind], W.mask, names[kind], mask);
@@ -647,16 +661,20 @@ unsigned warp_barrier(unsigned mask, int kind) {
     yield();
     return W.participants;
 }
+unsigned warp_barrier(unsigned mask, int kind) { return collective(mask, kind, NULL); }
 
+static void shfl_release(Warp& W) {
+    for (int l = 0; l < 32; l++)
+        if (W.participants >> l & 1) W.vout[l] = (W.participants >> W.src[l] & 1) ? W.v[W.src[l]] : ~0ull;
+}
 uint64_t shfl(unsigned mask, uint64_t v, int src) {
-    int t = g_L->cur;
+    int t = g_L->cur, l = t % 32;
     Warp& W = g_L->warps[t / 32];
-    W.v[t % 32] = v;
-    unsigned who = warp_barrier(mask, K_SHFL);
+    W.v[l] = v;
+    W.src[l] = src;
+    unsigned who = collective(mask, K_SHFL, shfl_release);
     if (!(who >> src & 1)) kdie("a shuffle reads lane %d, which has exited or is not in the shuffle", src);
-    uint64_t r = W.v[src];
-    warp_barrier(mask, K_SHFL);
-    return r;
+    return W.vout[l];
 }
 
 unsigned char* dyn_smem(void) {
@@ -689,45 +707,53 @@ void cp_async16(uintptr_t dst, const void* src, int src_bytes) {
     check_smem((const void*)dst, 16, "cp.async");
     if (src_bytes != 0 && src_bytes != 16) kdie("cp.async with src-size %d (this emulation: 0 or 16)", src_bytes);
     if (src_bytes && ((uintptr_t)src & 15)) kdie("cp.async.cg from a global address %p that is not 16-byte aligned", src);
-    g_L->fib[g_L->cur].open.push_back(CpCopy{ (unsigned char*)dst, (const unsigned char*)src, src_bytes });
+    g_L->fib[g_L->cur].cp.push_back(CpCopy{ (unsigned char*)dst, (const unsigned char*)src, src_bytes });
 }
 void cp_commit(void) {
     Fiber& f = g_L->fib[g_L->cur];
-    f.groups.push_back(f.open);
-    f.open.clear();
+    f.gend.push_back(f.cp.size());
 }
 void cp_wait(int n) {   // the copies of the oldest groups land now: a missing wait reads stale shared memory
     Fiber& f = g_L->fib[g_L->cur];
-    while ((int)f.groups.size() > n) {
-        for (const CpCopy& c : f.groups.front()) {
+    while (f.gend.size() - f.gdone > (size_t)n) {
+        size_t end = f.gend[f.gdone++];
+        for (; f.applied < end; f.applied++) {
+            const CpCopy& c = f.cp[f.applied];
             if (c.bytes) memcpy(c.dst, c.src, 16);
             else memset(c.dst, 0, 16);
         }
-        f.groups.pop_front();
+    }
+    if (f.gdone == f.gend.size() && f.applied == f.cp.size()) {   // all landed: start over
+        f.cp.clear(); f.gend.clear(); f.applied = 0; f.gdone = 0;
     }
 }
 
 // ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8i..8i+7 give the row addresses of matrix i; register i
 // of lane l holds matrix i's row l/4, columns 2(l%4), 2(l%4)+1 — transposed: rows 2(l%4), 2(l%4)+1 of column l/4
+template <bool TRANS> static void ldmatrix_release(Warp& W) {
+    if (W.participants != 0xffffffffu) return;   // reported by each lane
+    for (int l = 0; l < 32; l++)
+        for (int i = 0; i < 4; i++) {
+            uint16_t lo, hi;
+            if (!TRANS) {
+                const uint16_t* row = (const uint16_t*)W.addr[8 * i + l / 4];
+                lo = row[2 * (l % 4)]; hi = row[2 * (l % 4) + 1];
+            } else {
+                const uint16_t* r0 = (const uint16_t*)W.addr[8 * i + 2 * (l % 4)];
+                const uint16_t* r1 = (const uint16_t*)W.addr[8 * i + 2 * (l % 4) + 1];
+                lo = r0[l / 4]; hi = r1[l / 4];
+            }
+            W.r[l][i] = (uint32_t)lo | ((uint32_t)hi << 16);
+        }
+}
 void ldmatrix(uint32_t (&r)[4], uintptr_t addr, bool trans) {
     int t = g_L->cur, l = t % 32;
     Warp& W = g_L->warps[t / 32];
     check_smem((const void*)addr, 16, "ldmatrix");
     W.addr[l] = addr;
-    if (warp_barrier(0xffffffffu, K_LDMATRIX) != 0xffffffffu) kdie("ldmatrix.sync.aligned without all 32 lanes of the warp");
-    for (int i = 0; i < 4; i++) {
-        uint16_t lo, hi;
-        if (!trans) {
-            const uint16_t* row = (const uint16_t*)W.addr[8 * i + l / 4];
-            lo = row[2 * (l % 4)]; hi = row[2 * (l % 4) + 1];
-        } else {
-            const uint16_t* r0 = (const uint16_t*)W.addr[8 * i + 2 * (l % 4)];
-            const uint16_t* r1 = (const uint16_t*)W.addr[8 * i + 2 * (l % 4) + 1];
-            lo = r0[l / 4]; hi = r1[l / 4];
-        }
-        r[i] = (uint32_t)lo | ((uint32_t)hi << 16);
-    }
-    warp_barrier(0xffffffffu, K_LDMATRIX);
+    unsigned who = collective(0xffffffffu, trans ? K_LDMATRIX_T : K_LDMATRIX, trans ? ldmatrix_release<true> : ldmatrix_release<false>);
+    if (who != 0xffffffffu) kdie("ldmatrix.sync.aligned without all 32 lanes of the warp");
+    for (int i = 0; i < 4; i++) r[i] = W.r[l][i];
 }
 
 static inline float bf_half(uint32_t reg, int hi) {
@@ -739,24 +765,33 @@ static inline float bf_half(uint32_t reg, int hi) {
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: A reg r of lane l = row l/4 + 8(r&1), columns
 // 2(l%4) + 8(r>>1) + {0,1}; B reg r = rows 2(l%4) + 8r + {0,1} of column l/4; C/D element e = row l/4 + 8(e>>1),
 // column 2(l%4) + (e&1). Products exact in fp32, summed in k order onto the accumulator.
+static void mma_release(Warp& W) {
+    if (W.participants != 0xffffffffu) return;   // reported by each lane
+    float A[16][16], B[16][8];                   // the warp's operands, decoded from the fragments
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, tq = l & 3;
+        for (int r = 0; r < 4; r++)
+            for (int h = 0; h < 2; h++) A[g + 8 * (r & 1)][2 * tq + 8 * (r >> 1) + h] = bf_half(W.a[l][r], h);
+        for (int r = 0; r < 2; r++)
+            for (int h = 0; h < 2; h++) B[2 * tq + 8 * r + h][g] = bf_half(W.b[l][r], h);
+    }
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, tq = l & 3;
+        for (int e = 0; e < 4; e++) {
+            int row = g + 8 * (e >> 1), col = 2 * tq + (e & 1);
+            float acc = W.c[l][e];
+            for (int k = 0; k < 16; k++) acc += A[row][k] * B[k][col];
+            W.d[l][e] = acc;
+        }
+    }
+}
 void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     int t = g_L->cur, l = t % 32;
     Warp& W = g_L->warps[t / 32];
     for (int i = 0; i < 4; i++) { W.a[l][i] = a[i]; W.c[l][i] = d[i]; }
     W.b[l][0] = b0; W.b[l][1] = b1;
-    if (warp_barrier(0xffffffffu, K_MMA) != 0xffffffffu) kdie("mma.sync.aligned without all 32 lanes of the warp");
-    int g = l >> 2, tq = l & 3;
-    for (int e = 0; e < 4; e++) {
-        int row = g + 8 * (e >> 1), col = 2 * tq + (e & 1);
-        float acc = W.c[l][e];
-        for (int k = 0; k < 16; k++) {
-            int al = (row % 8) * 4 + (k % 8) / 2, areg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
-            int bl = col * 4 + (k % 8) / 2, breg = k >= 8 ? 1 : 0;
-            acc += bf_half(W.a[al][areg], k & 1) * bf_half(W.b[bl][breg], k & 1);
-        }
-        d[e] = acc;
-    }
-    warp_barrier(0xffffffffu, K_MMA);
+    if (collective(0xffffffffu, K_MMA, mma_release) != 0xffffffffu) kdie("mma.sync.aligned without all 32 lanes of the warp");
+    for (int e = 0; e < 4; e++) d[e] = W.d[l][e];
 }
 
 // ---- kernel attributes set with cudaFuncSetAttribute ----
@@ -769,7 +804,7 @@ static void run_block(Launch* L) {
     L->live = L->nt;
     L->block_arrived = 0;
     for (int t = 0; t < L->nt; t++) fiber_start(t);
-    for (size_t w = 0; w < L->warps.size(); w++) {
+    for (int w = 0; w < (L->nt + 31) / 32; w++) {
         Warp& W = L->warps[w];
         int n = L->nt - (int)w * 32;
         W.live = n >= 32 ? 0xffffffffu : (1u << n) - 1;
@@ -789,7 +824,7 @@ static void run_block(Launch* L) {
         }
         if (!any && L->live > 0) {
             int nb = 0, nw = 0;
-            for (const Fiber& f : L->fib) { nb += f.state == F_WAIT_BLOCK; nw += f.state == F_WAIT_WARP; }
+            for (int t = 0; t < L->nt; t++) { nb += L->fib[t].state == F_WAIT_BLOCK; nw += L->fib[t].state == F_WAIT_WARP; }
             threadIdx = uint3{ 0, 0, 0 };
             kdie("deadlock: %d threads wait at __syncthreads and %d at warp collectives that cannot complete "
                  "(a barrier in divergent code?)", nb, nw);
@@ -862,8 +897,8 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
     L.dsm = g_dsm_region + g_dsm_span - round_up(smem, 16);
     L.ssm_used = 0;
     L.max_dyn = maxdyn;
-    L.fib.resize(nt);
-    L.warps.resize((nt + 31) / 32);
+    L.fib = g_fibers;
+    L.warps = g_warps;
     L.cur = 0;
     blockDim = block;
     gridDim = grid;
