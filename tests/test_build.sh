@@ -15,6 +15,9 @@ echo "$src" | grep -qx 'comm/data_mpi.c' && ! echo "$src" | grep -q 'comm/data_.
 out=$(make -s --no-print-directory BACKEND=nosuch print-lib-src 2>&1); rc=$?
 [ $rc -ne 0 ] && echo "$out" | grep -q "BACKEND=nosuch: there is no backend/nosuch/backend.mk" \
   && ok "make BACKEND=nosuch fails naming the missing backend.mk" || bad "BACKEND=nosuch: exit $rc: $out"
+emu=$(make -s --no-print-directory BACKEND=cuda CUDA_EMU=1 print-lib-src | grep -E '^(backend|comm)/' | sort | tr '\n' ' ')
+[ "$emu" = "backend/cuda/attn_cuda.cu backend/cuda/backend_cuda.cu backend/cuda/emu/emu_cublas.cc backend/cuda/emu/emu_nccl.cc backend/cuda/emu/emu_runtime.cc comm/comm_mpi.c comm/data_cuda.c comm/grid.c " ] \
+  && ok "make cuda-emu builds the real CUDA sources and transport with the emulation: $emu" || bad "emulated build's sources: '$emu'"
 grep -n 'backend/' Makefile | grep -v 'backend/\$(BACKEND)' | grep -q . \
   && bad "the Makefile names a backend's files: $(grep -n 'backend/' Makefile | grep -v 'backend/\$(BACKEND)' | head -3)" \
   || ok "the Makefile names no backend's files (only backend/\$(BACKEND)/backend.mk)"
@@ -24,8 +27,12 @@ core=$(ls common/*.[ch] model/*.[ch] attention/*.[ch] optim/*.[ch] train/*.[ch] 
           tools/*.c tests/*.c 2>/dev/null)
 hits=$(grep -ln 'MPI_\|<mpi.h>\|comm/comm_mpi.h' $core | grep -v '^checkpoint/h5util.c$')
 [ -z "$hits" ] && ok "no MPI outside comm/ (checkpoint/h5util.c hands the group to MPI-IO)" || bad "MPI used in: $hits"
-hits=$(grep -ln 'cblas\|openblas' $core backend/*.h | grep -v '^tools/sgemm_peak.c$\|^tools/bench_attention.c$')
-[ -z "$hits" ] && ok "no BLAS outside backend/cpu/ (and the CPU benchmark tools)" || bad "BLAS used in: $hits"
+hits=$(grep -ln 'cblas\|openblas' $core backend/*.h backend/cuda/*.cu backend/cuda/*.h comm/*.[ch] \
+       | grep -v '^tools/sgemm_peak.c$\|^tools/bench_attention.c$')
+[ -z "$hits" ] && ok "no BLAS outside backend/cpu/ (and the CPU benchmark tools; the CUDA emulation's reference GEMM is in backend/cuda/emu/)" \
+  || bad "BLAS used in: $hits"
+hits=$(grep -ln 'CUDA_EMU\|emu_' backend/cuda/*.cu comm/*.c | grep -v '^backend/cuda/attn_cuda.cu$')
+[ -z "$hits" ] && ok "the CUDA sources have no emulation-only code paths (attn_cuda.cu: only its PTX wrappers)" || bad "emulation code in: $hits"
 hits=$(grep -ln '#pragma omp\|<omp.h>' model/model.[ch] model/verify.[ch] attention/*.[ch] optim/*.[ch] checkpoint/*.[ch] eval/*.[ch] backend/*.h)
 [ -z "$hits" ] && ok "no OpenMP in the model graph, the ring, the optimizer, checkpoints, eval or the contract" || bad "OpenMP in: $hits"
 hits=$(grep -n '#include "backend/[a-z]*/' $core backend/*.h comm/*.[ch])
