@@ -15,7 +15,9 @@
 //   kernel, block and thread, or the call. Kernel pointer arguments must point into live device memory (or
 //   pinned host memory); copies must stay inside their allocations and match their cudaMemcpyKind.
 // Streams: operations run when they are enqueued, in stream order; NCCL operations complete later (when
-//   something waits for them). Each stream carries a vector clock; events, stream waits and host
+//   something waits for them: a later operation on their stream or on a stream that waits for an event recorded
+//   after them, an event query or synchronisation, a stream synchronisation; cudaStreamWaitEvent itself returns at
+//   once, as on a GPU). Each stream carries a vector clock; events, stream waits and host
 //   synchronisations merge clocks. An operation that touches bytes another stream touched (one of the two a
 //   write) without an event ordering them ends the process with one line naming both operations. Kernels are
 //   known by their pointer arguments (a pointer to const is a read, others reads and writes; pointers inside
@@ -284,6 +286,8 @@ DeviceAccess::~DeviceAccess() {
 
 static const int MAXS = 64;
 typedef uint64_t Clock[MAXS];
+struct Stream;
+struct Dep { Stream* s; unsigned long seq; };   // another stream's deferred work up to seq
 struct Stream {
     int id;
     unsigned flags;
@@ -292,6 +296,7 @@ struct Stream {
     std::deque<Deferred*> pending;  // deferred operations, in order
     unsigned long pseq;             // sequence number of the last deferred operation
     std::deque<std::pair<unsigned long, double>> done;   // recent completions: sequence number, time
+    std::vector<Dep> deps;          // what the next operation waits for (cudaStreamWaitEvent: the host does not)
 };
 static Stream* g_streams[MAXS];
 static int g_nstreams = 0;
@@ -336,6 +341,22 @@ static bool complete(Stream* s, unsigned long upto, bool blocking) {
     return true;
 }
 static void complete_all(Stream* s) { complete(s, ~0ul, true); }
+static double done_time(Stream* s, unsigned long seq) {   // when s's last operation up to seq completed (0: long ago)
+    for (auto it = s->done.rbegin(); it != s->done.rend(); ++it)
+        if (it->first <= seq) return it->second;
+    return 0;
+}
+// complete the work in deps (blocking or not: false while some is not done); t: the latest completion time
+static bool complete_deps(std::vector<Dep>& deps, bool blocking, double* t) {
+    for (const Dep& d : deps)
+        if (!complete(d.s, d.seq, blocking)) return false;
+    for (const Dep& d : deps) {
+        double x = done_time(d.s, d.seq);
+        if (t && x > *t) *t = x;
+    }
+    deps.clear();
+    return true;
+}
 
 void defer(Stream* s, Deferred* d) {
     d->seq = ++s->pseq;
@@ -377,6 +398,7 @@ static void describe(char* out, size_t n, uintptr_t a) {
 
 uint64_t begin_op(Stream* s, const char* op) {
     (void)op;
+    complete_deps(s->deps, true, NULL);   // the stream waited (cudaStreamWaitEvent) for other streams' work
     complete_all(s);
     if (s->id == 0) {   // the legacy default stream waits for every blocking stream
         for (int i = 1; i < g_nstreams; i++)
@@ -419,12 +441,13 @@ static void host_waited(const Clock vc) {
 }
 
 struct EmuEventRec {
-    Stream* s;
-    Clock vc;
-    unsigned long seq;
-    unsigned flags;
-    double t_rec, t;
-    bool recorded, resolved, dead;
+    Stream* s = NULL;
+    Clock vc = {};
+    unsigned long seq = 0;
+    unsigned flags = 0;
+    double t_rec = 0, t = 0;
+    bool recorded = false, resolved = false, dead = false;
+    std::vector<Dep> deps;   // the stream's waits at the time of recording
 };
 
 }   // namespace emu
@@ -1055,6 +1078,7 @@ cudaError_t cudaDeviceSynchronize(void) {
     for (int i = 0; i < g_nstreams; i++) {
         Stream* s = g_streams[i];
         if (s->dead) continue;
+        complete_deps(s->deps, true, NULL);
         complete_all(s);
         host_waited(s->vc);
     }
@@ -1198,6 +1222,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
 cudaError_t cudaStreamDestroy(cudaStream_t cs) {
     Stream* s = stream_of(cs);
     if (s->id == 0) return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy of the default stream");
+    complete_deps(s->deps, true, NULL);
     complete_all(s);
     s->dead = true;
     return cudaSuccess;
@@ -1211,7 +1236,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t cs) {
 }
 cudaError_t cudaStreamQuery(cudaStream_t cs) {
     Stream* s = stream_of(cs);
-    if (!complete(s, ~0ul, false)) return cudaErrorNotReady;
+    if (!complete_deps(s->deps, false, NULL) || !complete(s, ~0ul, false)) return cudaErrorNotReady;
     host_waited(s->vc);
     return cudaSuccess;
 }
@@ -1221,7 +1246,6 @@ cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e,
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
     ensure_init();
     EmuEvent* ev = new EmuEvent();
-    memset(static_cast<EmuEventRec*>(ev), 0, sizeof(EmuEventRec));
     ev->flags = flags;
     *e = ev;
     return cudaSuccess;
@@ -1244,7 +1268,8 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t cs) {
     ev->seq = s->pseq;
     ev->t_rec = now();
     ev->recorded = true;
-    ev->resolved = s->pending.empty();   // nothing deferred before it: complete when recorded
+    ev->deps = s->deps;
+    ev->resolved = s->pending.empty() && s->deps.empty();   // nothing deferred before it: complete when recorded
     ev->t = ev->t_rec;
     return cudaSuccess;
 }
@@ -1252,10 +1277,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t cs) {
 static bool resolve(EmuEvent* ev, bool blocking) {
     if (!ev->recorded) return true;   // never recorded: complete at once (CUDA's rule)
     if (!ev->resolved) {
-        if (!complete(ev->s, ev->seq, blocking)) return false;
+        if (!complete_deps(ev->deps, blocking, &ev->t) || !complete(ev->s, ev->seq, blocking)) return false;
         ev->resolved = true;
-        for (auto it = ev->s->done.rbegin(); it != ev->s->done.rend(); ++it)   // when its last operation completed
-            if (it->first <= ev->seq) { if (it->second > ev->t) ev->t = it->second; break; }
+        double x = done_time(ev->s, ev->seq);
+        if (x > ev->t) ev->t = x;
     }
     return true;
 }
@@ -1276,8 +1301,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t cs, cudaEvent_t e, unsigned flags) 
     EmuEvent* ev = live_event(e, "cudaStreamWaitEvent");
     Stream* s = stream_of(cs);
     if (!ev->recorded) return cudaSuccess;
-    resolve(ev, true);   // this emulation runs s's next operation at once: what it waits for completes now
+    // the host goes on at once, as on a GPU; s's next operation (or a synchronisation) completes the work first
     merge(s->vc, ev->vc);
+    if (!ev->resolved) {
+        s->deps.insert(s->deps.end(), ev->deps.begin(), ev->deps.end());
+        s->deps.push_back(Dep{ ev->s, ev->seq });
+    }
     return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
