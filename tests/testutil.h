@@ -14,7 +14,8 @@ static inline double tu_rel_err(const float* a, const double* ref, long n) {
     double md = 0, mr = 0;
     for (long i = 0; i < n; i++) {
         double d = fabs((double)a[i] - ref[i]);
-        if (!(d <= md)) md = d;            // NaN propagates as failure
+        if (d != d) return INFINITY;       // a NaN anywhere fails (not lost behind a later finite element)
+        if (d > md) md = d;
         if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
     }
     return md / (mr + 1e-30);
