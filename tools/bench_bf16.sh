@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench_bf16.sh — does bf16 train as well as fp32 here? A small model (2 x 128, seq_len 128, 8 sequences a step)
 # trained 300 steps on this repository's sources three times on the same data and seed: the CPU backend (fp32),
+# (and once more on the CPU with another seed, for the scale of run-to-run differences),
 # the CUDA backend in fp32 and in bf16 (matmuls with bf16 inputs, bf16 tensor-core attention) — the CUDA backend's
 # real sources, run by the host emulation (build/emu/train: make cuda-emu). Writes OUT/results.md (loss every 25
 # steps, validation loss every 50, final numbers side by side) and OUT/loss.svg. About 25 minutes on 2 cores
@@ -20,13 +21,19 @@ ARGS=(--vocab_size 257 --d_model 128 --n_layer 2 --n_head 4 --n_kv_head 2 --d_ff
       --batch_size 8 --micro_batch 4 --max_steps "$STEPS" --lr 3e-3 --min_lr 3e-4 --warmup_steps 20 --seed 11
       --log_every 1 --val_every 50 --val_batches 8 --ckpt_every 0 --save_final 0
       --train_data "$OUT/data/train_*.bin" --val_data "$OUT/data/val_*.bin")
-run() {   # NAME BIN PRECISION
-  rm -rf "${OUT:?}/$1"
-  /usr/bin/time -f "%e s" "$2" "${ARGS[@]}" --matmul_precision "$3" --out_dir "$OUT/$1" >"$OUT/$1.log" 2>"$OUT/$1.time" \
-    || { echo "bench_bf16: $1 failed: $(tail -n 3 "$OUT/$1.log" "$OUT/$1.time")" >&2; exit 1; }
+run() {   # NAME BIN PRECISION [ARGS...]: skipped when OUT/NAME holds a finished run with the same arguments
+  local name=$1 bin=$2 prec=$3; shift 3
+  local want; want=$(printf '%s ' "${ARGS[@]}" --matmul_precision "$prec" "$@"; echo "$(basename "$bin") $(dirname "$bin" | xargs basename)")
+  if [ -f "$OUT/$name.args" ] && [ "$(cat "$OUT/$name.args")" = "$want" ] && [ -f "$OUT/$name/metrics.jsonl" ] &&
+     [ "$(wc -l <"$OUT/$name/metrics.jsonl")" -eq "$STEPS" ]; then echo "bench_bf16: $name done before, kept"; return 0; fi
+  rm -rf "${OUT:?}/$name" "$OUT/$name.args"
+  /usr/bin/time -f "%e s" "$bin" "${ARGS[@]}" --matmul_precision "$prec" "$@" --out_dir "$OUT/$name" >"$OUT/$name.log" \
+    2>"$OUT/$name.time" || { echo "bench_bf16: $name failed: $(tail -n 3 "$OUT/$name.log" "$OUT/$name.time")" >&2; exit 1; }
+  echo "$want" >"$OUT/$name.args"
 }
 T0=$(date +%s)
 run cpu_fp32 "$OUT/bin/train" fp32
+run cpu_fp32_seed "$OUT/bin/train" fp32 --seed 12   # the scale of run-to-run differences: another seed
 run emu_fp32 "$OUT/bin/emu/train" fp32 & p1=$!
 run emu_bf16 "$OUT/bin/emu/train" bf16 & p2=$!
 wait $p1 && wait $p2
@@ -54,9 +61,15 @@ for s in sorted(val["cpu_fp32"]):
     L.append(f"| {s} | " + " | ".join(f"{val[r][s]:.4f}" for r in runs) + f" | {val['emu_bf16'][s] - val['cpu_fp32'][s]:+.4f} |")
 fs = max(val["cpu_fp32"])
 d32 = max(abs(a - b) / a for a, b in zip(loss["cpu_fp32"], loss["emu_fp32"]))
+sd = [json.loads(l) for l in open(f"{out}/cpu_fp32_seed/metrics.jsonl")]
+vs = {x["step"]: x["val_loss"] for x in sd if "val_loss" in x}
+ls = [x["loss"] for x in sd]
 L.append(f"\nFinal validation loss: fp32 (CPU) {val['cpu_fp32'][fs]:.4f}, fp32 (emulated CUDA) {val['emu_fp32'][fs]:.4f}, "
          f"bf16 (emulated CUDA) {val['emu_bf16'][fs]:.4f} ({100 * (val['emu_bf16'][fs] / val['cpu_fp32'][fs] - 1):+.2f} %). "
-         f"Largest per-step training-loss difference, emulated fp32 vs CPU: {d32:.1e} (relative). Wall time {secs / 60:.0f} min.")
+         f"Largest per-step training-loss difference, emulated fp32 vs CPU: {d32:.1e} (relative). For scale, the same "
+         f"fp32 run with another seed (other initial weights and data order): final validation loss {vs[fs]:.4f} "
+         f"({100 * (vs[fs] / val['cpu_fp32'][fs] - 1):+.2f} %), training loss at step {steps} {sum(ls[-5:]) / 5:.4f} "
+         f"({sum(ls[-5:]) / 5 - avg('cpu_fp32', steps):+.4f}). Wall time {secs / 60:.0f} min.")
 open(f"{out}/results.md", "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 # the loss curves (moving mean of 5 steps)
