@@ -49,6 +49,9 @@ void comm_broadcast(const Group* g, float* buf, size_t n, int root);
 // (the other parts are left undefined).
 void comm_allgather(const Group* g, float* buf, size_t n);
 void comm_reduce_scatter_sum(const Group* g, float* buf, size_t n);
+// all-to-all: send [size * n], its block j (n floats at j * n) goes to rank j; recv [size * n], its block i is what
+// rank i sent to this rank (the own block copied). send and recv do not overlap.
+void comm_alltoall(const Group* g, const float* send, float* recv, size_t n);
 
 // ---- the ring hop: send n floats to the next rank of g and receive n floats from the previous one ----
 // Both directions start together (a device transport must group them); complete with comm_test (never

@@ -228,6 +228,28 @@ void mpi_allreduce_named(const Group* g, void* buf, size_t n, MPI_Datatype t, in
         coll_wait(g, &rq, what);
     }
 }
+// All-to-all of host memory: block j (n floats at send + j n) to rank j, block i of recv from rank i. Pairwise
+// exchange: in step s = 1 .. P - 1 rank r sends to r + s and receives from r - s (one transfer each way in flight,
+// split into calls of at most mpi_max_count() floats), its own block copied; every wait under the watchdog.
+void mpi_alltoall(const Group* g, const float* send, float* recv, size_t n, const char* what) {
+    int P = g->size, r = g->rank;
+    if (n) memcpy(recv + (size_t)r * n, send + (size_t)r * n, n * sizeof(float));
+    if (P == 1 || !n) return;
+    comm_watch_started(g);
+    size_t m = mpi_max_count();
+    for (int s = 1; s < P; s++) {
+        int to = (r + s) % P, from = (r - s + P) % P;
+        for (size_t o = 0; o < n; o += m) {
+            int k = (int)(n - o < m ? n - o : m);
+            MPI_Request rq[2];
+            int peer[2] = { from, to };
+            MPI_Irecv(recv + (size_t)from * n + o, k, MPI_FLOAT, from, 3, g->comm, &rq[0]);
+            MPI_Isend(send + (size_t)to * n + o, k, MPI_FLOAT, to, 3, g->comm, &rq[1]);
+            comm_watch_wait(g, 2, rq, what, peer);
+        }
+    }
+}
+
 void mpi_allreduce(const Group* g, void* buf, size_t n, MPI_Datatype t, int size, MPI_Op op) {
     mpi_allreduce_named(g, buf, n, t, size, op, "allreduce");
 }

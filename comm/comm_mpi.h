@@ -20,6 +20,9 @@ void mpi_allreduce(const Group* g, void* buf, size_t n, MPI_Datatype t, int size
 // the same, named `what` in the watchdog's message
 void mpi_allreduce_named(const Group* g, void* buf, size_t n, MPI_Datatype t, int size, MPI_Op op, const char* what);
 
+// all-to-all of host memory (comm_alltoall's semantics), named `what` in the watchdog's message
+void mpi_alltoall(const Group* g, const float* send, float* recv, size_t n, const char* what);
+
 // ---- the watchdog (see comm_set_timeout) ----
 // The side channel (a duplicate of MPI_COMM_WORLD): collective over the world, once, right after MPI_Init.
 void comm_watch_init(void);

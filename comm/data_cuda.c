@@ -97,6 +97,15 @@ int comm_data_attach(Group* g, char* err, size_t errlen) {
 }
 static ncclComm_t nccl_of(const Group* g) { return *(ncclComm_t*)g->data; }
 
+// The grid attaches every group it makes. A group used without that (a program that speaks to the world group
+// directly) is attached at its first data call, which all its members make; the first attach of the job also
+// picks the transport, collectively over the world.
+static void attach_late(const Group* g) {
+    if (resolved >= 0 && (resolved != T_NCCL || g->size == 1 || g->data)) return;
+    char err[512];
+    if (comm_data_attach((Group*)g, err, sizeof err)) die("comm_data_attach", err);
+}
+
 // ---- host staging (the mpi transport) ----
 static float* stage;        // pinned, grown on demand
 static size_t stage_n;
@@ -168,6 +177,33 @@ static void comm_reduce_scatter_sum_(const Group* g, float* buf, size_t n) {
        "ncclReduceScatter");
 }
 
+// all-to-all: nccl: one group of a send and a receive per peer on the compute stream (the own block copied);
+// mpi: the whole buffer staged to the host, exchanged pairwise, staged back
+static void comm_alltoall_(const Group* g, const float* send, float* recv, size_t n) {
+    if (!n) return;
+    if (g->size == 1) {
+        cu(cudaMemcpyAsync(recv, send, n * sizeof(float), cudaMemcpyDeviceToDevice, stream()), "comm_alltoall (copy)");
+        return;
+    }
+    size_t all = (size_t)g->size * n;
+    if (resolved == T_MPI) {
+        float* h = staged(2 * all);
+        d2h(h, send, all);
+        mpi_alltoall(g, h, h + all, n, "comm_alltoall");
+        h2d(recv, h + all, all);
+        return;
+    }
+    cu(cudaMemcpyAsync(recv + (size_t)g->rank * n, send + (size_t)g->rank * n, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                       stream()), "comm_alltoall (own block)");
+    nc(ncclGroupStart(), "ncclGroupStart");
+    for (int j = 0; j < g->size; j++) {
+        if (j == g->rank) continue;
+        nc(ncclSend(send + (size_t)j * n, n, ncclFloat, j, nccl_of(g), stream()), "ncclSend (all-to-all)");
+        nc(ncclRecv(recv + (size_t)j * n, n, ncclFloat, j, nccl_of(g), stream()), "ncclRecv (all-to-all)");
+    }
+    nc(ncclGroupEnd(), "ncclGroupEnd (all-to-all)");
+}
+
 // ---- the ring hop ----
 // A request holds up to MAX_HOPS hops started since its last wait. nccl: one event per hop, recorded on the
 // communication stream after the hop's group. mpi: per hop a pinned send and receive buffer (kept and reused
@@ -212,15 +248,21 @@ static Hop* next_hop(CommReq* r) {
     return &r->hop[r->n++];
 }
 
-// the messages of one direction of a staged hop: at most mpi_max_count() floats each, matched in order
+// One direction of a staged hop as at most two messages: n floats longer than one MPI call's count go as blocks
+// of a contiguous type, plus the remainder; MPI matches messages between one pair in posting order.
 static void post(const Group* g, Hop* h, float* buf, size_t n, int peer, int recv) {
-    size_t m = mpi_max_count();
-    for (size_t o = 0; o < n; o += m) {
-        if (h->nrq == MAX_MSG) die("comm_hop", "a hop longer than 32 messages of the MPI count limit");
-        int k = (int)(n - o < m ? n - o : m);
-        if (recv) MPI_Irecv(buf + o, k, MPI_FLOAT, peer, 0, g->comm, &h->rq[h->nrq++]);
-        else MPI_Isend(buf + o, k, MPI_FLOAT, peer, 0, g->comm, &h->rq[h->nrq++]);
+    size_t block = (n + mpi_max_count() - 1) / mpi_max_count(), head = block > 1 ? n / block * block : 0;
+    MPI_Datatype t = MPI_FLOAT;
+    if (head) { MPI_Type_contiguous((int)block, MPI_FLOAT, &t); MPI_Type_commit(&t); }
+    struct { float* p; size_t count; MPI_Datatype type; } part[2] = { { buf, head ? head / block : 0, t },
+                                                                     { buf + head, n - head, MPI_FLOAT } };
+    for (int i = 0; i < 2; i++) {
+        if (!part[i].count) continue;
+        if (h->nrq == MAX_MSG) die("comm_hop", "too many messages in flight on one hop");
+        if (recv) MPI_Irecv(part[i].p, (int)part[i].count, part[i].type, peer, 0, g->comm, &h->rq[h->nrq++]);
+        else MPI_Isend(part[i].p, (int)part[i].count, part[i].type, peer, 0, g->comm, &h->rq[h->nrq++]);
     }
+    if (head) MPI_Type_free(&t);   // freed types stay valid for the operations already started
 }
 
 static void comm_hop_(const Group* g, const float* send, float* recv, size_t n, CommReq* r) {
@@ -306,33 +348,45 @@ static void comm_wait_(CommReq* r) {
 
 // ---- the public calls: bracketed for the backend's profile (class "communication waits") ----
 void comm_allreduce_sum(const Group* g, float* buf, size_t n) {
+    attach_late(g);
     cuda_backend_prof_comm(1);
     comm_allreduce_sum_(g, buf, n);
     cuda_backend_prof_comm(0);
 }
 void comm_allreduce_max(const Group* g, float* buf, size_t n) {
+    attach_late(g);
     cuda_backend_prof_comm(1);
     comm_allreduce_max_(g, buf, n);
     cuda_backend_prof_comm(0);
 }
 void comm_broadcast(const Group* g, float* buf, size_t n, int root) {
+    attach_late(g);
     cuda_backend_prof_comm(1);
     comm_broadcast_(g, buf, n, root);
     cuda_backend_prof_comm(0);
 }
 void comm_allgather(const Group* g, float* buf, size_t n) {
+    attach_late(g);
     cuda_backend_prof_comm(1);
     comm_allgather_(g, buf, n);
     cuda_backend_prof_comm(0);
 }
 void comm_reduce_scatter_sum(const Group* g, float* buf, size_t n) {
+    attach_late(g);
     cuda_backend_prof_comm(1);
     comm_reduce_scatter_sum_(g, buf, n);
     cuda_backend_prof_comm(0);
 }
 void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r) {
+    attach_late(g);
     cuda_backend_prof_comm(1);
     comm_hop_(g, send, recv, n, r);
+    cuda_backend_prof_comm(0);
+}
+void comm_alltoall(const Group* g, const float* send, float* recv, size_t n) {
+    attach_late(g);
+    cuda_backend_prof_comm(1);
+    comm_alltoall_(g, send, recv, n);
     cuda_backend_prof_comm(0);
 }
 int comm_test(CommReq* r) {

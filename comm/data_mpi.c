@@ -153,6 +153,7 @@ static void parts_collective(const Group* g, float* buf, size_t n, Coll c) {
     ring_close(&R);
 }
 void comm_allgather(const Group* g, float* buf, size_t n) { parts_collective(g, buf, n, GATHER); }
+void comm_alltoall(const Group* g, const float* send, float* recv, size_t n) { mpi_alltoall(g, send, recv, n, "comm_alltoall"); }
 void comm_reduce_scatter_sum(const Group* g, float* buf, size_t n) { parts_collective(g, buf, n, SCATTER); }
 
 // ---- the ring hop ----

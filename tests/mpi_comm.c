@@ -1,9 +1,10 @@
 // mpi_comm.c — the communication layer (comm/comm.h) over the MPI world, against values computed here.
 //
 // Run: mpirun -np P build/tests/mpi_comm [--overflow]   (tests/test_comm.sh runs P = 1..4, also with
-// RINGLM_COMM_MAX_COUNT small so that every collective is split into several MPI calls).
+// RINGLM_COMM_MAX_COUNT small so that every collective is split into several MPI calls; and the same program on the
+// emulated CUDA backend, build/emu/tests/mpi_comm, over NCCL and over the staged transport).
 // Every rank fills buffers with small integers (exact in fp32), so each expected result is exact: sums,
-// maxima, gathers, reduce-scatter parts, broadcasts, and the ring hop (two hops in flight on one request,
+// maxima, gathers, reduce-scatter parts, all-to-all blocks, broadcasts, and the ring hop (two hops in flight on one request,
 // driven by comm_test, then completed by comm_wait, each arriving from the previous rank in order).
 // --overflow starts more hops than a request can hold without waiting: the layer must stop the job with
 // its message (a programming error, caught instead of overrunning the request list).
@@ -109,6 +110,16 @@ static void data(size_t n) {
         ok &= h[j] == want;
     }
     RCHECK(ok, "reduce_scatter_sum of %d parts of %zu floats (own part = sum over ranks)", P, n);
+    // all-to-all: block j of rank r goes to rank j; rank r's block i comes from rank i
+    float* d2 = dev(P * n);
+    for (size_t i = 0; i < P * n; i++) h[i] = val(RK * P + (int)(i / n), i % n);
+    be_upload(d, h, P * n * sizeof(float));
+    comm_alltoall(W, d, d2, n);
+    be_download(h, d2, P * n * sizeof(float));
+    ok = 1;
+    for (size_t i = 0; i < P * n; i++) ok &= h[i] == val((int)(i / n) * P + RK, i % n);
+    RCHECK(ok, "alltoall of %d blocks of %zu floats (block i from rank i)", P, n);
+    be_free(d2);
     be_free(d); free(h);
 }
 
@@ -145,10 +156,12 @@ static void hops(size_t n) {
 
 int main(int argc, char** argv) {
     grid_mpi_init(&argc, &argv);
-    W = group_world();
-    P = group_size(W); RK = group_rank(W);
+    static Grid G;   // tp = cp = 1: the world group attached as the trainer's groups are (a GPU per node-local rank)
     char err[256];
-    if (be_init(0, err, sizeof err)) { fprintf(stderr, "%s\n", err); grid_exit(1); }
+    if (grid_build(&G, 1, 1, err, sizeof err)) { fprintf(stderr, "%s\n", err); grid_exit(1); }
+    W = G.world_g;
+    P = group_size(W); RK = group_rank(W);
+    if (be_init(G.local_rank, err, sizeof err)) { fprintf(stderr, "%s\n", err); grid_exit(1); }
     if (argc > 1 && !strcmp(argv[1], "--overflow")) {   // more hops than a request holds, never waited for
         float *s = dev(4), *r = dev(4);
         CommReq* rq = comm_req_create();

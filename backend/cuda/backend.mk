@@ -17,7 +17,7 @@ BACKEND_LDLIBS  := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lstdc++ -ldl
 EMU_CXX         := mpicxx -std=c++20 -O2 -g -fno-omit-frame-pointer -Wall -Wextra -Wno-unknown-pragmas -Werror \
                    -DCUDA_EMU -DOMPI_SKIP_MPICXX=1 -I. $(EMU_INC) -I$(BLAS_INC) -I$(H5_INC)
 PROGRAMS        := $(addprefix $(BD)/,train eval bench_kernels)
-TEST_BIN        := $(BD)/tests/test_cuda $(BD)/tests/emu_faults
+TEST_BIN        := $(BD)/tests/test_cuda $(BD)/tests/emu_faults $(BD)/tests/mpi_comm
 
 # rule breakers for the emulation's own checks (tests/test_cuda_emu.sh)
 $(BD)/tests/emu_faults: $(BD)/obj/tests/gpu/emu_faults.o $(patsubst %,$(BD)/obj/%.o,$(basename $(EMU_SRC)))
