@@ -59,6 +59,14 @@ int be_set_matmul_precision(const char* name);
 void be_matmul(float* C, const float* A, const float* B, int m, int n, int k,
                int transA, int transB, float alpha, float beta);
 void be_add(float* y, const float* x, size_t n);                  // y += x
+// Column blocks to row blocks and back: the exchange between a sequence shard of all heads and all tokens of a
+// head shard (the all-to-all of context parallelism). src/dst [R, ld] hold nb blocks of w columns; block j < P of
+// the packed side is block b_j = j * nb / P (P >= nb: P / nb consecutive j share a block, e.g. a KV head needed by
+// several query-head shards).
+// split: dst[j, r, 0:w] = src[r, b_j w : b_j w + w]                           dst [P, R, w]
+// merge: dst[r, b_j w : b_j w + w] += src[j, r, 0:w] in j order (accumulate), or = (accumulate = 0; needs nb = P)
+void be_split_cols(float* dst, const float* src, int R, int ld, int w, int P, int nb);
+void be_merge_cols(float* dst, const float* src, int R, int ld, int w, int P, int nb, int accumulate);
 // Sums of squares of segments of x, accumulated per class: out[c] (host) = sum over the segments of class c.
 // One pass, one read-back, deterministic (independent of thread count and schedule). The gradient norm.
 typedef struct { size_t offset, n; int cls; } BeSegment;

@@ -82,6 +82,23 @@ void be_add(float* y, const float* x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+void be_split_cols(float* dst, const float* src, int R, int ld, int w, int P, int nb) {
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int j = 0; j < P; j++)
+        for (int r = 0; r < R; r++)
+            memcpy(dst + ((size_t)j * R + r) * w, src + (size_t)r * ld + (size_t)(j * nb / P) * w, (size_t)w * sizeof(float));
+}
+void be_merge_cols(float* dst, const float* src, int R, int ld, int w, int P, int nb, int accumulate) {
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < P; j++) {   // j in order: shared blocks are summed in a fixed order
+            float* d = dst + (size_t)r * ld + (size_t)(j * nb / P) * w;
+            const float* x = src + ((size_t)j * R + r) * w;
+            if (accumulate) for (int c = 0; c < w; c++) d[c] += x[c];
+            else memcpy(d, x, (size_t)w * sizeof(float));
+        }
+}
+
 #define NPART 64   // fixed partition for deterministic reductions
 static double sumsq(const float* x, size_t n) {
     double part[NPART];

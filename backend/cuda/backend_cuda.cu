@@ -564,6 +564,45 @@ void be_add(float* y, const float* x, size_t n) {
     CU_LAUNCHED("be_add");
 }
 
+// ---- column blocks <-> row blocks (be_split_cols / be_merge_cols): one thread per element of the packed side
+// (split) or of the unpacked side (merge: it sums the j that share its block, in j order) ----
+__global__ void split_cols_k(float* dst, const float* src, int R, int ld, int w, int P, int nb) {
+    size_t n = (size_t)P * R * w;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        int c = (int)(i % w);
+        size_t jr = i / w;
+        int r = (int)(jr % R), j = (int)(jr / R);
+        dst[i] = src[(size_t)r * ld + (size_t)(j * nb / P) * w + c];
+    }
+}
+__global__ void merge_cols_k(float* dst, const float* src, int R, int ld, int w, int P, int nb, int accumulate) {
+    size_t n = (size_t)R * nb * w;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        int c = (int)(i % w);
+        size_t rb = i / w;
+        int b = (int)(rb % nb), r = (int)(rb / nb);
+        float* d = dst + (size_t)r * ld + (size_t)b * w + c;
+        float acc = accumulate ? *d : 0.0f;
+        int j0 = (b * P + nb - 1) / nb, j1 = ((b + 1) * P + nb - 1) / nb;   // the j with j * nb / P == b
+        for (int j = j0; j < j1; j++) acc += src[((size_t)j * R + r) * w + c];
+        *d = acc;
+    }
+}
+void be_split_cols(float* dst, const float* src, int R, int ld, int w, int P, int nb) {
+    PROF(PROF_COPY);
+    if (R <= 0 || w <= 0 || P <= 0) return;
+    if (nb <= 0 || nb > P) cu_die("be_split_cols", "%d blocks for %d parts", nb, P);
+    LAUNCH(split_cols_k, grid_for((size_t)P * R * w), 256, 0, dst, src, R, ld, w, P, nb);
+    CU_LAUNCHED("be_split_cols");
+}
+void be_merge_cols(float* dst, const float* src, int R, int ld, int w, int P, int nb, int accumulate) {
+    PROF(PROF_COPY);
+    if (R <= 0 || w <= 0 || P <= 0) return;
+    if (nb <= 0 || nb > P || (!accumulate && nb != P)) cu_die("be_merge_cols", "%d blocks for %d parts (accumulate %d)", nb, P, accumulate);
+    LAUNCH(merge_cols_k, grid_for((size_t)R * nb * w), 256, 0, dst, src, R, ld, w, P, nb, accumulate);
+    CU_LAUNCHED("be_merge_cols");
+}
+
 // ---- sums of squares: chunks of at most CHUNK elements, each summed by one block (double), then the
 // chunks of each class summed in a fixed partition; one read-back of nclass doubles ----
 #define SUMSQ_CHUNK 65536

@@ -11,6 +11,8 @@
 #define attn_merge cpu_attn_merge
 #define be_adamw cpu_be_adamw
 #define be_add cpu_be_add
+#define be_split_cols cpu_be_split_cols
+#define be_merge_cols cpu_be_merge_cols
 #define be_alloc cpu_be_alloc
 #define be_argmax_hit cpu_be_argmax_hit
 #define be_copy cpu_be_copy

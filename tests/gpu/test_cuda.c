@@ -217,6 +217,47 @@ static void test_elementwise(void) {
 // sums of squares: chunks of 65536 elements, one block each, then a final pass over the chunks with 256 threads
 
 #define SUMSQ_CHUNK 65536
+// column blocks <-> row blocks (the context-parallel all-to-all's packing), against an independent host loop:
+// Q-like (P = nb), KV replicated to more parts than heads (P > nb, merge accumulates the shared blocks in j
+// order), sized beyond one grid pass; exact (copies and, for merge, the same additions in the same order)
+static void test_split_merge_shape(int R, int ld, int w, int P, int nb) {
+    size_t npk = (size_t)P * R * w, nun = (size_t)R * ld;
+    float *src = rnd(nun, 1), *pk = rnd(npk, 1), *want = malloc(npk * 4), *acc0 = rnd(nun, 1);
+    for (int j = 0; j < P; j++)
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < w; c++) want[((size_t)j * R + r) * w + c] = src[(size_t)r * ld + (size_t)(j * nb / P) * w + c];
+    float *Dsrc = up(src, nun * 4), *Dpk = be_alloc(npk * 4);
+    be_split_cols(Dpk, Dsrc, R, ld, w, P, nb);
+    int s1 = same_dev(Dpk, want, npk);
+    cpu->be_split_cols(pk, src, R, ld, w, P, nb);
+    int s1c = cmp_same_bits(pk, want, npk * 4);
+    // merge back onto random accumulators (accumulate) and, where every block has one part, onto garbage (overwrite)
+    float* acc = dup(acc0, nun);
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < P; j++)
+            for (int c = 0; c < w; c++) acc[(size_t)r * ld + (size_t)(j * nb / P) * w + c] += want[((size_t)j * R + r) * w + c];
+    float* Dacc = up(acc0, nun * 4);
+    be_merge_cols(Dacc, Dpk, R, ld, w, P, nb, 1);
+    int s2 = same_dev(Dacc, acc, nun);
+    float* cacc = dup(acc0, nun);
+    cpu->be_merge_cols(cacc, want, R, ld, w, P, nb, 1);
+    int s2c = cmp_same_bits(cacc, acc, nun * 4);
+    int s3 = 1;
+    if (P == nb) {   // overwrite: the columns of the blocks come back as they were; the others keep their values
+        be_upload(Dacc, acc0, nun * 4);
+        be_merge_cols(Dacc, Dpk, R, ld, w, P, nb, 0);
+        float* back = dup(acc0, nun);
+        for (int r = 0; r < R; r++) memcpy(back + (size_t)r * ld, src + (size_t)r * ld, (size_t)nb * w * 4);
+        s3 = same_dev(Dacc, back, nun);
+        free(back);
+    }
+    CHECK(s1 && s1c && s2 && s2c && s3, "split/merge cols R %d ld %d: %d blocks of %d for %d parts (%.2f grid passes): split %s "
+          "(CPU %s), merge += %s (CPU %s), merge = %s", R, ld, nb, w, P, (double)npk / GRID_PASS, s1 ? "exact" : "WRONG",
+          s1c ? "exact" : "WRONG", s2 ? "exact" : "WRONG", s2c ? "exact" : "WRONG", P == nb ? (s3 ? "exact" : "WRONG") : "n/a");
+    free(src); free(pk); free(want); free(acc0); free(acc); free(cacc);
+    be_free(Dsrc); be_free(Dpk); be_free(Dacc);
+}
+
 static void test_sumsq(void) {
     enum { NSMALL = 300, NCLASS = 7 };
     BeSegment seg[NSMALL + 8];
@@ -838,6 +879,9 @@ int main(void) {
     double t0 = now_s();
     test_comparator();
     test_elementwise();
+    test_split_merge_shape(37, 6 * 24 + 5, 24, 3, 3);        // Q-like: 3 parts of 24 columns, ld with spare columns
+    test_split_merge_shape(4099, 2 * 64, 64, 4, 2);          // KV: 2 heads for 4 parts (each head to 2 parts)
+    test_split_merge_shape(7000, 4 * 50, 50, 8, 4);          // 8 parts, 4 blocks, > 2 grid passes
     test_sumsq();
     test_embedding();
     test_rmsnorm_shape(37, 1000);
