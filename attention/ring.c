@@ -39,13 +39,13 @@ static double calibrate(Ring* R) {
     return ctl_max(R->g, median(t, 5));
 }
 
-void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk) {
+void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk, int nseg) {
     memset(R, 0, sizeof *R);
     R->g = g; R->P = group_size(g); R->r = group_rank(g); R->layout = layout;
     R->T = T; R->Tl = T / R->P; R->Hk = Hk;
     R->qrows = be_tuning()->ring_query_rows;
     R->rq = comm_req_create();
-    R->nseg = layout == CP_ZIGZAG ? 2 : 1;
+    R->nseg = nseg > 0 ? nseg : layout == CP_ZIGZAG ? 2 : 1;
     R->seg = R->Tl / R->nseg;
     size_t n = (size_t)2 * R->Tl * Hk;
     for (int i = 0; i < 2; i++) { R->kv[i] = be_alloc(n * sizeof(float)); R->dkv[i] = be_alloc(n * sizeof(float)); }

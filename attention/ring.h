@@ -58,9 +58,11 @@ void ring_positions(int layout, int P, int r, int T, int* pos);
 // Parse "zigzag" / "contiguous"; -1 when unknown.
 int ring_layout_parse(const char* s);
 
-// Plan buffers for micro-batches of B sequences of T tokens and K/V widths up to Hk = nkv * hd.
+// Plan buffers for micro-batches of B sequences of T tokens and K/V widths up to Hk = nkv * hd. nseg: the runs of
+// consecutive positions in a rank's tokens, the unit of the work decisions (0: the layout's, 2 for zigzag and 1 for
+// contiguous; a rank holding the tokens of an all-to-all group of U ranks has U times as many).
 // Collective over the ring; calibrates xfer_s.
-void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk);
+void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk, int nseg);
 void ring_free(Ring* R);
 // Exchange the positions of this rank's tokens, host [B, Tl], and their document ids (host [B, Tl], or NULL:
 // no document masking; every rank of the ring must agree on which) with the whole ring (once per micro-batch).

@@ -29,13 +29,14 @@ static Group* make_group(int color, int key, const char* name) {
 // every group ready for data collectives (a device transport makes its communicators); 0 or 1 + err,
 // the same on every rank
 static int attach_all(Grid* g, char* err, size_t errlen) {
-    Group* gs[] = { g->world_g, g->tp_g, g->cp_g, g->dp_g, g->dpcp_g };
+    Group* gs[] = { g->world_g, g->tp_g, g->cp_g, g->dp_g, g->dpcp_g, g->a2a_g, g->ring_g != g->cp_g ? g->ring_g : NULL };
     int fail = 0;
-    for (int i = 0; i < 5 && !fail; i++) fail = grid_agree(g->world_g, comm_data_attach(gs[i], err, errlen), err, errlen);
+    for (int i = 0; i < 7 && !fail; i++)
+        if (gs[i]) fail = grid_agree(g->world_g, comm_data_attach(gs[i], err, errlen), err, errlen);
     return fail;
 }
 
-int grid_build(Grid* g, int tp, int cp, char* err, size_t errlen) {
+int grid_build(Grid* g, int tp, int cp, int a2a, char* err, size_t errlen) {
     memset(g, 0, sizeof *g);
     MPI_Comm_size(MPI_COMM_WORLD, &g->world);
     MPI_Comm_rank(MPI_COMM_WORLD, &g->rank);
@@ -45,14 +46,25 @@ int grid_build(Grid* g, int tp, int cp, char* err, size_t errlen) {
                  g->world, tp, cp, tp * cp);
         return 1;
     }
-    g->tp = tp; g->cp = cp; g->dp = g->world / (tp * cp);
+    if (a2a < 1 || cp % a2a) {
+        snprintf(err, errlen, "grid: the all-to-all degree %d must divide cp = %d", a2a, cp);
+        return 1;
+    }
+    g->tp = tp; g->cp = cp; g->dp = g->world / (tp * cp); g->a2a = a2a;
     g->tp_rank = g->rank % tp;
     g->cp_rank = (g->rank / tp) % cp;
     g->dp_rank = g->rank / (tp * cp);
     ctl_barrier(group_world());   // (under the watchdog: MPI_Comm_split is not) every rank is here
     g->world_g = make_group(0, g->rank, "world");
     g->tp_g = make_group(g->cp_rank + cp * g->dp_rank, g->tp_rank, "tp");
-    g->cp_g = make_group(g->tp_rank + tp * g->dp_rank, g->cp_rank, "ring");
+    g->cp_g = make_group(g->tp_rank + tp * g->dp_rank, g->cp_rank, a2a > 1 ? "cp" : "ring");
+    g->ring_g = g->cp_g;
+    if (a2a > 1) {   // all-to-all groups: a2a consecutive cp ranks; rings: the ranks at one index of their a2a group
+        int R = cp / a2a;
+        g->a2a_g = make_group(g->tp_rank + tp * (g->cp_rank / a2a + R * g->dp_rank), g->cp_rank % a2a, "a2a");
+        g->ring_g = R > 1 ? make_group(g->tp_rank + tp * (g->cp_rank % a2a + a2a * g->dp_rank), g->cp_rank / a2a, "ring")
+                          : NULL;
+    }
     g->dp_g = make_group(g->tp_rank + tp * g->cp_rank, g->dp_rank, "dp");
     g->dpcp_g = make_group(g->tp_rank, g->cp_rank + cp * g->dp_rank, "dp x cp");
     MPI_Comm node;
@@ -62,19 +74,21 @@ int grid_build(Grid* g, int tp, int cp, char* err, size_t errlen) {
     return attach_all(g, err, errlen);
 }
 
-// list the groups of one kind: ranks sharing `fixed` coordinates, varying one coordinate
+// list the groups of one kind: ranks sharing `fixed` coordinates, varying one coordinate (kind 0 tp, 1 cp, 2 dp,
+// 3 the all-to-all groups inside cp, 4 the rings across them)
 static void print_groups(const Grid* g, const char* name, int kind) {
     printf("  %-5s groups:", name);
-    int n = g->world;
+    int n = g->world, U = g->a2a, R = g->cp / g->a2a;
     char* seen = calloc(n, 1);
     for (int r = 0; r < n; r++) {
         if (seen[r]) continue;
         int t = r % g->tp, c = (r / g->tp) % g->cp, d = r / (g->tp * g->cp);
-        int size = kind == 0 ? g->tp : kind == 1 ? g->cp : g->dp;
+        int size = kind == 0 ? g->tp : kind == 1 ? g->cp : kind == 2 ? g->dp : kind == 3 ? U : R;
         printf(" {");
         for (int i = 0; i < size; i++) {
-            int rr = kind == 0 ? i + g->tp * (c + g->cp * d) : kind == 1 ? t + g->tp * (i + g->cp * d)
-                                                                           : t + g->tp * (c + g->cp * i);
+            int ci = kind == 3 ? c / U * U + i : kind == 4 ? c % U + U * i : i;   // the cp index of member i
+            int rr = kind == 0 ? i + g->tp * (c + g->cp * d) : kind == 1 || kind >= 3 ? t + g->tp * (ci + g->cp * d)
+                                                                                          : t + g->tp * (c + g->cp * i);
             seen[rr] = 1;
             printf(i ? ",%d" : "%d", rr);
         }
@@ -89,7 +103,11 @@ void grid_print(const Grid* g) {
     printf("grid: world %d = dp %d x cp %d x tp %d (rank = tp_rank + tp * (cp_rank + cp * dp_rank))\n",
            g->world, g->dp, g->cp, g->tp);
     print_groups(g, "tp", 0);
-    print_groups(g, "ring", 1);
+    if (g->a2a > 1) {
+        print_groups(g, "cp", 1);
+        print_groups(g, "a2a", 3);
+        if (g->cp / g->a2a > 1) print_groups(g, "ring", 4);
+    } else print_groups(g, "ring", 1);
     print_groups(g, "dp", 2);
     fflush(stdout);
 }

@@ -2,7 +2,9 @@
 //
 // Rank order (Megatron): rank = tp_rank + tp * (cp_rank + cp * dp_rank) — tensor-parallel ranks are
 // consecutive (they share a node), then the ring (context-parallel) index, then the data-parallel index.
-// TP groups: same cp and dp index. Ring groups: same tp and dp index. DP groups: same tp and cp index.
+// TP groups: same cp and dp index. CP groups: same tp and dp index (without an all-to-all, the ring); with an
+// all-to-all degree U, all-to-all groups of U consecutive cp ranks and rings of the cp / U ranks at the same index
+// of their all-to-all groups. DP groups: same tp and cp index.
 // The dp x cp group (same tp index) reduces the gradients of weights replicated over dp and cp.
 #pragma once
 #include "comm/comm.h"
@@ -11,17 +13,22 @@ typedef struct {
     int world, rank;
     int tp, cp, dp;
     int tp_rank, cp_rank, dp_rank;
+    int a2a;                   // all-to-all degree inside cp (1: none)
     int local_rank;            // index among the ranks on this node (a GPU backend's device)
     Group *world_g, *tp_g, *cp_g, *dp_g, *dpcp_g;
+    Group *a2a_g;              // a2a > 1: the a2a consecutive cp ranks of this rank's all-to-all group, else NULL
+    Group *ring_g;             // the ring: cp_g without all-to-all; the ranks at this index of their all-to-all group
+                               // (cp / a2a of them) with it; NULL when that is one rank
 } Grid;
 
 // MPI_Init (threads funneled) — call first thing in main.
 void grid_mpi_init(int* argc, char*** argv);
 // Every rank of the job (valid after grid_mpi_init).
 const Group* group_world(void);
-// Build the grid for the given tp and cp (dp = world / (tp * cp)). Returns 0, or 1 with err filled
-// (one line) when the world size does not factor; the error is the same on every rank.
-int grid_build(Grid* g, int tp, int cp, char* err, size_t errlen);
+// Build the grid for the given tp and cp (dp = world / (tp * cp)), the cp ranks split into all-to-all groups of
+// a2a consecutive ranks (a2a = 1: none) and rings across them. Returns 0, or 1 with err filled (one line) when the
+// world size does not factor; the error is the same on every rank.
+int grid_build(Grid* g, int tp, int cp, int a2a, char* err, size_t errlen);
 // Print the grid (rank 0 only).
 void grid_print(const Grid* g);
 // Collective error check: if `failed` on any rank, the lowest failing rank prints msg on stderr (one line),

@@ -247,6 +247,7 @@ static void net_open(Net* n, const char* ckpt, const Args* a, const Rope* r, con
     c.seq_len = T;
     if (c.max_seq_len < T) c.max_seq_len = T;
     c.tp = a->tp; c.cp = a->cp; snprintf(c.cp_layout, sizeof c.cp_layout, "%s", a->layout);
+    snprintf(c.cp_comm, sizeof c.cp_comm, "ring"); c.cp_a2a = 0; c.tp_sp = 0;   // eval's own layout: the ring
     c.micro_batch = 1; c.batch_size = g->dp; c.zero = 0;
     char err[1024];
     fail = config_validate(&c, err, sizeof err);
@@ -254,7 +255,7 @@ static void net_open(Net* n, const char* ckpt, const Args* a, const Rope* r, con
     grid_check(world, fail, msg);
     memset(n, 0, sizeof *n);
     n->Tl = T / g->cp;
-    ModelGroups mg = { g->tp > 1 ? g->tp_g : NULL, g->cp_g, NULL };
+    ModelGroups mg = { g->tp > 1 ? g->tp_g : NULL, g->cp_g, NULL, NULL, g->cp_g };
     model_build(&n->m, &c, 1, T, &mg);
     TrainState ts;
     fail = ckpt_load(path, &n->m, NULL, g, &ts, ALLOW, msg, sizeof msg, NULL, 0);
@@ -603,7 +604,7 @@ int main(int argc, char** argv) {
     fail = comm_set_transport(a.comm, msg, sizeof msg);
     grid_check(world, fail, msg);
     Grid g;
-    fail = grid_build(&g, a.tp, a.cp, msg, sizeof msg);
+    fail = grid_build(&g, a.tp, a.cp, 1, msg, sizeof msg);
     grid_check(world, fail, msg);
     fail = be_init(g.local_rank, msg, sizeof msg);
     grid_check(world, fail, msg);

@@ -55,6 +55,9 @@ static const Key KEYS[] = {
     K(tp, T_INT, 0, "1", "tensor-parallel degree (ranks that split every layer's heads and MLP)"),
     K(cp, T_INT, 0, "1", "context-parallel degree: ranks in a ring that split each sequence"),
     K(cp_layout, T_STR, 0, "zigzag", "ring layout: zigzag (balanced causal work) | contiguous"),
+    K(cp_comm, T_STR, 0, "ring", "context parallelism: ring (K/V blocks rotate around the cp ranks) | a2a (Ulysses: an all-to-all trades each rank's tokens of all heads for all tokens of 1/cp of the heads; cp_a2a = cp) | a2a+ring (the all-to-all inside groups of cp_a2a consecutive cp ranks, a ring of cp / cp_a2a groups carrying head shards)"),
+    K(cp_a2a, T_INT, 0, "0", "all-to-all degree U of cp_comm = a2a (0: cp) or a2a+ring (2 <= U < cp, U divides cp); tp x U divides n_head"),
+    K(tp_sp, T_BOOL, 0, "0", "1: sequence parallelism inside TP groups: residual stream, norms and their saved tensors on 1/tp of the tokens (all-gather before q/k/v and gate/up, reduce-scatter after o_proj and down_proj)"),
     K(zero, T_INT, 0, "0", "ZeRO stage: 0 off, 1 shards the AdamW moments over the dp x cp ranks"),
     K(verify_attention, T_INT, 0, "0", "every N steps compare ring attention with one-process attention (0: off)"),
     K(ckpt_every, T_INT, 0, "0", "save a checkpoint every N steps (0: only the final one); OUT_DIR/ckpt_STEP.h5"),
@@ -191,6 +194,31 @@ int config_validate(const Config* c, char* err, size_t errlen) {
     if (c->seq_len % parts)
         FAIL("seq_len = %d is not divisible by %s%d (cp = %d, %s layout)", c->seq_len,
              parts == 2 * c->cp ? "2 * cp = " : "cp = ", parts, c->cp, c->cp_layout);
+    if (strcmp(c->cp_comm, "ring") && strcmp(c->cp_comm, "a2a") && strcmp(c->cp_comm, "a2a+ring"))
+        FAIL("cp_comm = '%s' must be ring, a2a or a2a+ring", c->cp_comm);
+    if (!strcmp(c->cp_comm, "ring") && c->cp_a2a > 1)
+        FAIL("cp_a2a = %d needs cp_comm = a2a or a2a+ring (cp_comm = ring has no all-to-all)", c->cp_a2a);
+    if (c->cp_a2a < 0) FAIL("cp_a2a = %d must be >= 0", c->cp_a2a);
+    if (!strcmp(c->cp_comm, "a2a") && c->cp_a2a && c->cp_a2a != c->cp)
+        FAIL("cp_comm = a2a runs the all-to-all over all cp = %d ranks, but cp_a2a = %d (for an all-to-all over fewer, "
+             "cp_comm = a2a+ring)", c->cp, c->cp_a2a);
+    if (!strcmp(c->cp_comm, "a2a+ring") && (c->cp_a2a < 2 || c->cp_a2a >= c->cp || c->cp % c->cp_a2a))
+        FAIL("cp_comm = a2a+ring needs cp_a2a between 2 and cp / 2 dividing cp = %d (the ring has cp / cp_a2a ranks), "
+             "not cp_a2a = %d", c->cp, c->cp_a2a);
+    int U = config_a2a(c);
+    if (U > 1 && c->n_head % (c->tp * U))
+        FAIL("n_head = %d is not divisible by tp x cp_a2a = %d x %d = %d (each rank of an all-to-all group takes whole "
+             "query heads)", c->n_head, c->tp, U, c->tp * U);
+    if (U > 1 && c->n_kv_head % c->tp == 0) {
+        int kv = c->n_kv_head / c->tp;
+        if (kv >= U ? kv % U : U % kv)
+            FAIL("n_kv_head / tp = %d KV heads per TP rank and cp_a2a = %d: one must divide the other (more ranks than "
+                 "KV heads replicate each KV head over cp_a2a / (n_kv_head / tp) ranks)", kv, U);
+    }
+    if (c->tp_sp != 0 && c->tp_sp != 1) FAIL("tp_sp = %d must be 0 or 1", c->tp_sp);
+    if (c->tp_sp && c->cp > 0 && ((long long)c->micro_batch * (c->seq_len / c->cp)) % c->tp)
+        FAIL("tp_sp = 1 splits each rank's micro_batch x seq_len / cp = %d x %d = %lld tokens over tp = %d: not divisible",
+             c->micro_batch, c->seq_len / c->cp, (long long)c->micro_batch * (c->seq_len / c->cp), c->tp);
     if (c->ckpt_every < 0 || c->keep_last < 0) FAIL("ckpt_every and keep_last must be >= 0");
     if (c->save_final != 0 && c->save_final != 1) FAIL("save_final = %d must be 0 or 1", c->save_final);
     if (strcmp(c->ckpt_io, "collective") && strcmp(c->ckpt_io, "independent"))
@@ -213,6 +241,12 @@ int config_validate(const Config* c, char* err, size_t errlen) {
     if (c->doc_mask && config_eod(c) < 0)
         FAIL("doc_mask = 1 needs the end-of-document token: set eod (vocab_size = %d is not the byte tokenizer's 257)", c->vocab_size);
     return 0;
+}
+
+int config_a2a(const Config* c) {
+    if (!strcmp(c->cp_comm, "a2a")) return c->cp;
+    if (!strcmp(c->cp_comm, "a2a+ring")) return c->cp_a2a > 1 ? c->cp_a2a : 1;
+    return 1;
 }
 
 int config_eod(const Config* c) { return c->eod >= 0 ? c->eod : c->vocab_size == 257 ? 256 : -1; }

@@ -24,6 +24,9 @@ typedef struct {
     // ---- parallelism (how ranks split the work; never changes the model or the data order) ----
     int tp, cp;                     // tensor-parallel and context-parallel (ring) degrees; dp = world / (tp cp)
     char cp_layout[16];             // zigzag | contiguous
+    char cp_comm[16];               // ring | a2a | a2a+ring (config_a2a: the all-to-all degree)
+    int cp_a2a;                     // all-to-all degree of a2a+ring (a2a: cp)
+    int tp_sp;                      // 1: sequence parallelism inside TP groups
     int zero;                       // 1: ZeRO-1, AdamW moments sharded over the dp x cp group
     int verify_attention;           // every N steps check ring attention against one process (0: off)
     int ckpt_every, keep_last;      // checkpoint every N steps (0: only at the end); keep the newest K
@@ -48,6 +51,9 @@ int config_load_file(Config* c, const char* path, char* err, size_t errlen);
 int config_set(Config* c, const char* key, const char* value, const char* origin, char* err, size_t errlen);
 // Check values and relations (sizes > 0, divisibility, seq_len <= max_seq_len, ...).
 int config_validate(const Config* c, char* err, size_t errlen);
+// The all-to-all degree U of context parallelism: cp for cp_comm = a2a, cp_a2a for a2a+ring, 1 for ring. The
+// ring then has cp / U ranks.
+int config_a2a(const Config* c);
 // The end-of-document token: eod, or for eod = -1 the byte tokenizer's 256 when vocab_size is 257, else -1 (none).
 int config_eod(const Config* c);
 // Write the resolved config as `key = value` lines (same format the loader reads).

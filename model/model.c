@@ -44,12 +44,13 @@ static int kept(int group, int rc) {
            (group == G_MLP && rc == RECOMPUTE_NONE);
 }
 static void plan_layers(Model* m, Carver* c) {
-    size_t N = m->N, C = m->C, Hq = (size_t)m->nh * m->hd, Hk = (size_t)m->nkv * m->hd, F = m->F;
+    size_t N = m->N, C = m->C, Hq = (size_t)m->nh * m->hd, F = m->F;
+    size_t Na = (size_t)m->B * m->T_at, Hqa = (size_t)m->nh_at * m->hd, Hka = (size_t)m->nkv_at * m->hd;   // attention's side
     struct { size_t off, n; int group; } t[] = {
         { offsetof(LayerActs, res), N * C, G_RES },  { offsetof(LayerActs, ln1), N * C, G_QKV },
-        { offsetof(LayerActs, rstd1), N, G_QKV },    { offsetof(LayerActs, q), N * Hq, G_QKV },
-        { offsetof(LayerActs, k), N * Hk, G_QKV },   { offsetof(LayerActs, v), N * Hk, G_QKV },
-        { offsetof(LayerActs, att), N * Hq, G_ATT }, { offsetof(LayerActs, lse), N * m->nh, G_ATT },
+        { offsetof(LayerActs, rstd1), N, G_QKV },    { offsetof(LayerActs, q), Na * Hqa, G_QKV },
+        { offsetof(LayerActs, k), Na * Hka, G_QKV }, { offsetof(LayerActs, v), Na * Hka, G_QKV },
+        { offsetof(LayerActs, att), N * Hq, G_ATT }, { offsetof(LayerActs, lse), Na * m->nh_at, G_ATT },
         { offsetof(LayerActs, mid), N * C, G_ATT },  { offsetof(LayerActs, ln2), N * C, G_MLP },
         { offsetof(LayerActs, rstd2), N, G_MLP },    { offsetof(LayerActs, g), N * F, G_MLP },
         { offsetof(LayerActs, u), N * F, G_MLP },    { offsetof(LayerActs, h), N * F, G_MLP },
@@ -80,6 +81,12 @@ static size_t plan_activations(Model* m, float* base) {
     m->losses = carve(c, N); m->hits = carve(c, N);
     m->rope = carve(c, (size_t)m->rope_npos * m->hd);
     m->tok = (int*)carve(c, N); m->tgt = (int*)carve(c, N); m->pos = (int*)carve(c, N);
+    if (m->U > 1) {   // attention's side of the all-to-all
+        size_t Na = (size_t)m->B * m->T_at, Hka = (size_t)m->nkv_at * m->hd;
+        m->xq = carve(c, N * Hq); m->xatt = carve(c, N * Hq); m->xD = carve(c, N * m->nh);
+        m->xk = carve(c, Na * Hka); m->xv = carve(c, Na * Hka);
+        m->pos_at = (int*)carve(c, Na); m->doc_at = (int*)carve(c, Na);
+    }
     return cv.used;
 }
 
@@ -108,6 +115,13 @@ void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp
     m->nh = (int)(q->lshape[0] / m->hd); m->nkv = (int)(k->lshape[0] / m->hd); m->F = (int)gate->lshape[0];
     m->Vl = (int)emb->lshape[0];
     m->v0 = (int)emb->row0;
+    m->U = cp > 1 ? config_a2a(cfg) : 1;   // (plan_step and model_build: cfg->cp = cp)
+    if (m->U < 1 || cp % m->U || m->nh % m->U) m->U = 1;
+    m->T_at = m->T * m->U;
+    m->nh_at = m->nh / m->U;
+    if (m->nkv >= m->U) { m->nkv_at = m->nkv / m->U; m->kv_nb = m->U; }
+    else { m->nkv_at = 1; m->kv_nb = m->nkv; }   // fewer KV heads than members: each KV head to U / nkv members
+    m->kv_w = m->nkv_at * m->hd;
     m->nv = m->V - m->v0 < m->Vl ? m->V - m->v0 : m->Vl;
     if (m->nv < 0) m->nv = 0;
     int head_rows = be_tuning()->head_rows;
@@ -120,16 +134,32 @@ void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp
 }
 
 void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGroups* g) {
-    const Group *tp_g = g ? g->tp : NULL, *cp_g = g ? g->cp : NULL;
+    const Group *tp_g = g ? g->tp : NULL, *cp_g = g ? g->cp : NULL, *a2a_g = g ? g->a2a : NULL;
+    const Group* ring_g = g ? (g->ring ? g->ring : g->a2a ? NULL : g->cp) : NULL;
     int tp = tp_g ? group_size(tp_g) : 1, tp_rank = tp_g ? group_rank(tp_g) : 0;
     int cp = cp_g ? group_size(cp_g) : 1, cp_rank = cp_g ? group_rank(cp_g) : 0;
     model_shape(m, cfg, B, seq_len, tp, tp_rank, cp, g && g->shard ? (size_t)group_size(g->shard) : 1);
+    int ua = a2a_g ? group_size(a2a_g) : 1;
+    if (ua != m->U) {
+        fprintf(stderr, "model: an all-to-all group of %d ranks for the all-to-all degree %d of the config\n", ua, m->U);
+        exit(1);
+    }
     m->tp_g = tp_g;
+    m->cp_g = cp > 1 ? cp_g : NULL;
     be_set_matmul_precision(cfg->matmul_precision);   // validated with the config
     int layout = ring_layout_parse(cfg->cp_layout);
     m->lpos = host_alloc(m->T, sizeof(int));
     ring_positions(layout, cp, cp_rank, seq_len, m->lpos);
-    if (cp > 1) { ring_init(&m->ring, cp_g, layout, seq_len, B, m->nkv * m->hd); m->have_ring = 1; }
+    if (ring_g && group_size(ring_g) > 1) {   // a ring rank holds the tokens of its all-to-all group: U runs of chunks
+        ring_init(&m->ring, ring_g, layout, seq_len, B, m->nkv_at * m->hd, (layout == CP_ZIGZAG ? 2 : 1) * m->U);
+        m->have_ring = 1;
+    }
+    if (m->U > 1) {
+        int widest = m->nh_at * m->hd > m->kv_w ? m->nh_at * m->hd : m->kv_w;
+        a2a_init(&m->a2a, a2a_g, m->T, widest);
+        m->hpos_at = host_alloc((size_t)B * m->T_at, sizeof(int));
+        m->hdoc_at = host_alloc((size_t)B * m->T_at, sizeof(int));
+    }
 
     m->params = be_alloc(m->arena * sizeof(float));
     m->grads = be_alloc(m->arena * sizeof(float));
@@ -163,6 +193,8 @@ void model_free(Model* m) {
     if (m->apos) be_free(m->apos);
     free(m->hdoc); free(m->hrpos);
     if (m->have_ring) ring_free(&m->ring);
+    if (m->U > 1) a2a_free(&m->a2a);
+    free(m->hpos_at); free(m->hdoc_at);
     params_free(&m->pt);
     memset(m, 0, sizeof *m);
 }
@@ -174,14 +206,14 @@ static int cmp_int(const void* a, const void* b) { int x = *(const int*)a, y = *
 // number of eod tokens at or before its position in the sequence, so ids increase along it (work on earlier
 // documents is skipped); its RoPE position becomes the distance from its document's eod token.
 static void set_docs(Model* m, const int* tokens, const int* positions) {
-    int P = m->have_ring ? m->ring.P : 1, T = m->T, eod = config_eod(&m->cfg);
+    int P = m->cp_g ? group_size(m->cp_g) : 1, T = m->T, eod = config_eod(&m->cfg);
     size_t n = m->N;
-    const int *tok = tokens, *pos = positions;   // [P, B, T]: every ring rank's tokens of the micro-batch
+    const int *tok = tokens, *pos = positions;   // [P, B, T]: every cp rank's tokens of the micro-batch
     int *all = NULL, *starts = host_alloc((size_t)P * T, sizeof(int));
     if (P > 1) {
         all = host_alloc(2 * P * n, sizeof(int));
-        ctl_allgather(m->ring.g, tokens, all, n * sizeof(int));
-        ctl_allgather(m->ring.g, positions, all + P * n, n * sizeof(int));
+        ctl_allgather(m->cp_g, tokens, all, n * sizeof(int));
+        ctl_allgather(m->cp_g, positions, all + P * n, n * sizeof(int));
         tok = all; pos = all + P * n;
     }
     for (int b = 0; b < m->B; b++) {
@@ -213,7 +245,21 @@ void model_set_batch(Model* m, const int* tokens, const int* targets, const int*
     be_upload(m->tok, tokens, bytes);
     be_upload(m->tgt, targets, bytes);
     be_upload(m->pos, m->apos ? m->hrpos : positions, bytes);
-    if (m->have_ring) ring_set_positions(&m->ring, positions, m->doc ? m->hdoc : NULL);
+    if (m->U > 1) {   // attention's side: the all-to-all group's tokens of each sequence, member by member
+        size_t n = m->N, U = m->U, T = m->T;
+        int* all = host_alloc(U * n, sizeof(int));
+        for (int f = 0; f < (m->doc ? 2 : 1); f++) {
+            ctl_allgather(m->a2a.g, f ? m->hdoc : positions, all, n * sizeof(int));
+            int* dst = f ? m->hdoc_at : m->hpos_at;
+            for (int b = 0; b < m->B; b++)
+                for (size_t u = 0; u < U; u++) memcpy(dst + ((size_t)b * U + u) * T, all + u * n + (size_t)b * T, T * sizeof(int));
+        }
+        free(all);
+        be_upload(m->pos_at, m->hpos_at, U * n * sizeof(int));
+        if (m->doc) be_upload(m->doc_at, m->hdoc_at, U * n * sizeof(int));
+    }
+    if (m->have_ring)
+        ring_set_positions(&m->ring, m->U > 1 ? m->hpos_at : positions, m->doc ? (m->U > 1 ? m->hdoc_at : m->hdoc) : NULL);
 }
 
 void model_set_windows(Model* m, const int32_t* win, size_t stride, const unsigned char* score) {
@@ -239,7 +285,7 @@ int model_ring_stats(const Model* m, RingStats* st) {
 
 ModelMemory model_memory(const Model* m) {
     ModelMemory mm = { m->arena * sizeof(float), m->arena * sizeof(float), m->act_bytes,
-                       m->have_ring ? ring_buffer_bytes(&m->ring) : 0 };
+                       (m->have_ring ? ring_buffer_bytes(&m->ring) : 0) + (m->U > 1 ? m->a2a.cap * sizeof(float) : 0) };
     return mm;
 }
 
@@ -249,49 +295,80 @@ const float* model_token_hits(const Model* m) { return m->host_hits; }
 
 // ---------------------------------------------------------------------------------------------------
 // attention: every sequence of the micro-batch attends to itself, causally — locally, or around the ring
-// when the sequence is split over ranks
+// when the sequence is split over ranks; with an all-to-all group (U > 1) on attention's side: the group's
+// U T tokens of 1/U of the heads (a2a.h), exchanged there and back
+
+// sequence b on attention's side: out [T_at, nh_at hd], lse [T_at, nh_at] from the layer's q, k, v
+static void attend_forward(Model* m, LayerActs* a, int b, float* out, float* lse) {
+    int Hq = m->nh_at * m->hd, Hk = m->nkv_at * m->hd, Ta = m->T_at;
+    float scale = 1.0f / sqrtf((float)m->hd);
+    size_t r = (size_t)b * Ta;
+    const float *q = a->q + r * Hq, *k = a->k + r * Hk, *v = a->v + r * Hk;
+    if (m->have_ring) { ring_attention_forward(&m->ring, b, out, lse, q, k, v, m->nh_at, m->nkv_at, m->hd, scale); return; }
+    const int *doc, *pos;
+    if (m->U > 1) { pos = m->pos_at + r; doc = m->doc ? m->doc_at + r : NULL; }
+    else {
+        doc = m->doc ? m->doc + r : NULL;                 // doc_mask: document ids
+        pos = (m->apos ? m->apos : m->pos) + r;           // doc_positions: not RoPE's
+    }
+    attn_forward_begin(out, lse, Ta, m->nh_at, m->hd);
+    attn_block_forward(out, lse, q, pos, doc, Ta, k, v, pos, doc, Ta, m->nh_at, m->nkv_at, m->hd, scale, ATTN_MASK_CAUSAL);
+}
 
 static void attention_forward(Model* m, LayerActs* a) {
-    int Hq = m->nh * m->hd, Hk = m->nkv * m->hd;
-    float scale = 1.0f / sqrtf((float)m->hd);
+    int Hq = m->nh * m->hd, Hqa = m->nh_at * m->hd;
     for (int b = 0; b < m->B; b++) {
-        size_t r = (size_t)b * m->T;
-        float *out = a->att + r * Hq, *lse = a->lse + r * m->nh;
-        const float *q = a->q + r * Hq, *k = a->k + r * Hk, *v = a->v + r * Hk;
-        if (m->have_ring) { ring_attention_forward(&m->ring, b, out, lse, q, k, v, m->nh, m->nkv, m->hd, scale); continue; }
-        const int* doc = m->doc ? m->doc + r : NULL;              // doc_mask: document ids
-        const int* pos = (m->apos ? m->apos : m->pos) + r;        // doc_positions: not RoPE's
-        attn_forward_begin(out, lse, m->T, m->nh, m->hd);
-        attn_block_forward(out, lse, q, pos, doc, m->T, k, v, pos, doc, m->T,
-                           m->nh, m->nkv, m->hd, scale, ATTN_MASK_CAUSAL);
+        size_t r = (size_t)b * m->T, ra = (size_t)b * m->T_at;
+        if (m->U == 1) { attend_forward(m, a, b, a->att + r * Hq, a->lse + r * m->nh); continue; }
+        float* out = m->xatt + ra * Hqa;
+        attend_forward(m, a, b, out, a->lse + ra * m->nh_at);
+        a2a_to_tokens(&m->a2a, a->att + r * Hq, out, Hq, Hqa, m->U, 0);
     }
+}
+
+// sequence b on attention's side: dq, dk, dv from dout, D and the layer's tensors (the ring overwrites, the block
+// kernel accumulates)
+static void attend_backward(Model* m, LayerActs* a, int b, float* dq, float* dk, float* dv, const float* dout,
+                            const float* D) {
+    int Hq = m->nh_at * m->hd, Hk = m->nkv_at * m->hd, Ta = m->T_at;
+    float scale = 1.0f / sqrtf((float)m->hd);
+    size_t r = (size_t)b * Ta;
+    const float *q = a->q + r * Hq, *k = a->k + r * Hk, *v = a->v + r * Hk, *lse = a->lse + r * m->nh_at;
+    if (m->have_ring) {
+        ring_attention_backward(&m->ring, b, dq, dk, dv, dout, q, k, v, lse, D, m->nh_at, m->nkv_at, m->hd, scale);
+        return;
+    }
+    const int *doc, *pos;
+    if (m->U > 1) { pos = m->pos_at + r; doc = m->doc ? m->doc_at + r : NULL; }
+    else { doc = m->doc ? m->doc + r : NULL; pos = (m->apos ? m->apos : m->pos) + r; }
+    attn_block_backward(dq, dk, dv, dout, q, lse, D, pos, doc, Ta, k, v, pos, doc, Ta, m->nh_at, m->nkv_at, m->hd, scale,
+                        ATTN_MASK_CAUSAL);
 }
 
 // datt -> dq, dk, dv (overwritten)
 static void attention_backward(Model* m, LayerActs* a) {
-    int Hq = m->nh * m->hd, Hk = m->nkv * m->hd;
-    float scale = 1.0f / sqrtf((float)m->hd);
+    int Hq = m->nh * m->hd, Hk = m->nkv * m->hd, Hqa = m->nh_at * m->hd, Hka = m->nkv_at * m->hd, U = m->U;
+    size_t Na = (size_t)m->B * m->T_at;
+    float *dq = U > 1 ? m->xq : m->dq, *dk = U > 1 ? m->xk : m->dk, *dv = U > 1 ? m->xv : m->dv;
     if (!m->have_ring) {   // the block kernel accumulates; the ring overwrites
-        be_zero(m->dq, m->N * Hq * sizeof(float));
-        be_zero(m->dk, m->N * Hk * sizeof(float));
-        be_zero(m->dv, m->N * Hk * sizeof(float));
+        be_zero(dq, Na * Hqa * sizeof(float));
+        be_zero(dk, Na * Hka * sizeof(float));
+        be_zero(dv, Na * Hka * sizeof(float));
     }
+    int acc = U > 1 && m->kv_nb < U;   // KV heads shared by several members: their dK, dV contributions are summed
+    if (acc) { be_zero(m->dk, m->N * Hk * sizeof(float)); be_zero(m->dv, m->N * Hk * sizeof(float)); }
     for (int b = 0; b < m->B; b++) {
-        size_t r = (size_t)b * m->T;
+        size_t r = (size_t)b * m->T, ra = (size_t)b * m->T_at;
         float* D = m->D + r * m->nh;
         attn_backward_begin(D, m->datt + r * Hq, a->att + r * Hq, m->T, m->nh, m->hd);
-        if (m->have_ring) {
-            ring_attention_backward(&m->ring, b, m->dq + r * Hq, m->dk + r * Hk, m->dv + r * Hk, m->datt + r * Hq,
-                                    a->q + r * Hq, a->k + r * Hk, a->v + r * Hk, a->lse + r * m->nh, D,
-                                    m->nh, m->nkv, m->hd, scale);
-            continue;
-        }
-        const int* doc = m->doc ? m->doc + r : NULL;              // doc_mask: document ids
-        const int* pos = (m->apos ? m->apos : m->pos) + r;        // doc_positions: not RoPE's
-        attn_block_backward(m->dq + r * Hq, m->dk + r * Hk, m->dv + r * Hk, m->datt + r * Hq,
-                            a->q + r * Hq, a->lse + r * m->nh, D, pos, doc, m->T,
-                            a->k + r * Hk, a->v + r * Hk, pos, doc, m->T,
-                            m->nh, m->nkv, m->hd, scale, ATTN_MASK_CAUSAL);
+        if (U == 1) { attend_backward(m, a, b, dq + r * Hq, dk + r * Hk, dv + r * Hk, m->datt + r * Hq, D); continue; }
+        float *Da = m->xD + ra * m->nh_at, *douta = m->xatt + ra * Hqa;
+        a2a_to_heads(&m->a2a, Da, D, m->nh, m->nh_at, U);
+        a2a_to_heads(&m->a2a, douta, m->datt + r * Hq, Hq, Hqa, U);
+        attend_backward(m, a, b, dq + ra * Hqa, dk + ra * Hka, dv + ra * Hka, douta, Da);
+        a2a_to_tokens(&m->a2a, m->dq + r * Hq, dq + ra * Hqa, Hq, Hqa, U, 0);
+        a2a_to_tokens(&m->a2a, m->dk + r * Hk, dk + ra * Hka, Hk, m->kv_w, m->kv_nb, acc);
+        a2a_to_tokens(&m->a2a, m->dv + r * Hk, dv + ra * Hka, Hk, m->kv_w, m->kv_nb, acc);
     }
 }
 
@@ -316,17 +393,27 @@ static void linear_backward(float* dx, float* dW, const float* dy, const float* 
 
 // the layer in three parts, so that the backward can recompute what its mode did not keep (the same calls
 // in the same order: recomputed values are bit-identical to the forward's)
-static void qkv_forward(Model* m, int l) {            // ln1, q, k, v (RoPE applied)
+static void qkv_forward(Model* m, int l) {            // ln1, q, k, v (RoPE applied; on attention's side)
     LayerW* w = &m->w.layer[l];
     LayerActs* a = &m->acts[l];
     long N = m->N;
-    int C = m->C, Hq = m->nh * m->hd, Hk = m->nkv * m->hd;
+    int C = m->C, Hq = m->nh * m->hd, Hk = m->nkv * m->hd, U = m->U;
+    // with an all-to-all, this rank's tokens go through the (then idle) gradient scratch first
+    float *q = U > 1 ? m->dq : a->q, *k = U > 1 ? m->dk : a->k, *v = U > 1 ? m->dv : a->v;
     be_rmsnorm_forward(a->ln1, a->rstd1, a->res, w->ln1, N, C, m->cfg.norm_eps);
-    linear_forward(a->q, a->ln1, w->wq, N, C, Hq);
-    linear_forward(a->k, a->ln1, w->wk, N, C, Hk);
-    linear_forward(a->v, a->ln1, w->wv, N, C, Hk);
-    be_rope_forward(a->q, m->pos, m->rope, N, m->nh, m->hd);
-    be_rope_forward(a->k, m->pos, m->rope, N, m->nkv, m->hd);
+    linear_forward(q, a->ln1, w->wq, N, C, Hq);
+    linear_forward(k, a->ln1, w->wk, N, C, Hk);
+    linear_forward(v, a->ln1, w->wv, N, C, Hk);
+    be_rope_forward(q, m->pos, m->rope, N, m->nh, m->hd);
+    be_rope_forward(k, m->pos, m->rope, N, m->nkv, m->hd);
+    if (U == 1) return;
+    int Hqa = m->nh_at * m->hd, Hka = m->nkv_at * m->hd;
+    for (int b = 0; b < m->B; b++) {
+        size_t r = (size_t)b * m->T, ra = (size_t)b * m->T_at;
+        a2a_to_heads(&m->a2a, a->q + ra * Hqa, q + r * Hq, Hq, Hqa, U);
+        a2a_to_heads(&m->a2a, a->k + ra * Hka, k + r * Hk, Hk, m->kv_w, m->kv_nb);
+        a2a_to_heads(&m->a2a, a->v + ra * Hka, v + r * Hk, Hk, m->kv_w, m->kv_nb);
+    }
 }
 static void att_forward(Model* m, int l) {            // att, lse; mid = res + att Wo^T
     LayerW* w = &m->w.layer[l];

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "model/config.h"
 #include "model/params.h"
+#include "attention/a2a.h"
 #include "attention/ring.h"
 #include "comm/comm.h"
 
@@ -22,14 +23,14 @@ typedef struct {   // the weights (or their gradients) as named pointers
     float* head;   // [Vl, C] (== wte when tied)
 } Weights;
 
-typedef struct {   // per-layer activations saved for backward, N = B*T rows
+typedef struct {   // per-layer activations saved for backward, N = B*T rows (attention's side: B*T_at rows)
     float *res;    // [N, C] input of the layer (residual stream)
     float *ln1;    // [N, C]
     float *rstd1;  // [N]
-    float *q;      // [N, nh*hd] after RoPE
-    float *k, *v;  // [N, nkv*hd] (k after RoPE)
-    float *att;    // [N, nh*hd] attention output
-    float *lse;    // [N, nh]
+    float *q;      // attention's side [B*T_at, nh_at*hd] after RoPE (= [N, nh*hd] without all-to-all)
+    float *k, *v;  // attention's side [B*T_at, nkv_at*hd] (k after RoPE)
+    float *att;    // [N, nh*hd] attention output (this rank's tokens)
+    float *lse;    // attention's side [B*T_at, nh_at]
     float *mid;    // [N, C] residual after attention
     float *ln2;    // [N, C]
     float *rstd2;  // [N]
@@ -43,7 +44,17 @@ typedef struct {
     int B, T;                  // sequences per micro-batch, tokens per sequence on this rank
     int seq_len;               // tokens per whole sequence (T * cp)
     Ring ring;                 // context parallelism: the ring this rank's sequences are split over
-    int have_ring;             // cp > 1
+    int have_ring;             // a ring of more than one rank
+    const Group* cp_g;         // every rank of this rank's sequences (NULL: cp = 1)
+    // context parallelism by all-to-all (cp_comm = a2a | a2a+ring; U = 1 without): attention sees T_at = U T tokens
+    // of each sequence for nh_at query and nkv_at KV heads; the KV side is kv_nb blocks of kv_w columns, each taken by
+    // U / kv_nb members (more members than KV heads: a KV head replicated)
+    int U;
+    A2A a2a;
+    int T_at, nh_at, nkv_at, kv_nb, kv_w;
+    int *pos_at, *doc_at;      // [B, T_at] backend: positions and document ids attention sees (U > 1)
+    int *hpos_at, *hdoc_at;    // host copies
+    float *xq, *xk, *xv, *xatt, *xD;   // attention's side scratch: dq, dk, dv; out (forward) / dout (backward); D
     int* lpos;                 // [T] positions of this rank's tokens within a sequence (the ring layout)
     const Group* tp_g;         // tensor parallelism: the ranks that split every layer (NULL: none)
     int tp, tp_rank;
@@ -79,14 +90,18 @@ typedef struct {
 
 typedef struct {
     const Group* tp;      // tensor parallelism: the ranks that split every layer (NULL: none)
-    const Group* cp;      // context parallelism: the ring each sequence is split over (NULL: none)
+    const Group* cp;      // context parallelism: the ranks each sequence is split over (NULL: none)
     const Group* shard;   // ZeRO-1: arenas are padded to a multiple of this group's size (NULL: no padding)
+    const Group* a2a;     // the all-to-all group inside cp (cp_comm = a2a | a2a+ring), else NULL
+    const Group* ring;    // the ring: cp without all-to-all, the ring across all-to-all groups with it (NULL: none)
 } ModelGroups;
 
 // Build tables, arenas, the RoPE table and activations for micro-batches of B sequences of seq_len
-// tokens. Parameters are initialised from cfg->seed (layout independent). With a ring (g->cp of more
-// than one rank) each sequence is split over it in cfg->cp_layout and this rank holds T = seq_len / cp
-// tokens (collective over the ring: it calibrates its transfer time). g = NULL: one process.
+// tokens. Parameters are initialised from cfg->seed (layout independent). With context parallelism (g->cp of
+// more than one rank) each sequence is split over it in cfg->cp_layout and this rank holds T = seq_len / cp
+// tokens; attention runs around the ring (g->ring: collective, it calibrates its transfer time), or after an
+// all-to-all inside g->a2a (Ulysses) locally or around a ring of such groups (cfg->cp_comm). g = NULL: one
+// process.
 // Under TP (Megatron): q/k/v and gate/up are column-parallel (this rank's heads / F slice), o_proj and
 // down_proj row-parallel followed by an all-reduce over tp_g; embedding and LM head are vocab-parallel
 // with a vocab-parallel cross-entropy (the [tokens x vocab] logits never exist on one rank).
@@ -131,5 +146,6 @@ void model_attention_inputs(Model* m, int l);
 
 // Ring statistics so far (zero without a ring); 1 when the model has a ring.
 int model_ring_stats(const Model* m, RingStats* st);
-typedef struct { size_t params, grads, acts, ring; } ModelMemory;   // bytes of this rank's arenas
+typedef struct { size_t params, grads, acts, ring; } ModelMemory;   // bytes of this rank's arenas (ring: the ring's and
+                                                                     // the all-to-all's buffers)
 ModelMemory model_memory(const Model* m);

@@ -18,6 +18,7 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
     }
     Config c = *c0;
     c.seq_len = seq_len;
+    c.tp = l->tp; c.cp = l->cp;   // the all-to-all degree follows the layout's cp (config_a2a)
     if (c.max_seq_len < seq_len) c.max_seq_len = seq_len;   // the RoPE table covers the sequence
     int shard = l->dp * l->cp;
     Model m;
@@ -31,7 +32,10 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
     p->acts_kept = (double)m.act_kept;
     p->acts_work = (double)m.act_work;
     p->acts_scratch = (double)m.act_bytes - m.act_kept - m.act_work;
-    p->ring = l->cp > 1 ? (double)ring_buffer_bytes_for((int)Tl, (int)Hk) : 0;
+    int U = m.U, Rr = l->cp / U;   // all-to-all degree, ring size
+    double Hka = (double)m.nkv_at * m.hd, Ta = m.T_at;
+    p->ring = (Rr > 1 ? (double)ring_buffer_bytes_for((int)Ta, (int)Hka) : 0) +
+              (U > 1 ? (double)a2a_buffer_bytes_for(U, m.T, m.nh_at * m.hd > m.kv_w ? m.nh_at * m.hd : m.kv_w) : 0);
     if (!strcmp(l->backend, "cuda")) {   // cuBLAS workspace + bf16 copies of q, k, v, dO padded to 64 / 128
         // and the CUDA backend's LM-head chunk (4096 rows) where this build's backend plans another
         long rows = m.N < 4096 ? m.N : 4096;

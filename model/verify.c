@@ -78,8 +78,8 @@ static void one_process(float* const* seq, const int* pos, const int* doc, int T
 VerifyResult model_verify_attention(Model* m, const Group* world, int step) {
     VerifyResult res = { .checked = 1 };
     Ring* R = &m->ring;
-    int Tl = m->T, P = R->P, T = Tl * P, hd = m->hd;
-    int group = m->nh / m->nkv, nq = group < 4 ? group : 4;   // query heads of KV head 0
+    int Tl = R->Tl, P = R->P, T = Tl * P, hd = m->hd;   // the ring's side: with an all-to-all, its group's tokens
+    int group = m->nh_at / m->nkv_at, nq = group < 4 ? group : 4;   // query heads of KV head 0
     float scale = 1.0f / sqrtf((float)hd);
     model_attention_inputs(m, 0);
     LayerActs* a = &m->acts[0];
@@ -87,11 +87,11 @@ VerifyResult model_verify_attention(Model* m, const Group* world, int step) {
     set_alloc(&s, Tl, nq, hd);
     float* host[NFIELD];
     for (int f = 0; f < NFIELD; f++) host[f] = malloc((size_t)Tl * width(&s, f) * sizeof(float));
-    const int* pos = m->hpos;   // the first sequence of the micro-batch
+    const int* pos = R->pos_host + (size_t)R->r * R->B * Tl;   // this rank's tokens of the first sequence
     // this rank's inputs: layer 0's q, k, v (first heads) and a seeded upstream gradient
-    take_cols(host[Q], a->q, Tl, m->nh * hd, s.wq);
-    take_cols(host[K], a->k, Tl, m->nkv * hd, s.wk);
-    take_cols(host[V], a->v, Tl, m->nkv * hd, s.wk);
+    take_cols(host[Q], a->q, Tl, m->nh_at * hd, s.wq);
+    take_cols(host[K], a->k, Tl, m->nkv_at * hd, s.wk);
+    take_cols(host[V], a->v, Tl, m->nkv_at * hd, s.wk);
     for (int i = 0; i < Tl; i++)
         for (int j = 0; j < s.wq; j++)
             host[DOUT][(size_t)i * s.wq + j] = (float)params_normal((uint64_t)step, "verify_attention", (uint64_t)pos[i] * s.wq + j);

@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
     grid_mpi_init(&argc, &argv);
     static Grid G;   // tp = cp = 1: the world group attached as the trainer's groups are (a GPU per node-local rank)
     char err[256];
-    if (grid_build(&G, 1, 1, err, sizeof err)) { fprintf(stderr, "%s\n", err); grid_exit(1); }
+    if (grid_build(&G, 1, 1, 1, err, sizeof err)) { fprintf(stderr, "%s\n", err); grid_exit(1); }
     W = G.world_g;
     P = group_size(W); RK = group_rank(W);
     if (be_init(G.local_rank, err, sizeof err)) { fprintf(stderr, "%s\n", err); grid_exit(1); }

@@ -315,7 +315,7 @@ static void run_ring(const Case* cs, int T, const Seq* seq, int layout, int B, i
     snprintf(what, sizeof what, "%s T=%d %-10s B=%d%s", cs->name, T, lname, B, docs_name[docs]);
 
     Ring R;
-    ring_init(&R, W, layout, T, B, Ck);
+    ring_init(&R, W, layout, T, B, Ck, 0);
     // this rank's rows of each sequence: the layout's for sequence 0; sequence 1 takes the OTHER layout's rows
     // and positions row + T (positions are explicit: the ring must follow them, not assume its layout)
     // (document ids of sequence 1 are shifted by 100, so that mixing up the sequences' ids shows)

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
     if (ckpt) {
         Grid g;
         TrainState ts;
-        if (grid_build(&g, 1, 1, err, sizeof err) || ckpt_load(ckpt, &m, NULL, &g, &ts, NULL, err, sizeof err, NULL, 0)) {
+        if (grid_build(&g, 1, 1, 1, err, sizeof err) || ckpt_load(ckpt, &m, NULL, &g, &ts, NULL, err, sizeof err, NULL, 0)) {
             fprintf(stderr, "%s\n", err); return 1;
         }
     }

@@ -294,7 +294,7 @@ static void setup_layout(Run* r, const Group* world) {
     Config* c = &r->c;
     int fail = comm_set_transport(c->comm, msg, sizeof msg);
     grid_check(world, fail, msg);
-    fail = grid_build(&r->g, c->tp, c->cp, msg, sizeof msg);
+    fail = grid_build(&r->g, c->tp, c->cp, config_a2a(c), msg, sizeof msg);
     grid_check(world, fail, msg);
     fail = be_init(r->g.local_rank, msg, sizeof msg);
     grid_check(world, fail, msg);
@@ -566,7 +566,7 @@ int main(int argc, char** argv) {
 
     check_capacity(r, world);
     // the model (this rank's share of each sequence) and the optimizer
-    ModelGroups mg = { r->g.tp > 1 ? r->g.tp_g : NULL, r->g.cp_g, c->zero ? r->g.dpcp_g : NULL };
+    ModelGroups mg = { r->g.tp > 1 ? r->g.tp_g : NULL, r->g.cp_g, c->zero ? r->g.dpcp_g : NULL, r->g.a2a_g, r->g.ring_g };
     model_build(&r->m, c, c->micro_batch, c->seq_len, &mg);
     adamw_init(&r->opt, &r->m, r->g.dpcp_g, c->zero);
     ckpt_init();
@@ -590,7 +590,7 @@ int main(int argc, char** argv) {
         t_total += s.dt;
         RingStep rs = {0};
         if (have_ring) {
-            rs = ring_step_stats(&s.rs, r->g.cp_g);
+            rs = ring_step_stats(&s.rs, r->g.ring_g);
             busy_max_sum += rs.busy_max; busy_mean_sum += rs.busy_mean; hidden_sum += rs.hidden;
         }
         last_loss = s.loss;
