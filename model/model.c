@@ -44,15 +44,15 @@ static int kept(int group, int rc) {
            (group == G_MLP && rc == RECOMPUTE_NONE);
 }
 static void plan_layers(Model* m, Carver* c) {
-    size_t N = m->N, C = m->C, Hq = (size_t)m->nh * m->hd, F = m->F;
+    size_t N = m->N, Ns = m->Ns, C = m->C, Hq = (size_t)m->nh * m->hd, F = m->F;
     size_t Na = (size_t)m->B * m->T_at, Hqa = (size_t)m->nh_at * m->hd, Hka = (size_t)m->nkv_at * m->hd;   // attention's side
     struct { size_t off, n; int group; } t[] = {
-        { offsetof(LayerActs, res), N * C, G_RES },  { offsetof(LayerActs, ln1), N * C, G_QKV },
-        { offsetof(LayerActs, rstd1), N, G_QKV },    { offsetof(LayerActs, q), Na * Hqa, G_QKV },
+        { offsetof(LayerActs, res), Ns * C, G_RES }, { offsetof(LayerActs, ln1), Ns * C, G_QKV },
+        { offsetof(LayerActs, rstd1), Ns, G_QKV },   { offsetof(LayerActs, q), Na * Hqa, G_QKV },
         { offsetof(LayerActs, k), Na * Hka, G_QKV }, { offsetof(LayerActs, v), Na * Hka, G_QKV },
         { offsetof(LayerActs, att), N * Hq, G_ATT }, { offsetof(LayerActs, lse), Na * m->nh_at, G_ATT },
-        { offsetof(LayerActs, mid), N * C, G_ATT },  { offsetof(LayerActs, ln2), N * C, G_MLP },
-        { offsetof(LayerActs, rstd2), N, G_MLP },    { offsetof(LayerActs, g), N * F, G_MLP },
+        { offsetof(LayerActs, mid), Ns * C, G_ATT }, { offsetof(LayerActs, ln2), Ns * C, G_MLP },
+        { offsetof(LayerActs, rstd2), Ns, G_MLP },   { offsetof(LayerActs, g), N * F, G_MLP },
         { offsetof(LayerActs, u), N * F, G_MLP },    { offsetof(LayerActs, h), N * F, G_MLP },
     };
     int nt = sizeof t / sizeof *t, rc = m->recompute;
@@ -71,8 +71,10 @@ static size_t plan_activations(Model* m, float* base) {
     Carver cv = { base, 0 }, *c = &cv;
     size_t N = m->N, C = m->C, Hq = (size_t)m->nh * m->hd, Hk = (size_t)m->nkv * m->hd, F = m->F;
     plan_layers(m, c);
-    m->res_final = carve(c, N * C); m->lnf = carve(c, N * C); m->rstdf = carve(c, N);
-    m->dres = carve(c, N * C); m->proj = carve(c, N * C);
+    size_t Ns = m->Ns;
+    m->res_final = carve(c, Ns * C); m->lnf = carve(c, Ns * C); m->rstdf = carve(c, Ns);
+    m->dres = carve(c, Ns * C); m->proj = carve(c, N * C);
+    if (m->sp) { m->full = carve(c, N * C); m->sp_dw = carve(c, (2 * (size_t)m->L + 1) * C); }
     m->dq = carve(c, N * Hq); m->dk = carve(c, N * Hk); m->dv = carve(c, N * Hk);
     m->datt = carve(c, N * Hq); m->D = carve(c, N * m->nh);
     m->dg = carve(c, N * F); m->du = carve(c, N * F); m->dh = carve(c, N * F);
@@ -106,6 +108,8 @@ void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp
     m->V = cfg->vocab_size;
     m->seq_len = seq_len;
     m->B = B; m->T = seq_len / cp; m->N = (long)B * m->T;
+    m->sp = cfg->tp_sp && tp > 1 && m->N % tp == 0;   // (validated with the config)
+    m->Ns = m->sp ? m->N / tp : m->N;
     params_build(&m->pt, cfg, tp, tp_rank);
     // this rank's widths come from its shards in the parameter table (the only place sharding is decided)
     const ParamSpec* q = params_find(&m->pt, "model.layers.0.self_attn.q_proj.weight");
@@ -375,10 +379,26 @@ static void attention_backward(Model* m, LayerActs* a) {
 // ---------------------------------------------------------------------------------------------------
 // forward
 
-// sum partial results over the tensor-parallel group (row-parallel outputs, column-parallel input grads)
-static void tp_sum(Model* m, float* x, size_t n) {
-    if (m->tp > 1) comm_allreduce_sum(m->tp_g, x, n);
+// Tensor parallelism. A row-parallel layer's output (and a column-parallel layer's input gradient) y [N, C] holds
+// partial sums over the TP group: all-reduced (every row, returned as y), or with sequence parallelism
+// reduce-scattered (returns this rank's Ns rows, inside y). A column-parallel layer's input x: as it is, or with
+// sequence parallelism this rank's rows x [Ns, C] all-gathered into m->full [N, C].
+static float* own_rows(Model* m, float* y) { return y + (size_t)m->tp_rank * m->Ns * m->C; }
+static float* tp_reduce(Model* m, float* y) {
+    if (m->tp == 1) return y;
+    if (!m->sp) { comm_allreduce_sum(m->tp_g, y, (size_t)m->N * m->C); return y; }
+    comm_reduce_scatter_sum(m->tp_g, y, (size_t)m->Ns * m->C);
+    return own_rows(m, y);
 }
+static const float* tp_input(Model* m, const float* x) {
+    if (!m->sp) return x;
+    be_copy(own_rows(m, m->full), x, (size_t)m->Ns * m->C * sizeof(float));
+    comm_allgather(m->tp_g, m->full, (size_t)m->Ns * m->C);
+    return m->full;
+}
+// where a norm's weight gradient accumulates: its place in the gradient arena, or with sequence parallelism (each
+// rank's rows only) a scratch summed over TP at the end of the backward; i = 2 l (ln1), 2 l + 1 (ln2), 2 L (final)
+static float* norm_grad(Model* m, float* dw, int i) { return m->sp ? m->sp_dw + (size_t)i * m->C : dw; }
 
 // y[N, out] = x[N, in] W^T with W [out, in]
 static void linear_forward(float* y, const float* x, const float* W, long N, int in, int out) {
@@ -400,10 +420,11 @@ static void qkv_forward(Model* m, int l) {            // ln1, q, k, v (RoPE appl
     int C = m->C, Hq = m->nh * m->hd, Hk = m->nkv * m->hd, U = m->U;
     // with an all-to-all, this rank's tokens go through the (then idle) gradient scratch first
     float *q = U > 1 ? m->dq : a->q, *k = U > 1 ? m->dk : a->k, *v = U > 1 ? m->dv : a->v;
-    be_rmsnorm_forward(a->ln1, a->rstd1, a->res, w->ln1, N, C, m->cfg.norm_eps);
-    linear_forward(q, a->ln1, w->wq, N, C, Hq);
-    linear_forward(k, a->ln1, w->wk, N, C, Hk);
-    linear_forward(v, a->ln1, w->wv, N, C, Hk);
+    be_rmsnorm_forward(a->ln1, a->rstd1, a->res, w->ln1, m->Ns, C, m->cfg.norm_eps);
+    const float* x = tp_input(m, a->ln1);
+    linear_forward(q, x, w->wq, N, C, Hq);
+    linear_forward(k, x, w->wk, N, C, Hk);
+    linear_forward(v, x, w->wv, N, C, Hk);
     be_rope_forward(q, m->pos, m->rope, N, m->nh, m->hd);
     be_rope_forward(k, m->pos, m->rope, N, m->nkv, m->hd);
     if (U == 1) return;
@@ -422,18 +443,19 @@ static void att_forward(Model* m, int l) {            // att, lse; mid = res + a
     int C = m->C, Hq = m->nh * m->hd;
     attention_forward(m, a);
     linear_forward(m->proj, a->att, w->wo, N, Hq, C);            // o = att Wo^T (row-parallel under TP)
-    tp_sum(m, m->proj, (size_t)N * C);
-    be_copy(a->mid, a->res, N * C * sizeof(float));
-    be_add(a->mid, m->proj, N * C);
+    const float* o = tp_reduce(m, m->proj);
+    be_copy(a->mid, a->res, m->Ns * C * sizeof(float));
+    be_add(a->mid, o, m->Ns * C);
 }
 static void mlp_inputs_forward(Model* m, int l) {     // ln2, g, u, h
     LayerW* w = &m->w.layer[l];
     LayerActs* a = &m->acts[l];
     long N = m->N;
     int C = m->C, F = m->F;
-    be_rmsnorm_forward(a->ln2, a->rstd2, a->mid, w->ln2, N, C, m->cfg.norm_eps);
-    linear_forward(a->g, a->ln2, w->wg, N, C, F);
-    linear_forward(a->u, a->ln2, w->wu, N, C, F);
+    be_rmsnorm_forward(a->ln2, a->rstd2, a->mid, w->ln2, m->Ns, C, m->cfg.norm_eps);
+    const float* x = tp_input(m, a->ln2);
+    linear_forward(a->g, x, w->wg, N, C, F);
+    linear_forward(a->u, x, w->wu, N, C, F);
     be_swiglu_forward(a->h, a->g, a->u, (size_t)N * F);
 }
 
@@ -444,9 +466,9 @@ static void layer_forward(Model* m, int l, float* out) {
     att_forward(m, l);
     mlp_inputs_forward(m, l);
     linear_forward(m->proj, a->h, m->w.layer[l].wd, N, m->F, m->C);   // down (row-parallel under TP)
-    tp_sum(m, m->proj, (size_t)N * m->C);
-    be_copy(out, a->mid, N * m->C * sizeof(float));
-    be_add(out, m->proj, N * m->C);
+    const float* o = tp_reduce(m, m->proj);
+    be_copy(out, a->mid, m->Ns * m->C * sizeof(float));
+    be_add(out, o, m->Ns * m->C);
 }
 
 // before layer l's backward: recompute the activations its mode did not keep
@@ -466,9 +488,10 @@ void model_attention_inputs(Model* m, int l) {
 // grad_scale != 0 the head's backward runs right away: dW_head += dlogits^T lnf, proj = d(lnf).
 static double head_forward(Model* m, float grad_scale, float* logits_out) {
     int C = m->C, V = m->Vl;
+    const float* lnf = tp_input(m, m->lnf);   // every token's row (sequence parallelism: gathered over TP)
     for (long r0 = 0; r0 < m->N; r0 += m->lm_chunk) {
         int n = (int)(m->N - r0 < m->lm_chunk ? m->N - r0 : m->lm_chunk);
-        const float* x = m->lnf + r0 * C;
+        const float* x = lnf + r0 * C;
         const int* tgt = m->tgt + r0;
         linear_forward(m->logits, x, m->w.head, n, C, V);
         if (logits_out) {   // only the real vocabulary columns
@@ -499,7 +522,7 @@ static double head_forward(Model* m, float grad_scale, float* logits_out) {
             linear_backward(m->proj + r0 * C, m->dw.head, m->logits, x, m->w.head, n, C, V, 0.0f);
         }
     }
-    if (grad_scale != 0.0f) tp_sum(m, m->proj, (size_t)m->N * C);
+    if (grad_scale != 0.0f) m->dlnf = tp_reduce(m, m->proj);
     be_download(m->host_losses, m->losses, m->N * sizeof(float));
     if (m->want_hits) be_download(m->host_hits, m->hits, m->N * sizeof(float));
     double sum = 0;
@@ -510,11 +533,17 @@ static double head_forward(Model* m, float grad_scale, float* logits_out) {
 double model_forward(Model* m, float grad_scale, float* logits_out) {
     long N = m->N;
     int C = m->C;
-    be_embedding_forward(m->acts[0].res, m->tok, m->w.wte, N, C, m->v0, m->Vl);
-    tp_sum(m, m->acts[0].res, (size_t)N * C);   // vocab-parallel: each token's row lives on one rank
+    // vocab-parallel: each token's row lives on one rank (summed over TP; sequence parallelism: this rank's rows)
+    if (!m->sp) {
+        be_embedding_forward(m->acts[0].res, m->tok, m->w.wte, N, C, m->v0, m->Vl);
+        tp_reduce(m, m->acts[0].res);
+    } else {
+        be_embedding_forward(m->proj, m->tok, m->w.wte, N, C, m->v0, m->Vl);
+        be_copy(m->acts[0].res, tp_reduce(m, m->proj), (size_t)m->Ns * C * sizeof(float));
+    }
     for (int l = 0; l < m->L; l++)
         layer_forward(m, l, l + 1 < m->L ? m->acts[l + 1].res : m->res_final);
-    be_rmsnorm_forward(m->lnf, m->rstdf, m->res_final, m->w.lnf, N, C, m->cfg.norm_eps);
+    be_rmsnorm_forward(m->lnf, m->rstdf, m->res_final, m->w.lnf, m->Ns, C, m->cfg.norm_eps);
     return head_forward(m, grad_scale, logits_out);
 }
 
@@ -526,35 +555,44 @@ static void layer_backward(Model* m, int l) {
     LayerW* w = &m->w.layer[l];
     LayerW* dw = &m->dw.layer[l];
     LayerActs* a = &m->acts[l];
-    long N = m->N;
+    long N = m->N, Ns = m->Ns;
     int C = m->C, Hq = m->nh * m->hd, Hk = m->nkv * m->hd, F = m->F;
     // MLP: out = mid + h Wd^T
-    linear_backward(m->dh, dw->wd, m->dres, a->h, w->wd, N, F, C, 0.0f);
+    linear_backward(m->dh, dw->wd, tp_input(m, m->dres), a->h, w->wd, N, F, C, 0.0f);
     be_swiglu_backward(m->dg, m->du, m->dh, a->g, a->u, (size_t)N * F);
-    linear_backward(m->proj, dw->wg, m->dg, a->ln2, w->wg, N, C, F, 0.0f);
-    linear_backward(m->proj, dw->wu, m->du, a->ln2, w->wu, N, C, F, 1.0f);
-    tp_sum(m, m->proj, (size_t)N * C);
-    be_rmsnorm_backward(m->dres, dw->ln2, m->proj, a->mid, w->ln2, a->rstd2, N, C);
+    const float* x2 = tp_input(m, a->ln2);
+    linear_backward(m->proj, dw->wg, m->dg, x2, w->wg, N, C, F, 0.0f);
+    linear_backward(m->proj, dw->wu, m->du, x2, w->wu, N, C, F, 1.0f);
+    be_rmsnorm_backward(m->dres, norm_grad(m, dw->ln2, 2 * l + 1), tp_reduce(m, m->proj), a->mid, w->ln2, a->rstd2, Ns, C);
     // attention: mid = res + att Wo^T
-    linear_backward(m->datt, dw->wo, m->dres, a->att, w->wo, N, Hq, C, 0.0f);
+    linear_backward(m->datt, dw->wo, tp_input(m, m->dres), a->att, w->wo, N, Hq, C, 0.0f);
     attention_backward(m, a);
     be_rope_backward(m->dq, m->pos, m->rope, N, m->nh, m->hd);
     be_rope_backward(m->dk, m->pos, m->rope, N, m->nkv, m->hd);
-    linear_backward(m->proj, dw->wq, m->dq, a->ln1, w->wq, N, C, Hq, 0.0f);
-    linear_backward(m->proj, dw->wk, m->dk, a->ln1, w->wk, N, C, Hk, 1.0f);
-    linear_backward(m->proj, dw->wv, m->dv, a->ln1, w->wv, N, C, Hk, 1.0f);
-    tp_sum(m, m->proj, (size_t)N * C);
-    be_rmsnorm_backward(m->dres, dw->ln1, m->proj, a->res, w->ln1, a->rstd1, N, C);
+    const float* x1 = tp_input(m, a->ln1);
+    linear_backward(m->proj, dw->wq, m->dq, x1, w->wq, N, C, Hq, 0.0f);
+    linear_backward(m->proj, dw->wk, m->dk, x1, w->wk, N, C, Hk, 1.0f);
+    linear_backward(m->proj, dw->wv, m->dv, x1, w->wv, N, C, Hk, 1.0f);
+    be_rmsnorm_backward(m->dres, norm_grad(m, dw->ln1, 2 * l), tp_reduce(m, m->proj), a->res, w->ln1, a->rstd1, Ns, C);
 }
 
 void model_backward(Model* m) {
     long N = m->N;
-    int C = m->C;
-    // proj holds d(lnf) from the fused head backward
-    be_zero(m->dres, N * C * sizeof(float));
-    be_rmsnorm_backward(m->dres, m->dw.lnf, m->proj, m->res_final, m->w.lnf, m->rstdf, N, C);
+    int C = m->C, L = m->L;
+    if (m->sp) be_zero(m->sp_dw, (2 * (size_t)L + 1) * C * sizeof(float));
+    // dlnf: d(lnf) from the fused head backward
+    be_zero(m->dres, m->Ns * C * sizeof(float));
+    be_rmsnorm_backward(m->dres, norm_grad(m, m->dw.lnf, 2 * L), m->dlnf, m->res_final, m->w.lnf, m->rstdf, m->Ns, C);
     for (int l = m->L - 1; l >= 0; l--) layer_backward(m, l);
-    be_embedding_backward(m->dw.wte, m->dres, m->tok, N, C, m->v0, m->Vl);
+    be_embedding_backward(m->dw.wte, tp_input(m, m->dres), m->tok, N, C, m->v0, m->Vl);
+    if (m->sp) {   // the norm weights' gradients from every TP rank's rows, added into the arena
+        comm_allreduce_sum(m->tp_g, m->sp_dw, (2 * (size_t)L + 1) * C);
+        for (int l = 0; l < L; l++) {
+            be_add(m->dw.layer[l].ln1, m->sp_dw + (size_t)(2 * l) * C, C);
+            be_add(m->dw.layer[l].ln2, m->sp_dw + (size_t)(2 * l + 1) * C, C);
+        }
+        be_add(m->dw.lnf, m->sp_dw + (size_t)(2 * L) * C, C);
+    }
 }
 
 double model_flops_per_token(const Config* c, int seq_len) {

@@ -23,17 +23,18 @@ typedef struct {   // the weights (or their gradients) as named pointers
     float* head;   // [Vl, C] (== wte when tied)
 } Weights;
 
-typedef struct {   // per-layer activations saved for backward, N = B*T rows (attention's side: B*T_at rows)
-    float *res;    // [N, C] input of the layer (residual stream)
-    float *ln1;    // [N, C]
-    float *rstd1;  // [N]
+typedef struct {   // per-layer activations saved for backward, N = B*T rows (attention's side: B*T_at rows;
+                   // the residual stream and the norms under sequence parallelism: Ns rows)
+    float *res;    // [Ns, C] input of the layer (residual stream)
+    float *ln1;    // [Ns, C]
+    float *rstd1;  // [Ns]
     float *q;      // attention's side [B*T_at, nh_at*hd] after RoPE (= [N, nh*hd] without all-to-all)
     float *k, *v;  // attention's side [B*T_at, nkv_at*hd] (k after RoPE)
     float *att;    // [N, nh*hd] attention output (this rank's tokens)
     float *lse;    // attention's side [B*T_at, nh_at]
-    float *mid;    // [N, C] residual after attention
-    float *ln2;    // [N, C]
-    float *rstd2;  // [N]
+    float *mid;    // [Ns, C] residual after attention
+    float *ln2;    // [Ns, C]
+    float *rstd2;  // [Ns]
     float *g, *u, *h; // [N, F]
 } LayerActs;
 
@@ -60,6 +61,11 @@ typedef struct {
     int tp, tp_rank;
     int nv;                    // real (unpadded) vocabulary columns of this rank's slice
     long N;                    // B*T
+    int sp;                    // sequence parallelism (tp_sp with tp > 1): the residual stream, the norms and
+    long Ns;                   // what they keep hold this rank's Ns = N / tp rows [tp_rank Ns, (tp_rank + 1) Ns)
+    float* full;               // sp: [N, C] a column-parallel layer's input gathered over TP
+    float* sp_dw;              // sp: [(2 n_layer + 1), C] this micro-batch's norm weight gradients before the TP sum
+    float* dlnf;               // d(final norm output): this rank's rows of the LM head's input gradient
     int lm_chunk;              // rows per LM-head chunk (bounds logits memory; the backend's tuning)
     ParamTable pt;
     size_t arena;              // elements of the parameter and gradient arenas: pt.total, padded for ZeRO-1
