@@ -53,6 +53,18 @@ void comm_reduce_scatter_sum(const Group* g, float* buf, size_t n);
 // rank i sent to this rank (the own block copied). send and recv do not overlap.
 void comm_alltoall(const Group* g, const float* send, float* recv, size_t n);
 
+// ---- traffic: what this rank has sent through the data collectives and ring hops since the start ----
+// Counted as the collective algorithms of the device transport (NCCL's rings) move data, whatever this build's
+// transport does underneath: a ring hop of n floats sends n (one message); an all-to-all of blocks of n floats
+// (P - 1) n in P - 1 messages; an all-gather or reduce-scatter of parts of n floats (P - 1) n in P - 1; an
+// all-reduce of n floats 2 (P - 1) n / P in 2 (P - 1); a broadcast n from the root (P - 1 messages), 0 elsewhere.
+enum { TRAFFIC_HOP, TRAFFIC_A2A, TRAFFIC_ALLREDUCE, TRAFFIC_PARTS, TRAFFIC_BCAST, TRAFFIC_KINDS };
+typedef struct { double bytes[TRAFFIC_KINDS], messages[TRAFFIC_KINDS]; } CommTraffic;
+CommTraffic comm_traffic(void);
+// (the transports) count one call of `kind` on g with n floats (per part / block for all-to-all, all-gather and
+// reduce-scatter); root: a broadcast's
+void comm_traffic_count(int kind, const Group* g, size_t n, int root);
+
 // ---- the ring hop: send n floats to the next rank of g and receive n floats from the previous one ----
 // Both directions start together (a device transport must group them); complete with comm_test (never
 // blocks, drives progress) or comm_wait. Hops started on one request between waits complete in order.

@@ -228,6 +228,23 @@ void mpi_allreduce_named(const Group* g, void* buf, size_t n, MPI_Datatype t, in
         coll_wait(g, &rq, what);
     }
 }
+static CommTraffic traffic;
+CommTraffic comm_traffic(void) { return traffic; }
+static void add(int kind, double bytes, double messages) {
+    traffic.bytes[kind] += bytes;
+    traffic.messages[kind] += messages;
+}
+void comm_traffic_count(int kind, const Group* g, size_t n, int root) {
+    double P = g->size, b = 4.0 * n;
+    if (P <= 1 || !n) return;
+    switch (kind) {
+    case TRAFFIC_HOP: add(kind, b, 1); break;
+    case TRAFFIC_A2A: case TRAFFIC_PARTS: add(kind, (P - 1) * b, P - 1); break;
+    case TRAFFIC_ALLREDUCE: add(kind, 2 * (P - 1) * b / P, 2 * (P - 1)); break;
+    case TRAFFIC_BCAST: if (g->rank == root) add(kind, b, P - 1); break;
+    }
+}
+
 // All-to-all of host memory: block j (n floats at send + j n) to rank j, block i of recv from rank i. Pairwise
 // exchange: in step s = 1 .. P - 1 rank r sends to r + s and receives from r - s (one transfer each way in flight,
 // split into calls of at most mpi_max_count() floats), its own block copied; every wait under the watchdog.

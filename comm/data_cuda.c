@@ -349,42 +349,49 @@ static void comm_wait_(CommReq* r) {
 // ---- the public calls: bracketed for the backend's profile (class "communication waits") ----
 void comm_allreduce_sum(const Group* g, float* buf, size_t n) {
     attach_late(g);
+    comm_traffic_count(TRAFFIC_ALLREDUCE, g, n, 0);
     cuda_backend_prof_comm(1);
     comm_allreduce_sum_(g, buf, n);
     cuda_backend_prof_comm(0);
 }
 void comm_allreduce_max(const Group* g, float* buf, size_t n) {
     attach_late(g);
+    comm_traffic_count(TRAFFIC_ALLREDUCE, g, n, 0);
     cuda_backend_prof_comm(1);
     comm_allreduce_max_(g, buf, n);
     cuda_backend_prof_comm(0);
 }
 void comm_broadcast(const Group* g, float* buf, size_t n, int root) {
     attach_late(g);
+    comm_traffic_count(TRAFFIC_BCAST, g, n, root);
     cuda_backend_prof_comm(1);
     comm_broadcast_(g, buf, n, root);
     cuda_backend_prof_comm(0);
 }
 void comm_allgather(const Group* g, float* buf, size_t n) {
     attach_late(g);
+    comm_traffic_count(TRAFFIC_PARTS, g, n, 0);
     cuda_backend_prof_comm(1);
     comm_allgather_(g, buf, n);
     cuda_backend_prof_comm(0);
 }
 void comm_reduce_scatter_sum(const Group* g, float* buf, size_t n) {
     attach_late(g);
+    comm_traffic_count(TRAFFIC_PARTS, g, n, 0);
     cuda_backend_prof_comm(1);
     comm_reduce_scatter_sum_(g, buf, n);
     cuda_backend_prof_comm(0);
 }
 void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r) {
     attach_late(g);
+    comm_traffic_count(TRAFFIC_HOP, g, n, 0);
     cuda_backend_prof_comm(1);
     comm_hop_(g, send, recv, n, r);
     cuda_backend_prof_comm(0);
 }
 void comm_alltoall(const Group* g, const float* send, float* recv, size_t n) {
     attach_late(g);
+    comm_traffic_count(TRAFFIC_A2A, g, n, 0);
     cuda_backend_prof_comm(1);
     comm_alltoall_(g, send, recv, n);
     cuda_backend_prof_comm(0);

@@ -134,9 +134,18 @@ static void allreduce(const Group* g, float* buf, size_t n, int max, const char*
     if (n <= SMALL_FLOATS) mpi_allreduce_named(g, buf, n, MPI_FLOAT, sizeof(float), max ? MPI_MAX : MPI_SUM, what);
     else ring_allreduce(g, buf, n, max, what);
 }
-void comm_allreduce_sum(const Group* g, float* buf, size_t n) { allreduce(g, buf, n, 0, "comm_allreduce_sum"); }
-void comm_allreduce_max(const Group* g, float* buf, size_t n) { allreduce(g, buf, n, 1, "comm_allreduce_max"); }
-void comm_broadcast(const Group* g, float* buf, size_t n, int root) { ctl_bcast(g, buf, n * sizeof(float), root); }
+void comm_allreduce_sum(const Group* g, float* buf, size_t n) {
+    comm_traffic_count(TRAFFIC_ALLREDUCE, g, n, 0);
+    allreduce(g, buf, n, 0, "comm_allreduce_sum");
+}
+void comm_allreduce_max(const Group* g, float* buf, size_t n) {
+    comm_traffic_count(TRAFFIC_ALLREDUCE, g, n, 0);
+    allreduce(g, buf, n, 1, "comm_allreduce_max");
+}
+void comm_broadcast(const Group* g, float* buf, size_t n, int root) {
+    comm_traffic_count(TRAFFIC_BCAST, g, n, root);
+    ctl_bcast(g, buf, n * sizeof(float), root);
+}
 
 // all-gather / reduce-scatter over equal parts buf[i * n ...], in slices [o, o + k) of every part
 typedef enum { GATHER, SCATTER } Coll;
@@ -152,9 +161,18 @@ static void parts_collective(const Group* g, float* buf, size_t n, Coll c) {
     }
     ring_close(&R);
 }
-void comm_allgather(const Group* g, float* buf, size_t n) { parts_collective(g, buf, n, GATHER); }
-void comm_alltoall(const Group* g, const float* send, float* recv, size_t n) { mpi_alltoall(g, send, recv, n, "comm_alltoall"); }
-void comm_reduce_scatter_sum(const Group* g, float* buf, size_t n) { parts_collective(g, buf, n, SCATTER); }
+void comm_allgather(const Group* g, float* buf, size_t n) {
+    comm_traffic_count(TRAFFIC_PARTS, g, n, 0);
+    parts_collective(g, buf, n, GATHER);
+}
+void comm_alltoall(const Group* g, const float* send, float* recv, size_t n) {
+    comm_traffic_count(TRAFFIC_A2A, g, n, 0);
+    mpi_alltoall(g, send, recv, n, "comm_alltoall");
+}
+void comm_reduce_scatter_sum(const Group* g, float* buf, size_t n) {
+    comm_traffic_count(TRAFFIC_PARTS, g, n, 0);
+    parts_collective(g, buf, n, SCATTER);
+}
 
 // ---- the ring hop ----
 CommReq* comm_req_create(void) {
@@ -165,6 +183,7 @@ CommReq* comm_req_create(void) {
 void comm_req_free(CommReq* r) { free(r); }
 
 void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r) {
+    comm_traffic_count(TRAFFIC_HOP, g, n, 0);
     r->g = g;
     post(g, recv, n, (g->rank - 1 + g->size) % g->size, 1, TAG_HOP, r);
     post(g, (float*)send, n, (g->rank + 1) % g->size, 0, TAG_HOP, r);

@@ -192,7 +192,7 @@ static double validate(Run* r) {
 }
 
 // ---- one step --------------------------------------------------------------------------------------------
-typedef struct { double loss, gnorm, dt, vloss; float lr; VerifyResult vr; RingStats rs; } StepResult;
+typedef struct { double loss, gnorm, dt, vloss; float lr; VerifyResult vr; RingStats rs; CommTraffic tr; } StepResult;
 
 static StepResult train_step(Run* r, int step, long long* cursor) {
     const Config* c = &r->c;
@@ -200,6 +200,7 @@ static StepResult train_step(Run* r, int step, long long* cursor) {
     StepResult s = { .vloss = NAN };
     double t0 = now_s();
     model_ring_stats(&r->m, &s.rs);
+    CommTraffic tr0 = comm_traffic();
     int fail = fetch_windows(&r->train, *cursor, c->batch_size, T, r->win);
     grid_check(r->g.world_g, fail, msg);
     long long valid = count_targets(r->win, c->batch_size, T);
@@ -228,6 +229,8 @@ static StepResult train_step(Run* r, int step, long long* cursor) {
     adamw_step(&r->opt, &r->m, &h, s.gnorm);
     be_sync();
     s.dt = ctl_max(r->g.world_g, now_s() - t0);
+    s.tr = comm_traffic();   // what this rank sent in the step
+    for (int k = 0; k < TRAFFIC_KINDS; k++) { s.tr.bytes[k] -= tr0.bytes[k]; s.tr.messages[k] -= tr0.messages[k]; }
     RingStats before = s.rs;
     if (model_ring_stats(&r->m, &s.rs)) {   // this step's part of the totals
         s.rs.compute_s -= before.compute_s; s.rs.work_s -= before.work_s; s.rs.wait_s -= before.wait_s;
@@ -271,6 +274,12 @@ static void log_step(Run* r, int step, const StepResult* s, const RingStep* rs, 
     if (have_ring) fprintf(f, ", \"cp_busy_max_s\": %.6f, \"cp_busy_mean_s\": %.6f, \"cp_imbalance\": %.4f, "
                            "\"cp_wait_max_s\": %.6f, \"cp_hidden\": %.4f, \"cp_transfers\": %lld", rs->busy_max, rs->busy_mean,
                            rs->busy_max / rs->busy_mean, rs->wait_max, rs->hidden, rs->transfers);
+    // bytes and messages this rank sent (rank 0; comm.h's counting): ring hops, all-to-all, all-reduce,
+    // all-gather + reduce-scatter
+    fprintf(f, ", \"sent_hop_bytes\": %.0f, \"sent_a2a_bytes\": %.0f, \"sent_allreduce_bytes\": %.0f, "
+            "\"sent_parts_bytes\": %.0f, \"sent_hop_msgs\": %.0f, \"sent_a2a_msgs\": %.0f",
+            s->tr.bytes[TRAFFIC_HOP], s->tr.bytes[TRAFFIC_A2A], s->tr.bytes[TRAFFIC_ALLREDUCE], s->tr.bytes[TRAFFIC_PARTS],
+            s->tr.messages[TRAFFIC_HOP], s->tr.messages[TRAFFIC_A2A]);
     if (!isnan(s->vloss)) fprintf(f, ", \"val_loss\": %.9g", s->vloss);
     if (s->vr.checked) fprintf(f, ", \"verify_max_abs\": %.3e, \"verify_max_rel\": %.3e", s->vr.max_abs, s->vr.max_rel);
     fprintf(f, "}\n");
