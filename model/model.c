@@ -498,7 +498,7 @@ static double head_forward(Model* m, float grad_scale, float* logits_out) {
             float* tmp = malloc((size_t)n * V * sizeof(float));
             be_download(tmp, m->logits, (size_t)n * V * sizeof(float));
             for (int i = 0; i < n; i++)
-                memcpy(logits_out + (r0 + i) * (size_t)m->V, tmp + (size_t)i * V, m->nv * sizeof(float));
+                memcpy(logits_out + (r0 + i) * (size_t)m->V + m->v0, tmp + (size_t)i * V, m->nv * sizeof(float));
             free(tmp);
         }
         be_xent_lse(m->xlse, m->logits, n, V, m->nv);

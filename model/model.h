@@ -133,7 +133,8 @@ const int* model_targets(const Model* m);
 // Forward. Returns the SUM of the token losses of this micro-batch (host double).
 // grad_scale != 0: also runs the fused LM-head backward with dloss_i = grad_scale (so model_backward can
 // follow); grad_scale = 1 / (valid targets of the whole step) gives the gradient of the mean loss.
-// logits_out (host, [N, V], may be NULL; one TP rank only): receives the logits.
+// logits_out (host, [N, V], may be NULL): receives the logits of this rank's vocabulary slice (its columns; the
+// others are left as they are).
 double model_forward(Model* m, float grad_scale, float* logits_out);
 // Backward after model_forward(grad_scale != 0): accumulates (+=) into the gradient arena.
 void model_backward(Model* m);

@@ -26,7 +26,7 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
     size_t own, lo, hi;
     if (l->zero && shard > 1) zero_shard(m.pt.total, m.arena, shard, 0, &own, &lo, &hi);
     else own = m.pt.total;
-    double N = (double)m.N, C = m.C, Hk = (double)m.nkv * m.hd, Tl = m.T, L = m.L;
+    double N = (double)m.N, C = m.C, L = m.L;
     p->params = p->grads = (double)m.arena * 4;
     p->moments = 2.0 * own * 4;
     p->acts_kept = (double)m.act_kept;
@@ -41,15 +41,30 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
         long rows = m.N < 4096 ? m.N : 4096;
         p->acts_scratch += ((double)rows - m.lm_chunk) * m.Vl * 4;
         double hdp = m.hd <= 64 ? 64 : 128;
-        p->workspace = 32.0 * 1048576 + 2.0 * N * hdp * (2 * m.nh + 2 * m.nkv) + 4.0 * C * 1024;
+        double Na = (double)m.B * m.T_at;   // bf16 copies of attention's q, dO (nh_at heads) and k, v (nkv_at)
+        p->workspace = 32.0 * 1048576 + 2.0 * Na * hdp * (2 * m.nh_at + 2 * m.nkv_at) + 4.0 * C * 1024;
     }
     p->total = p->params + p->grads + p->moments + p->acts_kept + p->acts_work + p->acts_scratch + p->ring + p->workspace;
     // communication per step
     p->accum = c.batch_size / (l->micro_batch * l->dp);
-    int P = l->cp, rc = m.recompute;
-    double hop = 2.0 * Tl * Hk * 4;   // K and V of one sequence's chunk
-    double hops = P > 1 ? (P - 1) + (P - 1) + P + (rc == RECOMPUTE_FULL ? P - 1 : 0) : 0;
-    p->ring_sent = p->accum * (double)l->micro_batch * L * hops * hop;
+    int rc = m.recompute;
+    // per layer and sequence: the ring's hops of K and V (Ta tokens of nkv_at heads) — P - 1 forward, P - 1 K/V and
+    // P dK/dV backward, P - 1 again when recomputing the whole layer — and the all-to-alls (each sends U - 1 of its U
+    // blocks of T rows): q, k, v in, out back (forward); dout, D in, dq, dk, dv back (backward); q, k, v again when
+    // recomputing them, out again when recomputing the whole layer
+    double hop = 2.0 * Ta * Hka * 4, seqs = p->accum * (double)l->micro_batch * L;
+    double hops = Rr > 1 ? (Rr - 1) + (Rr - 1) + Rr + (rc == RECOMPUTE_FULL ? Rr - 1 : 0) : 0;
+    p->ring_sent = seqs * hops * hop;
+    p->ring_msgs = seqs * hops;
+    if (U > 1) {
+        double Hqa = (double)m.nh_at * m.hd, kvw = m.kv_w, T = m.T, blk = (U - 1) * T * 4;
+        double qkv = Hqa + 2 * kvw, calls = 4 + 5;
+        double floats = qkv + Hqa + (3 * Hqa + 2 * kvw + m.nh_at);
+        if (rc >= RECOMPUTE_QKV) { floats += qkv; calls += 3; }
+        if (rc >= RECOMPUTE_FULL) { floats += Hqa; calls += 1; }
+        p->a2a_sent = seqs * blk * floats;
+        p->a2a_msgs = seqs * calls * (U - 1);
+    }
     double ar = 1 + L * (4 + (rc == RECOMPUTE_FULL ? 1 : 0)) + 1;   // embedding, 2 fwd + 2 bwd per layer, head
     p->tp_payload = l->tp > 1 ? p->accum * ar * N * C * 4 : 0;
     p->dp_payload = shard > 1 ? (double)m.arena * 4 : 0;
@@ -63,8 +78,8 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
     if (rc >= RECOMPUTE_FULL) extra += att;
     p->flops_exec = p->flops_model + extra * c.n_layer * tokens / world;
     // one hop against the attention work of one block pair (zigzag: half of a full Tl x Tl block)
-    p->hop_xfer_s = P > 1 ? hop / (l->link_gbs * 1e9) : 0;
-    p->hop_compute_s = 2.0 * Tl * Tl * m.hd * m.nh / (l->tflops * 1e12);
+    p->hop_xfer_s = Rr > 1 ? hop / (l->link_gbs * 1e9) : 0;
+    p->hop_compute_s = 2.0 * Ta * Ta * m.hd * m.nh_at / (l->tflops * 1e12);
     free(m.acts);
     params_free(&m.pt);
     return 0;

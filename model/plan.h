@@ -23,7 +23,10 @@ typedef struct {
     double total;
     // per step per rank
     double ring_sent;                    // bytes this rank sends around its ring (forward + backward + recompute)
-    double tp_payload;                   // bytes all-reduced over the TP group (traffic ~ 2 (tp-1)/tp x this)
+    double ring_msgs;                    // and as messages (hops)
+    double a2a_sent, a2a_msgs;           // bytes and messages of its all-to-alls (cp_comm = a2a | a2a+ring)
+    double tp_payload;                   // bytes all-reduced over the TP group (traffic ~ 2 (tp-1)/tp x this; with
+                                         // tp_sp the same bytes as all-gathers and reduce-scatters)
     double dp_payload;                   // bytes of gradients reduced over dp x cp (+ as many all-gathered under ZeRO)
     double flops_model, flops_exec;      // model FLOPs (6N + attention) and executed with recomputation
     // one ring hop: its transfer time at link_gbs and the attention work it overlaps at tflops

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_reference.sh — checks the C model against the independent float64 PyTorch reference (tests/ref_model.py).
 # For every tests/configs/ref_*.conf: build/tests/tool_dump writes one forward/backward/AdamW step, and
-# ref_model.py recomputes and compares it. Also runs the reference's own --selftest. A missing tool_dump, a
+# ref_model.py recomputes and compares it; then the same for one config in distributed layouts (tp 2 with sequence
+# parallelism, tp 2 x cp 2 with the all-to-all and sequence parallelism, cp 4 as all-to-all x ring with documents). Also runs the reference's own --selftest. A missing tool_dump, a
 # crash or a reference run without a result line counts as a failure, never a skip.
 # Prints every check line (tagged with the config) and ends with the total "N passed, N failed".
 # Overrides (for debugging): TOOL_DUMP=path/to/tool_dump, PYTHON=path/to/python3.
@@ -43,5 +44,23 @@ for cfg in "${cfgs[@]}"; do
   run_ref "$tag" "$dump"
   rm -f "$dump"
 done
+
+# the same step in distributed layouts (each rank its share of the batch; the dump gathered): the reference holds
+# for the ring, the all-to-all and their product, with tensor and sequence parallelism and document masking
+while read -r tag np args; do
+  [ -n "$tag" ] || continue
+  dump="$T/$tag.dump"
+  echo "== tests/configs/ref_d_yarn_gqa_clip.conf $args ($np ranks)"
+  # shellcheck disable=SC2086
+  timeout 300 "${MPI[@]}" -np "$np" "$TOOL" -c tests/configs/ref_d_yarn_gqa_clip.conf --out "$dump" $args </dev/null >"$T/$tag.log" 2>&1; rc=$?
+  if [ "$rc" -ne 0 ] || [ ! -s "$dump" ]; then bad "[$tag] tool_dump on $np ranks ($args) exited $rc: $(tail -n 3 "$T/$tag.log" | tr '\n' ' ')"; continue; fi
+  sed 's/^/# /' "$T/$tag.log" | tail -n 1
+  run_ref "$tag" "$dump"
+  rm -f "$dump"
+done <<'LAYOUTS'
+d_tp2_sp 2 --tp 2 --tp_sp 1
+d_tp2_cp2_a2a_sp 4 --tp 2 --cp 2 --cp_comm a2a --tp_sp 1
+d_cp4_a2a_ring_docs 4 --cp 4 --cp_comm a2a+ring --cp_a2a 2 --doc_mask 1 --eod 7
+LAYOUTS
 
 finish

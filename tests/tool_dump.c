@@ -1,8 +1,11 @@
 // tool_dump.c — runs one forward/backward/AdamW step of a config on a fixed random batch and dumps
 // everything the independent PyTorch reference (tests/ref_model.py) checks. Format: see ref_model.py.
-//   build/tests/tool_dump -c CONFIG --out FILE [--key value ...]
+//   [mpirun -np tp*cp] build/tests/tool_dump -c CONFIG --out FILE [--key value ...]
 //   build/tests/tool_dump --ckpt CKPT.h5 --out FILE [--key value ...]   the checkpoint's config and parameters
 //                                        (instead of the seed's init); keys given override training keys
+// Under mpirun the step runs in the config's layout (tp, cp, cp_comm, cp_a2a, tp_sp; dp = 1): each rank holds its
+// share of the batch, and what is dumped is gathered — the logits and greedy hits by position over the context
+// ranks, the weights over TP, the gradients summed over the context ranks as the trainer sums them.
 #include "backend/backend.h"
 #include "checkpoint/ckpt.h"
 #include "comm/grid.h"
@@ -26,8 +29,10 @@ int main(int argc, char** argv) {
     const char* path = NULL;
     const char* ckpt = NULL;
     for (int i = 1; i + 1 < argc; i += 2) if (!strcmp(argv[i], "--ckpt")) ckpt = argv[i + 1];
-    if (ckpt) {   // MPI only for the checkpoint reader (a singleton run, no mpirun needed)
-        grid_mpi_init(&argc, &argv);
+    grid_mpi_init(&argc, &argv);   // (one process: a singleton, no mpirun needed)
+    const Group* world = group_world();
+    int root = group_rank(world) == 0;
+    if (ckpt) {
         ckpt_init();
         if (ckpt_read_config(ckpt, &c, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     }
@@ -41,19 +46,23 @@ int main(int argc, char** argv) {
     }
     if (!path) { fprintf(stderr, "usage: tool_dump -c CONFIG | --ckpt CKPT.h5 --out FILE [--key value ...]\n"); return 1; }
     if (config_validate(&c, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
-    out = dump_open(path);
-    if (!out) { perror(path); return 1; }
+    if (group_size(world) != c.tp * c.cp) {
+        fprintf(stderr, "tool_dump: %d ranks for tp %d x cp %d (dp must be 1)\n", group_size(world), c.tp, c.cp);
+        return 1;
+    }
+    out = root ? dump_open(path) : NULL;
+    if (root && !out) { perror(path); return 1; }
 
     int B = c.micro_batch, T = c.seq_len, N = B * T;
-    if (be_init(0, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+    Grid g;
+    if (grid_build(&g, c.tp, c.cp, config_a2a(&c), err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+    if (be_init(g.local_rank, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     Model m;
-    model_build(&m, &c, B, T, NULL);
+    ModelGroups mg = { c.tp > 1 ? g.tp_g : NULL, g.cp_g, NULL, g.a2a_g, g.ring_g };
+    model_build(&m, &c, B, T, &mg);
     if (ckpt) {
-        Grid g;
         TrainState ts;
-        if (grid_build(&g, 1, 1, 1, err, sizeof err) || ckpt_load(ckpt, &m, NULL, &g, &ts, NULL, err, sizeof err, NULL, 0)) {
-            fprintf(stderr, "%s\n", err); return 1;
-        }
+        if (ckpt_load(ckpt, &m, NULL, &g, &ts, NULL, err, sizeof err, NULL, 0)) { fprintf(stderr, "%s\n", err); return 1; }
     }
     // a fixed batch: random tokens; sequence b starts at position 3b (positions are an explicit input);
     // one ignored target per sequence after the first
@@ -78,42 +87,86 @@ int main(int argc, char** argv) {
     for (int b = 0; b < B; b++)
         if (pos[b * T + T - 1] >= c.max_seq_len) { fprintf(stderr, "tool_dump: max_seq_len too small\n"); return 1; }
 
-    char* cfgtext = NULL; size_t cfglen = 0;
-    FILE* mem = open_memstream(&cfgtext, &cfglen);
-    config_write(&c, mem); fclose(mem);
-    int d1 = (int)cfglen; rec("config", 2, 1, &d1, cfgtext);
+    if (root) {
+        char* cfgtext = NULL; size_t cfglen = 0;
+        FILE* mem = open_memstream(&cfgtext, &cfglen);
+        config_write(&c, mem); fclose(mem);
+        int d1 = (int)cfglen; rec("config", 2, 1, &d1, cfgtext);
+        free(cfgtext);
+    }
     int d2[2] = { B, T };
-    rec("tokens", 1, 2, d2, tok); rec("targets", 1, 2, d2, tgt); rec("positions", 1, 2, d2, pos);
+    if (root) { rec("tokens", 1, 2, d2, tok); rec("targets", 1, 2, d2, tgt); rec("positions", 1, 2, d2, pos); }
     dump_arena(&m, "param", m.params);
 
-    float* logits = malloc((size_t)N * c.vocab_size * sizeof(float));
-    model_set_batch(&m, tok, tgt, pos);
+    // this rank's share of the batch: the tokens at its positions of each sequence (the layout's)
+    int Tl = m.T, V = c.vocab_size;
+    size_t nl = (size_t)B * Tl;
+    int *ltok = malloc(nl * sizeof(int)), *ltgt = malloc(nl * sizeof(int)), *lpos = malloc(nl * sizeof(int));
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < Tl; i++) {
+            int t = m.lpos[i];
+            ltok[b * Tl + i] = tok[b * T + t]; ltgt[b * Tl + i] = tgt[b * T + t]; lpos[b * Tl + i] = pos[b * T + t];
+        }
+    float* llogits = calloc(nl * V, sizeof(float));
+    model_set_batch(&m, ltok, ltgt, lpos);
     model_zero_grad(&m);
     m.want_hits = 1;   // greedy-correctness flags, checked against torch's argmax
-    double loss = model_forward(&m, 1.0f / valid, logits) / valid;
-    rec("hits", 0, 2, d2, model_token_hits(&m));
+    double loss = model_forward(&m, 1.0f / valid, llogits);
     model_backward(&m);
+    // logits: each TP rank filled its vocabulary slice (summed over TP); hits and losses: the same on every TP rank
+    if (c.tp > 1) {
+        double* acc = malloc(nl * V * sizeof(double));
+        for (size_t i = 0; i < nl * V; i++) acc[i] = llogits[i];
+        ctl_sum_f64(g.tp_g, acc, nl * V);
+        for (size_t i = 0; i < nl * V; i++) llogits[i] = (float)acc[i];
+        free(acc);
+    }
+    loss = (c.cp > 1 ? ctl_sum(g.cp_g, loss) : loss) / valid;
+    // everything in sequence order on the first context rank
+    float *logits = malloc((size_t)N * V * sizeof(float)), *hits = malloc((size_t)N * sizeof(float));
+    int P = c.cp;
+    int head = group_rank(g.cp_g) == 0;   // every context group's first rank gathers (the world's first writes)
+    float *alog = head ? malloc((size_t)P * nl * V * sizeof(float)) : NULL, *ahit = head ? malloc((size_t)P * nl * sizeof(float)) : NULL;
+    int* apos = head ? malloc((size_t)P * Tl * sizeof(int)) : NULL;
+    if (P > 1) {
+        ctl_gather(g.cp_g, llogits, alog, nl * V * sizeof(float), 0);
+        ctl_gather(g.cp_g, model_token_hits(&m), ahit, nl * sizeof(float), 0);
+        ctl_gather(g.cp_g, m.lpos, apos, (size_t)Tl * sizeof(int), 0);
+    } else if (root) {
+        memcpy(alog, llogits, nl * V * sizeof(float)); memcpy(ahit, model_token_hits(&m), nl * sizeof(float));
+        memcpy(apos, m.lpos, (size_t)Tl * sizeof(int));
+    }
+    for (int j = 0; root && j < P; j++)
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < Tl; i++) {
+                size_t from = ((size_t)j * B + b) * Tl + i, to = (size_t)b * T + apos[j * Tl + i];
+                memcpy(logits + to * V, alog + from * V, (size_t)V * sizeof(float));
+                hits[to] = ahit[from];
+            }
     int d3[3] = { B, T, c.vocab_size };
-    rec("logits", 0, 3, d3, logits);
     float lossf = (float)loss; int one = 1;
-    rec("loss", 0, 1, &one, &lossf);
+    if (root) { rec("hits", 0, 2, d2, hits); rec("logits", 0, 3, d3, logits); rec("loss", 0, 1, &one, &lossf); }
+    AdamW opt;
+    adamw_init(&opt, &m, g.dpcp_g, 0);
+    adamw_reduce_grads(&opt, &m);   // weights are replicated over the context ranks: their gradients are summed
     dump_arena(&m, "grad", m.grads);
 
     double inv[1024]; float invf[1024];
     float af = (float)rope_inv_freq(&c, m.hd, inv, NULL, NULL);
     for (int i = 0; i < m.hd / 2; i++) invf[i] = (float)inv[i];
     int dh = m.hd / 2;
-    rec("rope/inv_freq", 0, 1, &dh, invf); rec("rope/attention_factor", 0, 1, &one, &af);
+    if (root) { rec("rope/inv_freq", 0, 1, &dh, invf); rec("rope/attention_factor", 0, 1, &one, &af); }
 
-    AdamW opt;
-    adamw_init(&opt, &m, NULL, 0);
     float lr = lr_at(&c, 0);
     AdamWHyper h = adamw_hyper(&c, lr);
     adamw_step(&opt, &m, &h, adamw_grad_norm(&opt, &m));
-    rec("step/lr", 0, 1, &one, &lr);
+    if (root) rec("step/lr", 0, 1, &one, &lr);
     dump_arena(&m, "after", m.params);
-    fclose(out);
-    printf("tool_dump: wrote %s (loss %.6f over %d targets)\n", path, loss, valid);
-    if (ckpt) grid_exit(0);
+    if (root) {
+        fclose(out);
+        printf("tool_dump: wrote %s (loss %.6f over %d targets; tp %d x cp %d%s%s)\n", path, loss, valid, c.tp, c.cp,
+               config_a2a(&c) > 1 ? ", all-to-all" : "", m.sp ? ", sequence parallel" : "");
+    }
+    grid_exit(0);
     return 0;
 }

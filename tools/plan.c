@@ -71,21 +71,25 @@ int main(int argc, char** argv) {
     if (json) {
         printf("{\"seq_len\": %d, \"params\": %.0f, \"grads\": %.0f, \"moments\": %.0f, \"acts_kept\": %.0f, "
                "\"acts_work\": %.0f, \"acts_scratch\": %.0f, \"ring\": %.0f, \"workspace\": %.0f, \"total\": %.0f, "
-               "\"memory\": %.0f, \"ring_sent\": %.0f, \"tp_payload\": %.0f, \"dp_payload\": %.0f, \"flops_model\": %.6g, "
+               "\"memory\": %.0f, \"ring_sent\": %.0f, \"ring_msgs\": %.0f, \"a2a_sent\": %.0f, \"a2a_msgs\": %.0f, \"tp_payload\": %.0f, \"dp_payload\": %.0f, \"flops_model\": %.6g, "
                "\"flops_exec\": %.6g, \"hop_xfer_s\": %.6g, \"hop_compute_s\": %.6g, \"longest\": {\"none\": %d, "
                "\"mlp\": %d, \"qkv\": %d, \"full\": %d}}\n", c.seq_len, p.params, p.grads, p.moments, p.acts_kept,
-               p.acts_work, p.acts_scratch, p.ring, p.workspace, p.total, mem, p.ring_sent, p.tp_payload,
+               p.acts_work, p.acts_scratch, p.ring, p.workspace, p.total, mem, p.ring_sent, p.ring_msgs, p.a2a_sent,
+               p.a2a_msgs, p.tp_payload,
                p.dp_payload, p.flops_model, p.flops_exec, p.hop_xfer_s, p.hop_compute_s, longest[0], longest[1],
                longest[2], longest[3]);
         return 0;
     }
-    printf("plan: d_model %d, %d layers, vocab %d, seq_len %d; tp %d x cp %d (%s) x dp %d, zero %d, micro_batch %d, "
-           "recompute %s; device %s (%.1f GiB)\n", c.d_model, c.n_layer, c.vocab_size, c.seq_len, c.tp, c.cp,
-           c.cp_layout, (int)dp, c.zero, c.micro_batch, c.recompute, device, mem / GIB);
+    char cpd[64] = "";
+    if (config_a2a(&c) > 1) snprintf(cpd, sizeof cpd, ", %s with all-to-all %d", c.cp_comm, config_a2a(&c));
+    printf("plan: d_model %d, %d layers, vocab %d, seq_len %d; tp %d%s x cp %d (%s%s) x dp %d, zero %d, micro_batch %d, "
+           "recompute %s; device %s (%.1f GiB)\n", c.d_model, c.n_layer, c.vocab_size, c.seq_len, c.tp,
+           c.tp_sp && c.tp > 1 ? " (sequence parallel)" : "", c.cp, c.cp_layout, cpd, (int)dp, c.zero, c.micro_batch,
+           c.recompute, device, mem / GIB);
     struct { const char* what; double v; } rows[] = {
         { "parameters", p.params }, { "gradients", p.grads }, { "AdamW moments", p.moments },
         { "activations kept (all layers)", p.acts_kept }, { "working set (one layer, recomputed)", p.acts_work },
-        { "scratch (gradients in flight, LM-head chunk, RoPE)", p.acts_scratch }, { "ring buffers", p.ring },
+        { "scratch (gradients in flight, LM-head chunk, RoPE)", p.acts_scratch }, { "ring and all-to-all buffers", p.ring },
         { "backend workspace", p.workspace } };
     printf("\nper rank                                              GiB\n");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) printf("  %-50s %9.3f\n", rows[i].what, rows[i].v / GIB);
@@ -93,11 +97,13 @@ int main(int argc, char** argv) {
            mem / GIB);
     printf("\nlongest seq_len that fits this layout: none %d, mlp %d, qkv %d, full %d\n", longest[0], longest[1],
            longest[2], longest[3]);
-    printf("\nper step per rank (%d micro-batches): ring sends %.3f GiB, TP all-reduces %.3f GiB, DP/ZeRO reduces %.3f GiB%s;\n"
-           "  %.3f TFLOP model, %.3f TFLOP executed (recomputation included)\n", p.accum, p.ring_sent / GIB,
+    printf("\nper step per rank (%d micro-batches): ring sends %.3f GiB in %.0f hops, all-to-all %.3f GiB in %.0f messages, "
+           "TP %s %.3f GiB, DP/ZeRO reduces %.3f GiB%s;\n"
+           "  %.3f TFLOP model, %.3f TFLOP executed (recomputation included)\n", p.accum, p.ring_sent / GIB, p.ring_msgs,
+           p.a2a_sent / GIB, p.a2a_msgs, c.tp_sp && c.tp > 1 ? "all-gathers + reduce-scatters" : "all-reduces",
            p.tp_payload / GIB, p.dp_payload / GIB, c.zero && dp * c.cp > 1 ? " (reduce-scatter) + the same all-gathered" : "",
            p.flops_model / 1e12, p.flops_exec / 1e12);
-    if (c.cp > 1)
+    if (c.cp / config_a2a(&c) > 1)
         printf("ring hop: %.3f ms transfer at %.0f GB/s against %.3f ms of attention at %.3g TFLOP/s: %s\n",
                p.hop_xfer_s * 1e3, link, p.hop_compute_s * 1e3, tflops,
                p.hop_xfer_s <= p.hop_compute_s ? "hidden" : "exposed (the ring is too fine for this link)");
