@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The capacity planner: build/plan's per-rank memory equals what build/train allocates (the same plan) for
-# every recompute mode and for tp 2 x cp 2 with ZeRO-1; its longest seq_len is the last that fits; a layout
+# every recompute mode, for tp 2 x cp 2 with ZeRO-1, the all-to-all, all-to-all x ring and sequence parallelism; its longest seq_len is the last that fits; a layout
 # that cannot fit stops build/train on every rank with one line naming needed vs available, before
 # allocating; bad planner input gives one line.
 cd "$(dirname "$0")/.."
@@ -42,6 +42,11 @@ PY
 for rc in none mlp qkv full; do plan_vs_train "p1_$rc" 1 1 --recompute "$rc"; done
 plan_vs_train tp2cp2_zero 4 1 --tp 2 --cp 2 --zero 1 --recompute qkv
 plan_vs_train cp2dp2_zero 4 2 --cp 2 --zero 1
+# the all-to-all (KV heads replicated: 2 KV heads for 4 ranks) and its product with the ring; sequence parallelism
+plan_vs_train a2a_cp4 4 1 --cp 4 --cp_comm a2a
+plan_vs_train a2aring_full 4 1 --cp 4 --cp_comm a2a+ring --cp_a2a 2 --recompute full
+plan_vs_train tp2_sp 2 1 --tp 2 --tp_sp 1
+plan_vs_train tp2cp2_a2a_sp_mlp 4 1 --tp 2 --cp 2 --cp_comm a2a --tp_sp 1 --recompute mlp
 
 # the longest seq_len: it fits, one chunking unit more does not (8 GiB device, 1B-like model)
 L=$(build/plan -c configs/llama_1b_128k.conf --device h200 --memory_gib 24 --cp 2 --batch_size 2 --micro_batch 1 --dp 1 --json --recompute full |
