@@ -59,7 +59,7 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
     if (U > 1) {
         double Hqa = (double)m.nh_at * m.hd, kvw = m.kv_w, T = m.T, blk = (U - 1) * T * 4;
         double qkv = Hqa + 2 * kvw, calls = 4 + 5;
-        double floats = qkv + Hqa + (3 * Hqa + 2 * kvw + m.nh_at);
+        double floats = qkv + Hqa + (2 * Hqa + 2 * kvw + m.nh_at);   // forward q, k, v, out; backward dout, dq, D, dk, dv
         if (rc >= RECOMPUTE_QKV) { floats += qkv; calls += 3; }
         if (rc >= RECOMPUTE_FULL) { floats += Hqa; calls += 1; }
         p->a2a_sent = seqs * blk * floats;

@@ -103,6 +103,21 @@ for run, cp, U in (("a2a4", 4, 4), ("a2aring", 4, 2), ("one", 1, 1)):
 print("; ".join(out))
 PYEOF
 
+# the planner's per-step figures are the same counts
+for lay in "a2a4 --cp 4 --cp_comm a2a" "a2aring --cp 4 --cp_comm a2a+ring --cp_a2a 2" "rc_full --tp 2 --cp 2 --cp_comm a2a --tp_sp 1 --recompute full"; do
+  read -r name args <<<"$lay"
+  # shellcheck disable=SC2086
+  build/plan -c "$CONF" --device cpu --dp 1 --json $args >"$T/$name.plan" 2>&1
+  $PY - "$T/$name.plan" "$T/$name/metrics.jsonl" <<'PYEOF' >"$T/pl.out" 2>&1 && ok "plan = counted traffic, $args: $(cat "$T/pl.out")" || bad "plan traffic $args: $(cat "$T/pl.out")"
+import json, sys
+p = json.load(open(sys.argv[1])); r = json.loads(open(sys.argv[2]).readlines()[1])
+got = (r["sent_hop_bytes"], r["sent_hop_msgs"], r["sent_a2a_bytes"], r["sent_a2a_msgs"])
+want = (p["ring_sent"], p["ring_msgs"], p["a2a_sent"], p["a2a_msgs"])
+print(f"ring {want[0]:.0f} B in {want[1]:.0f}, a2a {want[2]:.0f} B in {want[3]:.0f}")
+assert got == want, (got, want)
+PYEOF
+done
+
 # on the emulated CUDA backend: NCCL (a GPU per rank) and the staged transport (ranks sharing one)
 emu_cmp() {   # NAME NP DEVICES DESCRIPTION ARGS...: the emulated CUDA trainer (fp32) against the one-process CPU run
   local name=$1 np=$2 dev=$3 what=$4; shift 4
