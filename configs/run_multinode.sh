@@ -26,7 +26,9 @@ RESUME=()
 [ -f "$OUT_DIR/latest" ] && RESUME=(--resume latest)   # continue an interrupted run, whatever its old layout
 
 export OMP_NUM_THREADS=$THREADS
-mpirun -q -np "$WORLD" --hostfile "$HOSTFILE" --map-by "ppr:$RANKS_PER_NODE:node" --bind-to none \
+# tools/preemptible: SIGTERM to this script (a scheduler's preemption) reaches the ranks as SIGUSR1 (mpirun would
+# kill them 1 s after a SIGTERM of its own); they finish the step, save and exit 0
+tools/preemptible mpirun -q -np "$WORLD" --hostfile "$HOSTFILE" --map-by "ppr:$RANKS_PER_NODE:node" --bind-to none \
   -x OMP_NUM_THREADS -x HDF5_USE_FILE_LOCKING \
   build/train -c "$CONFIG" --train_data "$DATA/train_*.bin" --val_data "$DATA/val_*.bin" \
   --out_dir "$OUT_DIR" --tp "$TP" --cp "$CP" --zero 1 --ckpt_every "$CKPT_EVERY" --keep_last 3 \

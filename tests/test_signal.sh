@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Preemption: SIGUSR1 or SIGTERM (to the trainer, or to mpirun, which forwards it) makes every rank finish
-# the current step, save a checkpoint and exit 0; `--resume latest` then continues bit-identically.
+# Preemption: SIGUSR1 or SIGTERM (to the trainer, or to the launch wrapper tools/preemptible around mpirun) makes
+# every rank finish the current step, save a checkpoint and exit 0; `--resume latest` then continues bit-identically.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
 build/prepare --out "$T/data" --val-frac 0 model attention >/dev/null || { bad prepare; finish; }
@@ -33,12 +33,13 @@ b = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[2])}
 assert sorted(a) == list(range(1, 41)) and a == b, [(k, a.get(k), b[k]) for k in b if a.get(k) != b[k]][:3]
 PYEOF
 
-# (a longer run, so that the signal lands well before the end; mpirun itself exits non-zero when signalled)
-stop_run TERM "$T/mpi" "${MPI[@]}" -np 2 build/train "${A[@]}" --cp 2 --max_steps 1000
-s=$(sed -nE 's/^stopping after step ([0-9]+) on signal 15.*/\1/p' "$T/mpi.out")
-if [ -n "$s" ] && [ "$s" -lt 1000 ] && [ "$(cat "$T/mpi/latest")" = "$(printf 'ckpt_%08d.h5' "$s")" ]; then
-  ok "SIGTERM to mpirun (cp 2): both ranks stopped after step $s and saved $(cat "$T/mpi/latest")"
-else bad "SIGTERM to mpirun: stop step '$s', latest $(cat "$T/mpi/latest" 2>/dev/null): $(tail -3 "$T/mpi.out")"; fi
+# (a longer run, so that the signal lands well before the end) SIGTERM to the documented launch wrapper: mpirun
+# itself tears the job down 1 s after a SIGTERM; tools/preemptible hands it on as SIGUSR1, which mpirun forwards
+stop_run TERM "$T/mpi" tools/preemptible "${MPI[@]}" -np 2 build/train "${A[@]}" --cp 2 --max_steps 1000
+s=$(sed -nE 's/^stopping after step ([0-9]+) on signal 10.*/\1/p' "$T/mpi.out")   # (USR1, from the wrapper)
+if [ -n "$s" ] && [ "$s" -lt 1000 ] && [ "$(cat "$T/mpi/latest")" = "$(printf 'ckpt_%08d.h5' "$s")" ] && [ "$(cat "$T/mpi.rc")" = 0 ]; then
+  ok "SIGTERM to tools/preemptible mpirun (cp 2): both ranks stopped after step $s, saved $(cat "$T/mpi/latest"), exit $(cat "$T/mpi.rc")"
+else bad "SIGTERM to tools/preemptible mpirun: stop step '$s', latest $(cat "$T/mpi/latest" 2>/dev/null): $(tail -3 "$T/mpi.out")"; fi
 "${MPI[@]}" -np 2 build/train "${A[@]}" --cp 2 --out_dir "$T/mpi" --resume latest --max_steps $((s + 3)) >"$T/mpi2.out" 2>&1 \
   && grep -q "^done: $((s + 3)) steps" "$T/mpi2.out" && ok "resumed from the SIGTERM checkpoint for 3 more steps" || bad "resume after SIGTERM"
 finish
