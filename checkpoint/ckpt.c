@@ -181,7 +181,7 @@ static int write_header(hid_t f, const Config* c, const AdamW* o, const Grid* g,
     char* cfgtext = NULL; size_t cfglen = 0;
     FILE* mem = open_memstream(&cfgtext, &cfglen);
     if (!mem) return 1;
-    config_write(c, mem); fclose(mem);
+    config_write_exact(c, mem); fclose(mem);
     int bad = 0;
     bad |= h5_attr_write_str(f, "format", CKPT_FORMAT);
     bad |= h5_attr_write_i64(f, "format_version", CKPT_VERSION);

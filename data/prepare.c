@@ -43,6 +43,8 @@ static const char* USAGE =
 "Tokens: each byte is a token (0..255); token 256 marks a document boundary and is written before every\n"
 "document (vocab size 257). Shards are uint16 llm.c shards: DIR/train_000000.bin, ... and\n"
 "DIR/val_000000.bin, ...; train on them with the patterns DIR/train_*.bin and DIR/val_*.bin.\n"
+"DIR/meta.json describes them (tokenizer \"bytes\", vocab_size 257, eod_id 256, counts, this command):\n"
+"build/train and build/eval take vocab_size and eod from it and refuse values that contradict it.\n"
 "\n"
 "PATH is a file or a directory. Directories are walked recursively, depth-first, the entries of each\n"
 "directory in bytewise name order. Skipped: symlinks inside walked directories, non-regular files,\n"
@@ -58,7 +60,8 @@ static const char* USAGE =
 "                      document); a file PATH is one document either way.\n"
 "  --seed S            seed of the train/val assignment, an unsigned integer (default 0)\n"
 "  --shard-tokens N    tokens per shard, 1..2147483647 (default 100000000); the last shard may be shorter\n"
-"  --force             delete existing DIR/train_*.bin and DIR/val_*.bin first (otherwise they are an error)\n"
+"  --force             delete existing DIR/train_*.bin, DIR/val_*.bin and DIR/meta.json first (otherwise\n"
+"                      they are an error)\n"
 "  -h, --help          this text\n"
 "\n"
 "Prints a line of totals and, per split, a line with documents, tokens and shards, then the shard paths.\n"
@@ -340,6 +343,9 @@ static void clear_old_shards(const char* dir, int force) {
         if (!fnmatch("train_*.bin", e->d_name, 0) || !fnmatch("val_*.bin", e->d_name, 0)) strs_add(&old, e->d_name);
     closedir(d);
     if (old.n > 1) qsort(old.v, (size_t)old.n, sizeof(char*), cmp_str);
+    char* meta = join(dir, "meta.json");                     // last: an error names a shard first
+    if (access(meta, F_OK) == 0) strs_add(&old, "meta.json");
+    free(meta);
     for (int i = 0; i < old.n; i++) {
         char* path = join(dir, old.v[i]);
         if (!force) die("'%s' already exists (use --force to replace the shards in '%s')", path, dir);
@@ -447,6 +453,54 @@ static void print_split(const Writer* w) {
 }
 
 // ----------------------------------------------------------------------------------------------------
+// DIR/meta.json: what build/train and build/eval take as defaults (vocab_size, eod), and where the data came from
+
+static void json_str(FILE* f, const char* s) {
+    fputc('"', f);
+    for (const unsigned char* p = (const unsigned char*)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void write_meta(const char* dir, const Writer* tr, const Writer* va, int argc, char** argv) {
+    char* path = join(dir, "meta.json");
+    char* tmp = join(dir, ".meta.json.tmp");
+    FILE* f = fopen(tmp, "w");
+    if (!f) die("cannot create '%s': %s", tmp, strerror(errno));
+    strs_add(&g_created, tmp);
+    fprintf(f, "{\n  \"format\": \"ringlm-data-1\",\n  \"tokenizer\": \"bytes\",\n  \"tokenizer_sha256\": null,\n"
+               "  \"vocab_size\": 257,\n  \"eod_id\": %d,\n  \"bos_id\": null,\n  \"dtype\": \"uint16\",\n"
+               "  \"documents\": {\"train\": %d, \"val\": %d},\n  \"tokens\": {\"train\": %lld, \"val\": %lld},\n"
+               "  \"shards\": {\"train\": %d, \"val\": %d},\n  \"command\": ",
+            BOS_TOKEN, tr->n_docs, va->n_docs, (long long)tr->n_tokens, (long long)va->n_tokens, tr->n_shards, va->n_shards);
+    size_t n = 1;
+    for (int i = 0; i < argc; i++) n += strlen(argv[i]) * 4 + 3;
+    char* cmd = xrealloc(NULL, n);
+    char* q = cmd;
+    for (int i = 0; i < argc; i++) {                          // shell-quoted where needed
+        const char* a = argv[i];
+        int plain = *a != 0;
+        for (const char* c = a; *c; c++) if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=,:+@%", *c)) plain = 0;
+        if (i) *q++ = ' ';
+        if (plain) { strcpy(q, a); q += strlen(a); continue; }
+        *q++ = '\'';
+        for (const char* c = a; *c; c++) { if (*c == '\'') { strcpy(q, "'\\''"); q += 4; } else *q++ = *c; }
+        *q++ = '\'';
+    }
+    *q = 0;
+    json_str(f, cmd);
+    free(cmd);
+    fprintf(f, "\n}\n");
+    if (fflush(f) != 0 || ferror(f) | fclose(f)) die("cannot write '%s': %s", tmp, strerror(errno));
+    if (rename(tmp, path) != 0) die("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+    free(tmp);
+    free(path);
+}
+
+// ----------------------------------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
     Options o = parse_args(argc, argv);
@@ -463,6 +517,7 @@ int main(int argc, char** argv) {
     w_init(&val, o.out, "val", o.shard_tokens);
     write_split(&train, &c, 0);
     write_split(&val, &c, 1);
+    write_meta(o.out, &train, &val, argc, argv);
 
     printf("prepare: %d documents from %d files (skipped: binary %d, empty %d, symlinks %d, hidden dirs %d, "
            "other %d)\n", c.n_docs, c.files.n, c.skip_binary, c.skip_empty, c.skip_symlink, c.skip_hidden, c.skip_other);

@@ -69,7 +69,8 @@ static void usage(FILE* f) {
         "  --label TEXT           legend label of the next series (in order; default: file name + RoPE)\n"
         "  --data PATTERN         held-out token shards (glob, directory or file)\n"
         "  --seq_len L            context length to evaluate at (may exceed the trained one; divisible by 2*cp)\n"
-        "  --docs N               documents to evaluate (default 16; 0 = all that are long enough)\n"
+        "  --docs N               documents to evaluate (default 16; 0 = all that are long enough; a note says\n"
+        "                         when the data has fewer)\n"
         "  --bucket W             fixed-width position buckets of W tokens (default: L/16)\n"
         "  --log_buckets          buckets [0,1) [1,2) [2,4) ... instead\n"
         "  --stride S             sliding windows every S tokens, only new tokens scored (YaRN protocol)\n"
@@ -93,7 +94,8 @@ static void usage(FILE* f) {
         "  --passkey              passkey retrieval instead of perplexity\n"
         "  --passkey_lens LIST    context lengths (default 256,512,1024)\n"
         "  --passkey_depths LIST  needle depths in [0,1] (default 0,0.25,0.5,0.75,1)\n"
-        "  --passkey_trials N     documents per cell (default 4); --seed S generator seed (default 1)\n");
+        "  --passkey_trials N     documents per cell (default 4); --seed S generator seed (default 1)\n"
+        "Options may also be written --name=value, and dashes may stand for underscores (--seq-len=1024).\n");
 }
 
 static int parse_rope(const char* s, Rope* r) {
@@ -127,6 +129,12 @@ static int parse_list(const char* s, double* out, int max) {
     return n;
 }
 
+// every option's name, for the nearest one to an unknown option (the RoPE overrides included)
+static const char* const OPTIONS[] = { "ckpt", "label", "data", "seq_len", "docs", "bucket", "log_buckets", "stride",
+    "doc_mask", "doc_positions", "doc_len", "eod", "rope", "rope_scaling", "rope_factor", "rope_original_max_seq_len",
+    "rope_theta", "tp", "cp", "cp_layout", "comm", "out", "name", "force", "passkey", "passkey_lens", "passkey_depths",
+    "passkey_trials", "seed", "help", NULL };
+
 static int to_int(const char* s, int* v) { char* e; long x = strtol(s, &e, 10); *v = (int)x; return *e || e == s; }
 
 static int parse_args(int argc, char** argv, Args* a) {
@@ -139,6 +147,11 @@ static int parse_args(int argc, char** argv, Args* a) {
     double depths[5] = { 0, 0.25, 0.5, 0.75, 1 };
     for (int i = 0; i < 5; i++) a->depths[i] = depths[i];
     a->ndepths = 5;
+    // --name value or --name=value, dashes for underscores (config_argv); the options without a value:
+    static const char* const FLAGS[] = { "--log_buckets", "--force", "--passkey", "--doc_mask", "--help", "-h", NULL };
+    char err0[512];
+    argc = config_argv(argc, argv, FLAGS, &argv, err0, sizeof err0);
+    if (argc < 0) { snprintf(msg, sizeof msg, "eval: %s", err0); return 1; }
     for (int i = 1; i < argc; i++) {
         const char* k = argv[i];
         if (!strcmp(k, "--log_buckets")) { a->log_buckets = 1; continue; }
@@ -183,8 +196,10 @@ static int parse_args(int argc, char** argv, Args* a) {
             int o = 0;
             while (o < NOVERRIDE && (strncmp(k, "--", 2) || strcmp(k + 2, ALLOW[o]))) o++;
             if (o == NOVERRIDE) {
-                snprintf(msg, sizeof msg, "eval: unknown option or override '%s' (only the RoPE keys rope_scaling, rope_factor, "
-                         "rope_original_max_seq_len, rope_theta may change at evaluation; see --help)", k);
+                const char* near = strncmp(k, "--", 2) ? NULL : config_nearest(k + 2, 0, OPTIONS);
+                snprintf(msg, sizeof msg, "eval: unknown option or override '%s'%s%s%s (only the RoPE keys rope_scaling, "
+                         "rope_factor, rope_original_max_seq_len, rope_theta may change at evaluation; see --help)", k,
+                         near ? " — did you mean '--" : "", near ? near : "", near ? "'?" : "");
                 return 1;
             }
             Config probe;   // the key table checks the value
@@ -367,6 +382,12 @@ static int series_docs(const Args* a, const Grid* g, Loader* ld, int eod, long l
         snprintf(msg, sizeof msg, "eval: data '%s' has no %s of %lld tokens (the longest has %lld); use a shorter "
                  "--seq_len%s", a->data, eod >= 0 ? "document" : "window", need, longest, a->stride ? " or --doc_len" : "");
     grid_check(g->world_g, nd <= 0, msg);
+    static int noted_nd = -1, noted_eod;   // said once for a data set's count (several series share the data)
+    if (a->docs && nd < a->docs && g->rank == 0 && (nd != noted_nd || eod != noted_eod)) {
+        printf("note: data '%s' has only %d %s %lld tokens, fewer than --docs %d: the results cover those %d\n",
+               a->data, nd, eod >= 0 ? "documents of at least" : a->stride ? "stretches of" : "windows of", need, a->docs, nd);
+        noted_nd = nd; noted_eod = eod;
+    }
     return nd;
 }
 
@@ -379,6 +400,10 @@ static int packed_windows(const Args* a, const Grid* g, Loader* ld, Doc** docs) 
         snprintf(msg, sizeof msg, "eval: data '%s' has %lld tokens, fewer than one window of %d + 1", a->data,
                  (long long)ld->n_tokens, a->seq_len);
     grid_check(g->world_g, n <= 0, msg);
+    static int noted;
+    if (a->docs && n < a->docs && g->rank == 0 && !noted++)
+        printf("note: data '%s' has only %lld packed windows of %d + 1 tokens, fewer than --docs %d: the results cover "
+               "those %lld\n", a->data, n, a->seq_len, a->docs, n);
     *docs = malloc((size_t)n * sizeof(Doc));
     for (long long i = 0; i < n; i++) { (*docs)[i].start = i * a->seq_len; (*docs)[i].len = a->seq_len + 1; }
     return (int)n;
@@ -433,7 +458,7 @@ static int score_doc(const Args* a, Net* n, Loader* ld, long long start, int32_t
 }
 
 // one series: per-position NLL sums and counts over the documents (summed over every rank), in buckets
-static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, Series* se, double* sum, double* cnt, double t0) {
+static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, Series* se, double* sum, double* cnt) {
     int T = a->seq_len, ns = a->nckpt * a->nrope;
     long long span = a->stride ? a->doc_len : T;          // positions reported
     const char* ckpt = a->ckpts[s / a->nrope];
@@ -458,6 +483,7 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
     double *dsum = malloc(span * sizeof(double)), *dcnt = malloc(span * sizeof(double));
     char what[256];
     snprintf(what, sizeof what, "eval series %d/%d", s + 1, ns);
+    double t0 = now_s();   // this series' own clock: its elapsed time and its rate give its ETA
     for (int j = 0; j < nd; j++) {
         if (j % g->dp == g->dp_rank) {   // documents are dealt round-robin to the data-parallel replicas
             memset(dsum, 0, span * sizeof(double)); memset(dcnt, 0, span * sizeof(double));
@@ -486,10 +512,15 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
     free(usum); free(ucnt); free(dsum); free(dcnt); free(book);
     Config saved;
     if (g->rank == 0) {
-        printf("series %d: %s — %d %s at context %d (%s)\n", s + 1, se->label, nd, a->doc_mask ? "windows" : "documents", T,
-               a->doc_mask ? (c.doc_positions ? "packed windows, document-masked, RoPE positions restarted per document"
-                                              : "packed windows, document-masked")
-                           : a->stride ? "sliding windows" : "first tokens of each document");
+        // the units scored: packed windows; documents; or, without an end-of-document token, consecutive windows
+        // of the stream (with --stride: consecutive stretches of doc_len tokens, each scored by sliding windows)
+        const char* unit = a->doc_mask ? "windows" : eod >= 0 ? "documents" : a->stride ? "stretches" : "windows";
+        const char* how = a->doc_mask ? (c.doc_positions ? "packed windows, document-masked, RoPE positions restarted per document"
+                                                         : "packed windows, document-masked")
+                        : eod >= 0 ? (a->stride ? "sliding windows" : "first tokens of each document")
+                        : a->stride ? "sliding windows over consecutive stretches of the stream; no end-of-document token"
+                                    : "consecutive windows of the stream; no end-of-document token";
+        printf("series %d: %s — %d %s at context %d (%s)\n", s + 1, se->label, nd, unit, T, how);
         if (!ckpt_read_config_quiet(ckpt, &saved) && T > saved.seq_len && !strcmp(c.rope_scaling, "none"))
             printf("note: context %d exceeds the trained %d with plain RoPE; perplexity usually rises past %d "
                    "(compare --rope yarn:%d:%d)\n", T, saved.seq_len, saved.seq_len,
@@ -516,8 +547,7 @@ static void eval_ppl(const Args* a, const Grid* g) {
     Series* series = calloc(ns, sizeof(Series));
     double* sum = calloc(span, sizeof(double));
     double* cnt = calloc(span, sizeof(double));
-    double t0 = now_s();
-    for (int s = 0; s < ns; s++) eval_series(a, g, s, &b, &series[s], sum, cnt, t0);
+    for (int s = 0; s < ns; s++) eval_series(a, g, s, &b, &series[s], sum, cnt);
     if (rank0) {
         report_table(stdout, &b, series, ns);
         fail = report_csv(csv, &b, series, ns, msg, sizeof msg);

@@ -416,8 +416,10 @@ static Axis y_axis(const Buckets* b, const Series* s, int ns) {
     return a;
 }
 
-// grid lines, tick marks and tick labels of both axes
-static void plot_axes(FILE* f, const Axis* ax, const Axis* ay) {
+// grid lines, tick marks and tick labels of both axes. On a log x axis the ticks are positions: whole numbers
+// only; position 0 cannot sit on a log scale, and its bucket [0, 1) is drawn at its centre 0.5, so when the first
+// bucket is [0, 1) (zero_half) a tick at 0.5 is labelled "0" — never "0.5".
+static void plot_axes(FILE* f, const Axis* ax, const Axis* ay, int zero_half) {
     double t[MAX_TICKS];
     char buf[48];
     double ybot = MARGIN_T + PLOT_H;
@@ -428,13 +430,26 @@ static void plot_axes(FILE* f, const Axis* ax, const Axis* ay) {
         n = 0;
         for (int k = 0; k < m; k++) if (ax_inside(ax, tl[k])) t[n++] = tl[k];
     }
+    if (ax->log) {                                      // positions: whole numbers, and 0 at 0.5 (above)
+        int m = 0, half = 0;
+        for (int k = 0; k < n; k++) {
+            if (zero_half && fabs(t[k] - 0.5) < 1e-12) half = 1;
+            else if (t[k] >= 1 && t[k] == floor(t[k])) t[m++] = t[k];
+        }
+        n = m;
+        if (zero_half && (half || ax_inside(ax, 0.5)) && n < MAX_TICKS) {
+            memmove(t + 1, t, (size_t)n * sizeof *t);
+            t[0] = 0.5; n++;
+        }
+    }
     fprintf(f, "<g id=\"x-ticks\">\n");
     for (int k = 0; k < n; k++) {
         if (!ax_inside(ax, t[k])) continue;
         double x = ax_map(ax, t[k]);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>\n", x, MARGIN_T, x, ybot);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", x, ybot, x, ybot + 5);
-        fmt_pos(buf, sizeof buf, t[k]);
+        if (ax->log && t[k] < 1) snprintf(buf, sizeof buf, "0");   // the bucket [0, 1): position 0
+        else fmt_pos(buf, sizeof buf, t[k]);
         svg_text(f, x, ybot + 19, "middle", NULL, buf);
     }
     fprintf(f, "</g>\n");
@@ -470,7 +485,7 @@ int report_svg_ppl(const char* path, const Buckets* b, const Series* s, int ns, 
     Axis ax = x_axis(b, log_x), ay = y_axis(b, s, ns);
     svg_begin(f, w, h);
     svg_title(f, MARGIN_L + PLOT_W / 2, 30, title);
-    plot_axes(f, &ax, &ay);
+    plot_axes(f, &ax, &ay, b->n > 0 && b->lo[0] == 0 && b->hi[0] == 1);
     // confidence bands first (under every line): one polygon per run of consecutive buckets with a band
     for (int j = 0; j < ns; j++) {
         int i = 0, any = 0;

@@ -70,7 +70,8 @@ double bucket_se(const Series* s, int i);    // standard error of the bucket's m
 void report_table(FILE* f, const Buckets* b, const Series* s, int ns);
 int  report_csv(const char* path, const Buckets* b, const Series* s, int ns, char* err, size_t errlen);
 // SVG line plot: x = bucket centre (lo + hi) / 2 (log2 scale with power-of-two ticks when log_x, "4k" =
-// 4096), y = perplexity (linear, or log10 when max/min > 10), grid, axis labels "position in context" and
+// 4096; on the log scale ticks are whole positions, and the bucket [0,1), drawn at 0.5, has its tick labelled
+// "0"), y = perplexity (linear, or log10 when max/min > 10), grid, axis labels "position in context" and
 // "perplexity", title, one polyline + circle markers per series (10 distinct colours, then dashed), legend
 // with the labels on the right. Empty buckets and non-finite perplexities are skipped. Where a series has
 // standard errors, a shaded band (a polygon in the series' colour, opacity 0.18) spans exp(mean_nll -/+ se)

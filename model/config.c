@@ -127,8 +127,100 @@ void config_defaults(Config* c) {
 
 int config_set(Config* c, const char* key, const char* value, const char* origin, char* err, size_t errlen) {
     const Key* k = find_key(key);
-    if (!k) { ERR("config: %s: unknown key '%s' (see --help for the keys)", origin, key); return 1; }
+    if (!k) { config_unknown(origin, key, NULL, err, errlen); return 1; }
     return set_key(c, k, value, origin, err, errlen);
+}
+
+// ---- unknown names: the nearest known one ----------------------------------------------------------------
+
+// Levenshtein distance of a and b, ignoring case and reading '-' as '_' (names up to 127 characters)
+static int edit_distance(const char* a, const char* b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 127 || lb > 127) return 1 << 20;
+    int row[128];
+    for (int j = 0; j <= lb; j++) row[j] = j;
+    for (int i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int ca = tolower((unsigned char)(a[i - 1] == '-' ? '_' : a[i - 1]));
+            int cb = tolower((unsigned char)(b[j - 1] == '-' ? '_' : b[j - 1]));
+            int best = diag + (ca != cb);
+            if (row[j] + 1 < best) best = row[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = row[j];
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+// is a (at least 2 characters) a prefix of b, ignoring case and reading '-' as '_'
+static int name_prefix(const char* a, const char* b) {
+    if (strlen(a) < 2) return 0;
+    for (; *a; a++, b++) {
+        int ca = tolower((unsigned char)(*a == '-' ? '_' : *a)), cb = tolower((unsigned char)(*b == '-' ? '_' : *b));
+        if (!*b || ca != cb) return 0;
+    }
+    return 1;
+}
+
+const char* config_nearest(const char* name, int keys, const char* const* extra) {
+    const char* best = NULL;
+    int bestd = 1 << 30, len = (int)strlen(name);
+    for (int pass = 0; pass < 2; pass++) {
+        int n = pass == 0 ? (keys ? NKEYS : 0) : 0;
+        if (pass == 1) while (extra && extra[n]) n++;
+        for (int i = 0; i < n; i++) {
+            const char* cand = pass == 0 ? KEYS[i].name : extra[i];
+            int d = edit_distance(name, cand);
+            if (((d <= 3 && 2 * d <= len) || name_prefix(name, cand)) && d < bestd) { best = cand; bestd = d; }
+        }
+    }
+    return best;
+}
+
+void config_unknown(const char* origin, const char* key, const char* const* extra, char* err, size_t errlen) {
+    const char* near = config_nearest(key, 1, extra);
+    if (near) ERR("config: %s: unknown key '%s' — did you mean '%s'? (see --help for the keys)", origin, key, near);
+    else ERR("config: %s: unknown key '%s' (see --help for the keys)", origin, key);
+}
+
+// ---- the command line: --name value, --name=value, dashes for underscores ------------------------------------
+
+static int is_flag(const char* name, const char* const* flags) {
+    for (int i = 0; flags && flags[i]; i++) if (!strcmp(name, flags[i])) return 1;
+    return 0;
+}
+
+int config_argv(int argc, char** argv, const char* const* flags, char*** out, char* err, size_t errlen) {
+    char** v = calloc((size_t)2 * (argc > 0 ? argc : 1) + 1, sizeof(char*));   // at most every word split in two
+    if (!v) { ERR("command line: out of memory"); return -1; }
+    int n = 0;
+    if (argc > 0) v[n++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        if (a[0] != '-' || !a[1] || !strcmp(a, "--")) { v[n++] = argv[i]; continue; }   // a positional word
+        if (a[1] != '-') {   // -c FILE, -h: as given
+            v[n++] = argv[i];
+            if (!is_flag(a, flags) && i + 1 < argc) v[n++] = argv[++i];
+            continue;
+        }
+        const char* eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        char* name = malloc(len + 1);
+        if (!name) { ERR("command line: out of memory"); free(v); return -1; }
+        for (size_t k = 0; k < len; k++) name[k] = k >= 2 && a[k] == '-' ? '_' : a[k];
+        name[len] = 0;
+        v[n++] = name;
+        if (is_flag(name, flags)) {
+            if (eq) { ERR("command line: option '%s' takes no value (given '%s')", name, a); free(v); return -1; }
+        } else if (eq) v[n++] = (char*)eq + 1;
+        else if (i + 1 < argc) v[n++] = argv[++i];   // the value, as given (it may begin with '-': --eod -1)
+    }
+    v[n] = NULL;
+    *out = v;
+    return n;
 }
 
 static char* trim(char* s) {
@@ -251,26 +343,66 @@ int config_a2a(const Config* c) {
 
 int config_eod(const Config* c) { return c->eod >= 0 ? c->eod : c->vocab_size == 257 ? 256 : -1; }
 
-int config_get(const Config* c, const char* key, char* buf, size_t n) {
+// the value a float key's text reads as (as set_key reads it: strtod, then the cast)
+static float read_float(const char* s, int* ok) {
+    char* end;
+    errno = 0;
+    double x = strtod(s, &end);
+    *ok = end != s && !*end && !errno;
+    return (float)x;
+}
+
+// the shortest text that reads back as v: the fewest significant digits p (1..9; 9 always suffice for a float)
+// whose decimal reads back as the identical float; printed as %.{p}g, except that whole numbers below 1e16 are
+// written out (10000, 500000: not 1e+04, 5e+05)
+static void fmt_float(char* buf, size_t n, float v) {
+    char e[48];
+    int p = 1, ok;
+    for (; p < 9; p++) {
+        snprintf(e, sizeof e, "%.*e", p - 1, v);
+        if (read_float(e, &ok) == v && ok) break;
+    }
+    snprintf(e, sizeof e, "%.*e", p - 1, v);   // [-]d[.ddd]e±XX
+    int x = atoi(strchr(e, 'e') + 1);
+    if (x < p || x >= 16) { snprintf(buf, n, "%.*g", p, v); return; }
+    char digits[16], out[48];
+    int nd = 0, k = 0;
+    for (const char* q = e; *q != 'e'; q++) if (isdigit((unsigned char)*q)) digits[nd++] = *q;
+    if (v < 0) out[k++] = '-';
+    for (int i = 0; i <= x; i++) out[k++] = i < nd ? digits[i] : '0';   // x >= p = nd: no fraction
+    out[k] = 0;
+    snprintf(buf, n, "%s", out);
+}
+
+// one key's value as text: floats exact (%.9g: config_get) or shortest (fmt_float: config_format)
+static int get_key(const Config* c, const char* key, char* buf, size_t n, int shortest) {
     const Key* k = find_key(key);
     if (!k) return 1;
     const char* base = (const char*)c + k->off;
     switch (k->type) {
     case T_INT: case T_BOOL: snprintf(buf, n, "%d", *(const int*)base); break;
     case T_I64: snprintf(buf, n, "%lld", *(const long long*)base); break;
-    case T_FLOAT: snprintf(buf, n, "%.9g", *(const float*)base); break;
+    case T_FLOAT:
+        if (shortest) fmt_float(buf, n, *(const float*)base);
+        else snprintf(buf, n, "%.9g", *(const float*)base);
+        break;
     case T_STR: snprintf(buf, n, "%s", base); break;
     }
     return 0;
 }
 
-void config_write(const Config* c, FILE* f) {
+int config_get(const Config* c, const char* key, char* buf, size_t n) { return get_key(c, key, buf, n, 0); }
+int config_format(const Config* c, const char* key, char* buf, size_t n) { return get_key(c, key, buf, n, 1); }
+
+static void write_keys(const Config* c, FILE* f, int shortest) {
     char buf[CFG_STR + 32];
     for (int i = 0; i < NKEYS; i++) {
-        config_get(c, KEYS[i].name, buf, sizeof buf);
+        get_key(c, KEYS[i].name, buf, sizeof buf, shortest);
         fprintf(f, "%s = %s\n", KEYS[i].name, buf);
     }
 }
+void config_write(const Config* c, FILE* f) { write_keys(c, f, 1); }
+void config_write_exact(const Config* c, FILE* f) { write_keys(c, f, 0); }
 
 void config_help(FILE* f) {
     for (int i = 0; i < NKEYS; i++)

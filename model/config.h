@@ -47,7 +47,7 @@ void config_defaults(Config* c);
 // Read `key = value` lines from a file.
 int config_load_file(Config* c, const char* path, char* err, size_t errlen);
 // Set one key from text (the command line's `--key value`); `origin` names where the value came from
-// (e.g. "command line").
+// (e.g. "command line"). An unknown key's error is config_unknown's (with the nearest key).
 int config_set(Config* c, const char* key, const char* value, const char* origin, char* err, size_t errlen);
 // Check values and relations (sizes > 0, divisibility, seq_len <= max_seq_len, ...).
 int config_validate(const Config* c, char* err, size_t errlen);
@@ -56,16 +56,44 @@ int config_validate(const Config* c, char* err, size_t errlen);
 int config_a2a(const Config* c);
 // The end-of-document token: eod, or for eod = -1 the byte tokenizer's 256 when vocab_size is 257, else -1 (none).
 int config_eod(const Config* c);
-// Write the resolved config as `key = value` lines (same format the loader reads).
+// Write the resolved config as `key = value` lines (same format the loader reads), for people: the start-up dump
+// and config.txt. Values as config_format (floats in their shortest text: lr = 0.002, norm_eps = 1e-05).
 void config_write(const Config* c, FILE* f);
+// The same lines with config_get's values (floats as %.9g): the text that agrees character for character with a
+// checkpoint's /config attributes (a checkpoint's root attribute `config`).
+void config_write_exact(const Config* c, FILE* f);
 // Print the documentation of every key (for --help).
 void config_help(FILE* f);
 // Is `key` a config key? 1 if it is a model key, 2 if a training key, 0 if unknown.
 int config_key_kind(const char* key);
-// Format one key's value into buf. Returns 0, or 1 when key is unknown.
+// Format one key's value into buf: the canonical text stored in a checkpoint's /config attributes and compared
+// with them on resume (floats as %.9g of the float: exact, and the same in every version of the format and in
+// tools/hf_common.py). Returns 0, or 1 when key is unknown.
 int config_get(const Config* c, const char* key, char* buf, size_t n);
+// The same for people (config_write): a float as the shortest text that reads back as the identical float
+// (0.002, 1e-05, 0.95, 500000; not 0.00200000009) — the fewest significant digits, 1 to 9, that do, as %g prints
+// them except that whole numbers below 1e16 are written out. Every other type as config_get.
+int config_format(const Config* c, const char* key, char* buf, size_t n);
 // Call fn for every key name (in table order).
 void config_each_key(void (*fn)(const char* key, int is_model, void* ctx), void* ctx);
+
+// ---- the command line (build/train, build/eval, build/plan, build/reshard, tests/tool_dump) ----------------
+// An option is written `--name value` or `--name=value`, and dashes in its name read as underscores
+// (--max-steps 5, --max_steps=5 and --max_steps 5 are one option). config_argv rewrites argv into the one form
+// every parser reads: `--name value` with the name spelled with underscores; `flags` (NULL-terminated, spelled
+// with underscores: "--force", "-h") take no value. The word after an option that takes one is its value, copied
+// unchanged (it may begin with '-': --eod -1); single-dash options (-c FILE) and positional words are copied as
+// given. Returns the new argc with *out (NULL-terminated, allocated for the program's lifetime), or -1 with err
+// for a flag given a value: "command line: option '--force' takes no value (given '--force=1')" (the caller puts
+// its program's name in front).
+int config_argv(int argc, char** argv, const char* const* flags, char*** out, char* err, size_t errlen);
+// The name nearest to `name` among the config keys (keys = 1) and `extra` (NULL-terminated; may be NULL), or NULL
+// when none is near: Levenshtein distance (case ignored, '-' read as '_') at most 3 and at most half the length of
+// `name`, or `name` (2 characters or more) a prefix of it; the smallest distance wins, the first in order on a tie.
+const char* config_nearest(const char* name, int keys, const char* const* extra);
+// The error for an unknown key `key` from `origin`: "config: ORIGIN: unknown key 'KEY' — did you mean 'NEAR'?
+// (see --help for the keys)", NEAR from config_nearest(key, 1, extra) (the part left out when there is none).
+void config_unknown(const char* origin, const char* key, const char* const* extra, char* err, size_t errlen);
 
 // Activation recomputation, from least to most: RECOMPUTE_NONE keeps every layer's activations;
 // MLP recomputes norm2 and the SwiGLU inputs/output (g, u, h: the largest tensors) in the backward; QKV also

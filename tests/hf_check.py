@@ -20,12 +20,19 @@ Commands (NAME labels the printed checks):
                                          (no <4.51 YaRN adjustment), i.e. what this transformers release computes
   evalref NAME CSV SHARD SEP L NDOCS HFDIR   build/eval's per-position NLL (--bucket 1 CSV) against HF's on the
                                          first NDOCS documents of SHARD (each starting at token SEP): 1e-4 relative
-  same NAME A.h5 B.h5                    every /model tensor bit-identical, model config keys equal
+  same NAME A.h5 B.h5                    every /model tensor bit-identical, model config keys equal (float keys
+                                         as the fp32 value their text reads as)
   exported NAME DIR CKPT                 an export's files: config.json keys, safetensors tensors (parsed here) equal to
                                          the checkpoint's (fp32 bitwise, bf16 = round-to-nearest-even), never padded
   hfstate NAME DIR_A DIR_B equal|bf16    both directories load with from_pretrained; B's state equals A's (or A's
                                          rounded to bf16)
   autotok NAME DIR TEXTFILE              AutoTokenizer.from_pretrained(DIR) encodes TEXTFILE as tokenizers does
+  generate NAME DIR PROMPT N OUTFILE     the README's transformers example ("Extend an existing model", step 6) on
+                                         the export DIR: tok(PROMPT, return_tensors="pt") gives only input_ids and
+                                         attention_mask; model.generate(**tok(...), max_new_tokens=N) as the README
+                                         loads the model gives the ids of a greedy decode computed here by repeated
+                                         full forwards (no cache) and argmax, stopping at EOS; OUTFILE (the README
+                                         snippet's stdout, run by test_hf.sh) ends with their decoded text
   decode NAME HF_SHARDS BYTE_SHARDS TOKENIZER SEP [SKIPPED]   prepare_hf's documents (train and val) decode to
                                          the text of build/prepare's documents on the same corpus, in the same
                                          order and split (SKIPPED: documents prepare_hf skips as not UTF-8)
@@ -119,6 +126,7 @@ def ckpt_model(path):
 
 MODEL_KEYS = ("vocab_size", "d_model", "n_layer", "n_head", "n_kv_head", "d_ff", "max_seq_len", "rope_theta",
               "rope_scaling", "rope_factor", "rope_original_max_seq_len", "norm_eps", "tie_embeddings", "init_std")
+FLOAT_KEYS = ("rope_theta", "rope_factor", "norm_eps", "init_std")
 
 
 # ----------------------------------------------------------------------------------------------- HF side
@@ -213,7 +221,14 @@ def cmd_evalref(name, csv_path, shard, sep, L, ndocs, hfdir):
 def cmd_same(name, a, b):
     ca, ta = ckpt_model(a)
     cb, tb = ckpt_model(b)
-    diff_keys = [k for k in MODEL_KEYS if ca.get(k) != cb.get(k)]
+    def same_value(k, x, y):    # float keys by the fp32 value their text reads as ("1e-05" = "9.99999975e-06")
+        if k in FLOAT_KEYS and x is not None and y is not None:
+            try:
+                return np.float32(float(x)) == np.float32(float(y))
+            except ValueError:
+                pass
+        return x == y
+    diff_keys = [k for k in MODEL_KEYS if not same_value(k, ca.get(k), cb.get(k))]
     bad = [n for n in ta if n not in tb or ta[n].dtype != tb[n].dtype or ta[n].shape != tb[n].shape
            or ta[n].tobytes() != tb[n].tobytes()]
     check(f"{name}: {len(ta)} tensors bit-identical, model config keys equal", not bad and set(ta) == set(tb) and not diff_keys,
@@ -311,6 +326,39 @@ def cmd_autotok(name, d, textfile):
     back = at.decode(ids)
     check(f"{name}: AutoTokenizer loads the export's tokenizer ({type(at).__name__}): same ids as tokenizers, decodes back",
           ids == ref and back == text, f"{len(ids)} tokens")
+
+
+def cmd_generate(name, d, prompt, n, outfile):
+    torch, transformers, old = tf()
+    n = int(n)
+    tok = transformers.AutoTokenizer.from_pretrained(d)
+    enc = tok(prompt, return_tensors="pt")
+    check(f"{name}: tok(prompt, return_tensors='pt') gives {', '.join(enc.keys())} ({type(tok).__name__})",
+          sorted(enc.keys()) == ["attention_mask", "input_ids"], "LlamaForCausalLM.generate() takes no token_type_ids")
+    cfg = transformers.LlamaConfig.from_pretrained(d)          # the README's loading: the YaRN line for < 4.51
+    rs = cfg.rope_scaling or {}
+    if old and rs.get("rope_type", rs.get("type")) == "yarn" and rs.get("original_max_position_embeddings"):
+        cfg.max_position_embeddings = rs["original_max_position_embeddings"]
+    model = transformers.LlamaForCausalLM.from_pretrained(d, config=cfg).eval()
+    eos = model.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    ids = enc["input_ids"]
+    with torch.no_grad():
+        gen = model.generate(**enc, max_new_tokens=n)               # the README's call
+        for _ in range(n):                                          # greedy, by full forwards of the whole sequence
+            nxt = int(torch.argmax(model(input_ids=ids, use_cache=False).logits[0, -1]))
+            ids = torch.cat([ids, torch.tensor([[nxt]])], 1)
+            if nxt in eos:
+                break
+    new = ids.shape[1] - enc["input_ids"].shape[1]
+    check(f"{name}: model.generate(**tok(prompt), max_new_tokens={n}) = greedy decode by full forwards and argmax "
+          f"({new} new tokens{', ended by EOS' if new < n else ''})",
+          gen.shape == ids.shape and torch.equal(gen, ids),
+          "" if gen.shape == ids.shape and torch.equal(gen, ids) else f"generate {gen[0].tolist()}, greedy {ids[0].tolist()}")
+    text = tok.decode(ids[0])
+    got = open(outfile, encoding="utf-8").read()
+    check(f"{name}: the README snippet printed tok.decode() of those ids", got.endswith(text + "\n"),
+          "" if got.endswith(text + "\n") else f"printed {got[-200:]!r}, decoded {text[-200:]!r}")
 
 
 # ----------------------------------------------------------------------------------------------- tokenizers
@@ -411,7 +459,8 @@ def cmd_make_hf(out, vocab):
 
 COMMANDS = {"tokenizers": cmd_tokenizers, "make-hf": cmd_make_hf, "logits": cmd_logits,
             "asis": lambda n, d, h: cmd_logits(n, d, h, asis=True), "evalref": cmd_evalref, "same": cmd_same,
-            "exported": cmd_exported, "hfstate": cmd_hfstate, "autotok": cmd_autotok, "decode": cmd_decode}
+            "exported": cmd_exported, "hfstate": cmd_hfstate, "autotok": cmd_autotok, "decode": cmd_decode,
+            "generate": cmd_generate}
 
 
 def main(argv):

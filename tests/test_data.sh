@@ -177,8 +177,27 @@ prep --out "$T/d1" --val-frac 0.4 --seed 7 --shard-tokens 64 "$C" > /dev/null 2>
 prep --out "$T/d2" --val-frac 0.4 --seed 7 --shard-tokens 64 "$C" > /dev/null 2>&1
 mkdir -p "$T/elsewhere/deeper" && cp -a "$C" "$T/elsewhere/deeper/corpus"
 prep --out "$T/d3" --val-frac 0.4 --seed 7 --shard-tokens 64 "$T/elsewhere/deeper/corpus/" > /dev/null 2>&1
-check "two runs give identical shards" diff -r "$T/d1" "$T/d2"
-check "same corpus at another path gives identical shards" diff -r "$T/d1" "$T/d3"
+# meta.json: the same but for the command that made it
+same_dirs() { diff -r -x meta.json "$1" "$2" && diff <(grep -v '"command"' "$1/meta.json") <(grep -v '"command"' "$2/meta.json"); }
+check "two runs give identical shards" same_dirs "$T/d1" "$T/d2"
+check "same corpus at another path gives identical shards" same_dirs "$T/d1" "$T/d3"
+check "meta.json describes the shards: its counts are the shard files', the command is the one run" $PY - "$T/d1" <<'PYEOF'
+import glob, json, sys
+import numpy as np
+d = sys.argv[1]
+m = json.load(open(f"{d}/meta.json"))
+assert (m["format"], m["tokenizer"], m["tokenizer_sha256"], m["vocab_size"], m["eod_id"], m["dtype"]) == \
+    ("ringlm-data-1", "bytes", None, 257, 256, "uint16"), m
+for split in ("train", "val"):
+    files = sorted(glob.glob(f"{d}/{split}_*.bin"))
+    toks = np.concatenate([np.fromfile(f, dtype=np.uint16, offset=1024) for f in files])
+    hdr = sum(int(np.fromfile(f, dtype=np.int32, count=3)[2]) for f in files)
+    assert m["tokens"][split] == len(toks) == hdr, (split, m["tokens"], len(toks), hdr)
+    assert m["documents"][split] == int((toks == 256).sum()), (split, m["documents"])
+    assert m["shards"][split] == len(files)
+assert m["command"].endswith("--val-frac 0.4 --seed 7 --shard-tokens 64 " + m["command"].split()[-1]) and "--out" in m["command"]
+print(f"{m['documents']} {m['tokens']}")
+PYEOF
 prep --out "$T/d4" --val-frac 0.4 --seed 8 --shard-tokens 64 "$C" > /dev/null 2>&1
 check "another seed gives another split" eval '! diff -rq "$T/d1" "$T/d4" > /dev/null'
 
@@ -188,11 +207,11 @@ prep --out "$T/d1" "$C" > "$T/stdout" 2> "$T/stderr"; rc=$?
 check "existing shards: exit 1" [ $rc -eq 1 ]
 check "existing shards: one stderr line naming train_000000.bin and --force" \
       eval '[ $(wc -l < "$T/stderr") -eq 1 ] && grep -q "d1/train_000000.bin.*--force" "$T/stderr"'
-check "existing shards: nothing changed" diff -r "$T/d1" "$T/d2"
+check "existing shards: nothing changed" same_dirs "$T/d1" "$T/d2"
 check "existing shards: several shards before --force" [ "$before" -gt 2 ]
 prep --out "$T/d1" --force --val-frac 0 "$C" > /dev/null 2>&1; rc=$?
 check "--force exits 0 and leaves exactly one train shard, no stale val" \
-      eval '[ $rc -eq 0 ] && [ "$(ls "$T/d1")" = "train_000000.bin" ]'
+      eval '[ $rc -eq 0 ] && [ "$(ls "$T/d1" | tr "\n" " ")" = "meta.json train_000000.bin " ]'
 check "--force output is the fresh stream" ref exact "$T/d1" file 7 "$C"
 
 # bad input: exit 1, exactly one line on stderr starting "prepare: ", nothing on stdout, no shards

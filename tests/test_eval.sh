@@ -137,6 +137,55 @@ assert 0.15 < frac < 0.45, frac
 print(f"     {npk} passkey documents, {ndrill} drills")
 PYEOF
 
+# 5c. each series' ETA comes from its own rate: two equal series (one checkpoint twice, sliding windows so that
+#     a series takes ~1 s); series 2's first progress line counts its own time, not series 1's too, and its ETA
+#     predicts what series 2 then took (before: elapsed since series 1 began, ETA ~4x too long)
+run 1 --ckpt "$CK" --ckpt "$CK" --data "$VAL" --seq_len 128 --stride 1 --doc_len 512 --docs 4 --out "$T/ev" --name eta \
+  >"$T/eta.out" 2>"$T/eta.err" || bad "ETA run: $(tail -2 "$T/eta.err")"
+$PY - "$T/eta.err" <<'PYEOF' && ok "the second series' elapsed time and ETA are its own" || bad "ETA of the second series: $(grep 'eval series' "$T/eta.err" | tr '\n' ' ')"
+import re, sys
+lines = [re.match(r"eval series (\d)/2: (\d+)/4, ([0-9.]+) s elapsed, ETA ([0-9.]+) s", l) for l in open(sys.argv[1])]
+s = {k: [(int(m.group(2)), float(m.group(3)), float(m.group(4))) for m in lines if m and m.group(1) == k] for k in "12"}
+assert [d for d, _, _ in s["1"]] == [d for d, _, _ in s["2"]] == [1, 2, 3, 4], s
+s1_total = s["1"][-1][1]
+_, e2_first, eta2_first = s["2"][0]
+s2_rest = s["2"][-1][1] - e2_first                  # what series 2 took after its first line
+print(f"     series 1 {s1_total:.1f} s; series 2 after 1/4: {e2_first:.1f} s elapsed, ETA {eta2_first:.1f} s, took {s2_rest:.1f} s more")
+assert s1_total >= 0.3, "too fast to tell"
+assert e2_first < s1_total, "series 2's elapsed includes series 1"
+assert eta2_first <= 2.5 * s2_rest + 0.3, "series 2's ETA is far off its remaining time"
+PYEOF
+
+# 5d. without an end-of-document token (--eod -1) the units are consecutive windows of the stream, and the series
+#     line says so (not "documents")
+run 1 "${E[@]}" --eod -1 --name nodoc >"$T/nodoc.out" 2>&1 || bad "--eod -1 run: $(tail -2 "$T/nodoc.out")"
+grep -q "^series 1: .* — 3 windows at context 256 (consecutive windows of the stream; no end-of-document token)$" "$T/nodoc.out" &&
+  ! grep "^series" "$T/nodoc.out" | grep -q "documents" \
+  && ok "--eod -1: $(grep '^series 1' "$T/nodoc.out" | sed 's/.* — //')" || bad "--eod -1 series line: $(grep '^series' "$T/nodoc.out")"
+
+# 5e. --docs N with fewer documents (or packed windows) than N: a note says how many the results cover
+NDOC=$($PY -c "
+import numpy as np, sys
+t = np.fromfile(sys.argv[1], dtype=np.uint16, offset=1024)
+s = np.flatnonzero(t == 256).tolist(); e = s[1:] + [len(t)]
+print(sum(1 for a, b in zip(s, e) if b - a >= 257), (len(t) - 1) // 256)" "$VAL")
+read -r ND NW <<<"$NDOC"
+run 1 --ckpt "$CK" --data "$VAL" --seq_len 256 --docs 10000 --out "$T/ev" --name many >"$T/many.out" 2>&1 || bad "--docs 10000 run: $(tail -2 "$T/many.out")"
+grep -qF "note: data '$VAL' has only $ND documents of at least 257 tokens, fewer than --docs 10000: the results cover those $ND" "$T/many.out" &&
+  grep -q "^series 1: .* — $ND documents at context 256" "$T/many.out" \
+  && ok "--docs 10000 with $ND documents: a note, and $ND scored" || bad "--docs beyond the data: $(grep -E '^(note|series)' "$T/many.out")"
+run 1 --ckpt "$CK" --data "$VAL" --seq_len 256 --doc_mask --docs 10000 --out "$T/ev" --name manyw >"$T/manyw.out" 2>&1 || bad "--doc_mask --docs 10000 run: $(tail -2 "$T/manyw.out")"
+grep -qF "note: data '$VAL' has only $NW packed windows of 256 + 1 tokens, fewer than --docs 10000: the results cover those $NW" "$T/manyw.out" &&
+  grep -q "^series 1: .* — $NW windows at context 256" "$T/manyw.out" \
+  && ok "--doc_mask --docs 10000 with $NW packed windows: a note, and $NW scored" || bad "--doc_mask --docs beyond the data: $(grep -E '^(note|series)' "$T/manyw.out")"
+run 1 "${E[@]}" --name fewdocs >"$T/few.out" 2>&1 && ! grep -q "^note: data" "$T/few.out" \
+  && ok "--docs 3 with enough documents: no note" || bad "a note with enough documents: $(grep '^note' "$T/few.out")"
+
+# 5f. options as --name=value and with dashes; an unknown option names the nearest one
+run 1 --ckpt="$CK" --data="$VAL" --seq-len=256 --docs=3 --out="$T/ev" --name=dashes --log-buckets --rope-factor=4 >"$T/dash.out" 2>&1 &&
+  run 1 "${E[@]}" --log_buckets --rope_factor 4 --name nodash >/dev/null 2>&1 && cmp -s "$T/ev/dashes.csv" "$T/ev/nodash.csv" \
+  && ok "--seq-len=256 --rope-factor=4 --log-buckets read as --seq_len 256 --rope_factor 4 --log_buckets" || bad "--name=value / dashes: $(tail -2 "$T/dash.out")"
+
 # 6. bad input: one line, non-zero exit
 # (eval_err name pattern np args...: build/eval's progress lines on stderr do not count)
 eval_err() { ERR_SKIP="^eval series" expect_err "$1" "$2" "$3" build/eval "${@:4}"; }
@@ -150,4 +199,7 @@ eval_err "seq_len not divisible by 2 cp" "seq_len 100 is not divisible by 8" 4 -
 eval_err "missing data" "no files match" 1 --ckpt "$CK" --data "$T/nothing/*.bin" --seq_len 128 --out "$T/ev" --name x
 eval_err "output exists" "exists; pass --force" 1 "${E[@]}" --name b32
 eval_err "no checkpoint given" "no --ckpt given" 1 --data "$VAL" --seq_len 128
+eval_err "misspelt option" "unknown option or override '--bukcet' — did you mean '--bucket'?" 1 "${E[@]}" --bukcet 8 --name x
+eval_err "misspelt override" "unknown option or override '--rope_factr' — did you mean '--rope_factor'?" 1 "${E[@]}" --rope-factr=2 --name x
+eval_err "flag given a value" "option '--force' takes no value" 1 "${E[@]}" --force=1 --name x
 finish

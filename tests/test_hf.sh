@@ -4,13 +4,20 @@
 #  - without transformers (h5py + numpy only): export → import is bit-identical (fp32, also sharded), bf16 and
 #    sharded exports, a padded (tp 2) vocabulary is never exported, --init_from (changed YaRN factor and
 #    max_seq_len, across a ring of 2, fresh moments/cursor/step: bit-identical to starting from the export's
-#    re-import), every refusal in one line;
+#    re-import), every refusal in one line; the export of a YaRN model prints one line on how transformers
+#    4.45-4.50 read its keys (a plain-RoPE one none); the exported tokenizer_config.json names model_input_names
+#    [input_ids, attention_mask] (written, or put into a copied one); without --tokenizer, the tokenizer that a
+#    meta.json beside the checkpoint's train_data names (absolute or relative path, SHA-256 checked) is exported,
+#    with one line, and a wrong SHA-256, a missing path, a non-path name, --tokenizer and --no_tokenizer are handled;
 #  - with transformers 4.46.3 in build/hfenv (tools/hf_env.sh; one "skip:" line when PyPI cannot be reached):
 #    tokenizers trained locally, prepare_hf's shards decode to build/prepare's documents, random HF Llama models
 #    (GQA/MQA/MHA, YaRN in both key forms, linear, tied/untied, sharded) imported give HF's logits and
 #    per-position losses in float32 and float64 (1e-4), also through build/eval on a ring; an imported model
 #    extended with --init_from on its tokenizer's data (tp 2 x cp 2) and the other ringlm runs exported load in
-#    LlamaForCausalLM.from_pretrained with matching logits; AutoTokenizer loads an export.
+#    LlamaForCausalLM.from_pretrained with matching logits; AutoTokenizer loads an export; the README's step 6
+#    (export, from_pretrained, AutoTokenizer, model.generate(**tok(...))) runs as printed, and generate() gives
+#    the ids of a greedy decode by full forwards (which needs tools/hf_torch_py311.py in build/hfenv: PyTorch
+#    1.13's torch.distributed.fsdp under Python 3.11); README.md holds the snippet this test runs.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
 
@@ -43,6 +50,11 @@ CHK="$PY tests/hf_check.py"
 train_run X 2 --tp 2 && X=$T/X/ckpt_00000003.h5 && [ -f "$X" ] && ok "trained X (tp 2, YaRN, 3 steps)" || bad "no checkpoint X"
 
 check "export X (fp32)" "${SY[@]}" tools/hf_export "$T/X" --out "$T/eX"
+YARN_NOTE="hf_export: YaRN: transformers 4.45-4.50 ignore original_max_position_embeddings (64) and take max_position_embeddings (128) as the original length"
+grep -qF "$YARN_NOTE" "$T/check.out" && grep -qF "set config.max_position_embeddings = 64 before from_pretrained" "$T/check.out" \
+  && [ "$(grep -c '' "$T/check.out")" -eq 2 ] \
+  && ok "the export of a YaRN model says how transformers 4.45-4.50 read its keys (one line: $(grep -o 'set config.max_position_embeddings = 64 before from_pretrained' "$T/check.out"))" \
+  || bad "export X: no YaRN line: $(cat "$T/check.out")"
 check "export X (bf16, sharded at 30KB)" "${SY[@]}" tools/hf_export "$X" --out "$T/eXb" --dtype bf16 --max_shard_size 30KB
 check "export X (fp32, sharded at 30KB)" "${SY[@]}" tools/hf_export "$X" --out "$T/eXs" --max_shard_size 30KB
 check "import the fp32 export" "${SY[@]}" tools/hf_import "$T/eX" --out "$T/X2.h5"
@@ -113,6 +125,81 @@ expect_err "import refuses tensors that do not fit config.json" "model.layers.0.
 mkdir -p "$T/v_empty" && cp "$T/eX/config.json" "$T/v_empty/"
 expect_err "import of a directory without weights" "has no model.safetensors or model.safetensors.index.json" 1 "${SY[@]}" tools/hf_import "$T/v_empty" --out "$T/i.h5"
 
+# the YaRN line only for YaRN: X with plain RoPE (import of a changed export) exports without it
+variant norope 'c["rope_scaling"]=None'
+check "import X with plain RoPE" "${SY[@]}" tools/hf_import "$T/v_norope" --out "$T/nr.h5"
+check "export X with plain RoPE" "${SY[@]}" tools/hf_export "$T/nr.h5" --out "$T/enr"
+grep -q "YaRN" "$T/check.out" && bad "a plain-RoPE export mentions YaRN: $(cat "$T/check.out")" \
+  || ok "a plain-RoPE export prints no YaRN line ($(grep -o 'rope default; max_position_embeddings [0-9]*' "$T/check.out"))"
+
+# tokenizer_config.json: model_input_names [input_ids, attention_mask] (no token_type_ids for LlamaForCausalLM), written
+# or put into a copied one; hand-written tokenizer.json files (WordLevel, 5 tokens): no tokenizers library needed
+tokjson() {   # tokjson DIR: a small tokenizer.json with <|endoftext|> (id 0) as a special token
+  mkdir -p "$1" && cat > "$1/tokenizer.json" <<'JSON'
+{"version": "1.0", "truncation": null, "padding": null,
+ "added_tokens": [{"id": 0, "content": "<|endoftext|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
+ "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": null, "decoder": null,
+ "model": {"type": "WordLevel", "vocab": {"<|endoftext|>": 0, "[UNK]": 1, "a": 2, "b": 3, "c": 4}, "unk_token": "[UNK]"}}
+JSON
+}
+tokjson "$T/tokw"
+tokjson "$T/tokc"
+echo '{"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}' > "$T/tokc/tokenizer_config.json"
+tokcfg() {   # tokcfg DIR: prints the exported tokenizer_config.json's model_input_names and eos_token
+  $PY -c "import json,sys; c=json.load(open(sys.argv[1]+'/tokenizer_config.json')); print(c.get('model_input_names'), c.get('eos_token'), c.get('tokenizer_class'))" "$1"
+}
+check "export X with a tokenizer without tokenizer_config.json" "${SY[@]}" tools/hf_export "$X" --out "$T/eTw" --tokenizer "$T/tokw"
+[ "$(tokcfg "$T/eTw")" = "['input_ids', 'attention_mask'] <|endoftext|> PreTrainedTokenizerFast" ] && grep -q "tokenizer_config.json (written)" "$T/check.out" \
+  && ok "written tokenizer_config.json: model_input_names [input_ids, attention_mask], eos <|endoftext|>" || bad "written tokenizer_config.json: $(tokcfg "$T/eTw")"
+check "export X with a tokenizer whose tokenizer_config.json names token_type_ids" "${SY[@]}" tools/hf_export "$X" --out "$T/eTc" --tokenizer "$T/tokc"
+[ "$(tokcfg "$T/eTc")" = "['input_ids', 'attention_mask'] <|endoftext|> PreTrainedTokenizerFast" ] \
+  && grep -qF "tokenizer_config.json (model_input_names ['input_ids', 'attention_mask'] was ['input_ids', 'token_type_ids', 'attention_mask'])" "$T/check.out" \
+  && ok "copied tokenizer_config.json: model_input_names replaced (and said), its other keys kept" || bad "copied tokenizer_config.json: $(tokcfg "$T/eTc"); $(cat "$T/check.out")"
+expect_err "export with --tokenizer and --no_tokenizer" "hf_export: argument --no_tokenizer: not allowed with argument --tokenizer" 1 "${SY[@]}" tools/hf_export "$X" --out "$T/e_bad" --tokenizer "$T/tokw" --no_tokenizer
+
+# the tokenizer of the training data by default: meta.json beside the shards of the checkpoint's train_data ($T/bytes)
+M=$T/bytes/meta.json
+[ -f "$M" ] && mv "$M" "$M.orig"          # (one build/prepare may have written)
+meta() {   # meta TOKENIZER [SHA256]: a hand-written meta.json in $T/bytes
+  $PY -c "import json,sys; json.dump({'tokenizer': sys.argv[1], 'tokenizer_sha256': sys.argv[2] or None, 'vocab_size': 5, 'eod_id': 0,
+  'bos_id': None, 'dtype': 'uint16', 'documents': 12, 'tokens': 3456, 'command': 'tools/prepare_hf --tokenizer ' + sys.argv[1]}, open(sys.argv[3], 'w'))" "$1" "${2:-}" "$M"
+}
+exp_meta() {   # exp_meta NAME OUTDIR ARGS...: export X's run directory; output in $T/check.out
+  check "$1" "${SY[@]}" tools/hf_export "$T/X" --out "$2" --force "${@:3}"
+}
+SHA=$(sha256sum "$T/tokw/tokenizer.json" | cut -d' ' -f1)
+meta "$T/tokw" "$SHA"
+exp_meta "export X without --tokenizer, meta.json names one (SHA-256 given)" "$T/eM1"
+grep -qF "hf_export: tokenizer $T/tokw, named by $M of the checkpoint's train_data (--tokenizer overrides, --no_tokenizer leaves it out)" "$T/check.out" \
+  && cmp -s "$T/tokw/tokenizer.json" "$T/eM1/tokenizer.json" && [ "$(tokcfg "$T/eM1")" = "['input_ids', 'attention_mask'] <|endoftext|> PreTrainedTokenizerFast" ] \
+  && grep -q "bos None, eos 0" "$T/check.out" \
+  && ok "without --tokenizer the one meta.json of train_data names is exported, in one line: $(grep -o 'tokenizer [^ ]*, named by [^ ]*' "$T/check.out" | sed "s|$T/||g")" \
+  || bad "tokenizer from meta.json: $(sed "s|$T/||g" "$T/check.out")"
+meta ../tokw
+exp_meta "export X, meta.json names the tokenizer relative to the shard directory (no SHA-256)" "$T/eM2"
+grep -qF "hf_export: tokenizer $T/bytes/../tokw, named by $M" "$T/check.out" && cmp -s "$T/tokw/tokenizer.json" "$T/eM2/tokenizer.json" \
+  && ok "a tokenizer path relative to the shard directory is found" || bad "relative tokenizer path in meta.json: $(sed "s|$T/||g" "$T/check.out")"
+exp_meta "export X with --tokenizer: meta.json is not read" "$T/eM3" --tokenizer "$T/tokc"
+! grep -q "named by" "$T/check.out" && [ "$(tokcfg "$T/eM3")" = "['input_ids', 'attention_mask'] <|endoftext|> PreTrainedTokenizerFast" ] \
+  && grep -q "tokenizer_config.json (model_input_names" "$T/check.out" && ok "--tokenizer overrides meta.json" || bad "--tokenizer with meta.json: $(cat "$T/check.out")"
+exp_meta "export X with --no_tokenizer" "$T/eM4" --no_tokenizer
+! grep -q "named by" "$T/check.out" && [ ! -e "$T/eM4/tokenizer.json" ] && grep -q "bos 256, eos 256" "$T/check.out" \
+  && ok "--no_tokenizer exports none although meta.json names one" || bad "--no_tokenizer: $(cat "$T/check.out")"
+meta "$T/tokw" 0000000000000000000000000000000000000000000000000000000000000000
+exp_meta "export X, meta.json's tokenizer_sha256 differs" "$T/eM5"
+grep -qF "names the tokenizer '$T/tokw', but $T/tokw/tokenizer.json has SHA-256 ${SHA:0:12}..., not meta.json's 000000000000... (changed since the data was prepared?); exported without a tokenizer (give --tokenizer)" "$T/check.out" \
+  && [ ! -e "$T/eM5/tokenizer.json" ] && ok "a tokenizer whose SHA-256 differs from meta.json's is not used, in one line" \
+  || bad "meta.json SHA-256 mismatch: $(sed "s|$T/||g" "$T/check.out")"
+meta "$T/gone/tokenizer.json"
+exp_meta "export X, meta.json names a missing tokenizer" "$T/eM6"
+grep -qF "$M names the tokenizer '$T/gone/tokenizer.json', which is not a tokenizer.json or a directory holding one here; exported without a tokenizer (give --tokenizer)" "$T/check.out" \
+  && [ ! -e "$T/eM6/tokenizer.json" ] && ok "a missing tokenizer path in meta.json: one line, no tokenizer" || bad "missing tokenizer in meta.json: $(sed "s|$T/||g" "$T/check.out")"
+meta bytes
+exp_meta "export X, meta.json names the byte tokenizer (not a path)" "$T/eM7"
+[ "$(grep -c '' "$T/check.out")" -eq 2 ] && ! grep -q "tokenizer" "$T/check.out" && [ ! -e "$T/eM7/tokenizer.json" ] \
+  && ok "a tokenizer name that is not a path (the byte tokenizer's) is passed over silently" || bad "meta.json naming 'bytes': $(cat "$T/check.out")"
+rm -f "$M"; [ -f "$M.orig" ] && mv "$M.orig" "$M"
+
 # ---------------------------------------------------------------------------------------------- part 2: with HF
 if ! HFPY=$(bash tools/hf_env.sh 2>"$T/env.err"); then
   echo "skip: the checks against transformers, tokenizers and safetensors: $(head -n 1 "$T/env.err")"
@@ -177,6 +264,31 @@ CONF=$T/z.conf train_run Z 4 --init_from "$T/m1.h5" --train_data "$T/hd/train_*.
   && ok "--init_from the imported m1 on its tokenizer's data, tp 2 x cp 2: YaRN x4 -> x8, 256 tokens ($(grep -o 'final loss [0-9.]*' "$T/Z.out"))" \
   || bad "--init_from m1 on tp 2 x cp 2: $(grep -h init "$T/Z.out" "$T/Z.err" | head -3)"
 check "export Z with the tokenizer" "${SY[@]}" tools/hf_export "$T/Z" --out "$T/eZ" --tokenizer "$T/tok/bpe/tokenizer.json"
+# the README's step 6 ("Extend an existing model"), run as printed from a directory laid out as the README's: the
+# repository's tools/ and build/hfenv, out/ext = the run Z, ~/models/llama-4k = Z's BPE tokenizer; hf_check's
+# `generate` then checks its printed text and the ids of that generate() call against a greedy decode of its own
+R=$T/readme
+cat > "$T/step6.sh" <<'README'
+tools/hf_export out/ext --out out/ext/hf --dtype bf16 --tokenizer ~/models/llama-4k
+build/hfenv/bin/python - <<'EOF'
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+d = "out/ext/hf"
+cfg = LlamaConfig.from_pretrained(d)
+cfg.max_position_embeddings = cfg.rope_scaling["original_max_position_embeddings"]   # transformers < 4.51 only
+model = LlamaForCausalLM.from_pretrained(d, config=cfg)
+tok = AutoTokenizer.from_pretrained(d)
+out = model.generate(**tok("def main(", return_tensors="pt"), max_new_tokens=32)
+print(tok.decode(out[0]))
+EOF
+README
+$PY -c "import sys; sys.exit(open(sys.argv[2]).read() not in open(sys.argv[1]).read())" README.md "$T/step6.sh" \
+  && ok "README.md's step 6 is the snippet run here ($(grep -c '' "$T/step6.sh") lines)" \
+  || bad "README.md's step 6 (\"Extend an existing model\") is not the snippet tests/test_hf.sh runs: update one of them"
+mkdir -p "$R/build" "$R/out" "$R/home/models" && ln -s "$PWD/tools" "$R/tools" && ln -s "$(dirname "$(dirname "$HFPY")")" "$R/build/hfenv" \
+  && ln -s "$T/Z" "$R/out/ext" && ln -s "$T/tok/bpe" "$R/home/models/llama-4k"
+(cd "$R" && env -u RINGLM_PYTHON -u RINGLM_HFENV HOME="$R/home" timeout 300 bash -e "$T/step6.sh") >"$T/step6.out" 2>"$T/step6.err" \
+  && ok "README step 6 runs as printed (export bf16 with the tokenizer; from_pretrained, AutoTokenizer, generate): prints $(tail -n 1 "$T/step6.out" | head -c 40 | LC_ALL=C tr -c '[:print:]' '?')..." \
+  || bad "README step 6: exit $?: $(tail -n 3 "$T/step6.err" | tr '\n' ' ' | head -c 600)"
 check "tool_dump Z" $D --ckpt "$T/Z/ckpt_00000002.h5" --out "$T/Z.dump" --seq_len 200 --micro_batch 1
 check "re-import the m1 export" "${SY[@]}" tools/hf_import "$T/em1" --out "$T/m1b.h5"
 check "tool_dump X" $D --ckpt "$X" --out "$T/X.dump" --seq_len 64 --micro_batch 2
@@ -193,7 +305,8 @@ $HCHK logits "HF m1 (GQA, untied, YaRN >= 4.51 form) imported" "$T/m1.dump" "$T/
   ::: logits "imported m2 (tied) exported, from_pretrained" "$T/m2.dump" "$T/em2" \
   ::: exported "m2 export (tied)" "$T/em2" "$T/m2.h5" \
   ::: hfstate "X: sharded fp32 export vs unsharded" "$T/eX" "$T/eXs" equal ::: hfstate "X: bf16 export" "$T/eX" "$T/eXb" bf16 \
-  ::: autotok "Z export with --tokenizer" "$T/eZ" "$C/docs/unicode.txt" >"$T/c5" 2>&1
+  ::: autotok "Z export with --tokenizer" "$T/eZ" "$C/docs/unicode.txt" \
+  ::: generate "README step 6 on Z" "$T/Z/hf" "def main(" 32 "$T/step6.out" >"$T/c5" 2>&1
 sub_result "HF reference checks" $? "$T/c5"; grep -E '^(ok|FAIL|#)' "$T/c5"
 
 # passkey and the separator of a non-byte vocabulary

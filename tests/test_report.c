@@ -396,6 +396,43 @@ static void test_svg(void) {
     buckets_free(&b);
 }
 
+// python: the x tick labels of a log-x plot are whole positions: "0" (position 0, whose bucket [0,1) is drawn at
+// 0.5, where the first marker is), never "0.5"; argv[2] = the expected first labels
+static const char* XTICK_CHECK =
+    "import sys, xml.etree.ElementTree as ET\n"
+    "ns = '{http://www.w3.org/2000/svg}'\n"
+    "root = ET.parse(sys.argv[1]).getroot()\n"
+    "g = [e for e in root.iter(ns + 'g') if e.get('id') == 'x-ticks'][0]\n"
+    "labels = [(float(t.get('x')), t.text) for t in g.iter(ns + 'text')]\n"
+    "texts = [l for _, l in labels]\n"
+    "assert all('.' not in l for l in texts), texts\n"
+    "assert texts[:len(sys.argv[2].split(','))] == sys.argv[2].split(','), texts\n"
+    "first = min(float(c.get('cx')) for c in root.find(ns + 'g[@id=\"series-0\"]').iter(ns + 'circle'))\n"
+    "assert abs(labels[0][0] - first) < 0.11, (labels[0], first)   # the '0' tick is at position 0's marker\n";
+
+static void test_log_ticks(void) {
+    char path[512], err[600] = "";
+    long long ctxs[3] = {4096, 2, 1LL << 30};
+    const char* want[3] = {"0,2,8", "0,1", "0"};
+    for (int c = 0; c < 3; c++) {
+        Buckets b;
+        Series s;
+        buckets_log(&b, ctxs[c]);
+        series_init(&s, &b, "log");
+        for (int i = 0; i < b.n; i++) series_add(&s, &b, b.lo[i], 2.0 + 0.1 * i, 1);
+        tpath(path, sizeof path, "ticks.svg");
+        CHECK(report_svg_ppl(path, &b, &s, 1, "ticks", 1, err, sizeof err) == 0, "report_svg_ppl log x, context %lld", ctxs[c]);
+        char cmd[1600], sp[512];
+        tpath(sp, sizeof sp, "chk_xticks.py");
+        FILE* f = fopen(sp, "w");
+        if (f) { fputs(XTICK_CHECK, f); fclose(f); }
+        snprintf(cmd, sizeof cmd, PY " -I '%s' '%s' '%s'", sp, path, want[c]);
+        CHECK(system(cmd) == 0, "log x axis, context %lld: ticks start %s ('0' at position 0's marker, no '0.5')", ctxs[c], want[c]);
+        series_free(&s);
+        buckets_free(&b);
+    }
+}
+
 static void test_passkey_report(void) {
     int lens[3] = {1024, 4096, 16384};
     double depths[4] = {0, 0.25, 0.5, 1};
@@ -548,6 +585,7 @@ int main(void) {
     test_csv();
     test_svg();
     test_se();
+    test_log_ticks();
     test_passkey_report();
     test_errors();
     test_passkey_make();

@@ -28,8 +28,10 @@ int main(int argc, char** argv) {
     config_defaults(&c);
     const char* path = NULL;
     const char* ckpt = NULL;
-    for (int i = 1; i + 1 < argc; i += 2) if (!strcmp(argv[i], "--ckpt")) ckpt = argv[i + 1];
     grid_mpi_init(&argc, &argv);   // (one process: a singleton, no mpirun needed)
+    argc = config_argv(argc, argv, NULL, &argv, err, sizeof err);   // --key=value, dashes for underscores
+    if (argc < 0) { fprintf(stderr, "tool_dump: %s\n", err); return 1; }
+    for (int i = 1; i + 1 < argc; i += 2) if (!strcmp(argv[i], "--ckpt")) ckpt = argv[i + 1];
     const Group* world = group_world();
     int root = group_rank(world) == 0;
     if (ckpt) {

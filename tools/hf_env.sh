@@ -4,6 +4,12 @@
 # python3-numpy) and adds from PyPI transformers 4.46.3 — the newest release that works with PyTorch 1.13 — with
 # the dependencies it pulls in, among them tokenizers (0.20) and safetensors (Debian 12 packages neither).
 # tools/hf_export and tools/hf_import need only h5py and numpy; tools/prepare_hf needs tokenizers.
+# PyTorch 1.13 under Python 3.11 cannot import torch.distributed.fsdp (a dataclass default that 3.11 refuses;
+# PyTorch 2.0 fixed it), which transformers' model.generate() imports: the environment gets tools/hf_torch_py311.py
+# as site-packages/ringlm_torch_py311.py, imported at start-up by ringlm_torch_py311.pth, which compiles that one
+# line of that one module as PyTorch 2.0 writes it (see the module). Every run checks it and installs or
+# refreshes it when missing or stale, without a download (so an environment made before it gets it by running this
+# again); the environment counts as complete only once generate()'s imports work.
 # Prints the environment's python on stdout. On failure: one line on stderr, exit status 2 when PyPI cannot be
 # reached, 1 otherwise. Nothing is downloaded once the environment is complete.
 set -u
@@ -12,29 +18,43 @@ ENV=${RINGLM_HFENV:-build/hfenv}
 case $ENV in /*) ;; *) ENV=$PWD/$ENV ;; esac
 PIN=transformers==4.46.3
 PY=$ENV/bin/python
+SHIM=tools/hf_torch_py311.py
 ready() {   # the stamp of a completed install, and the packages still findable (without the seconds an import takes)
   [ -f "$ENV/.ringlm-$PIN" ] && "$PY" -c 'import importlib.util as u, sys
 sys.exit(not all(u.find_spec(m) for m in ("transformers", "tokenizers", "safetensors", "torch")))' 2>/dev/null; }
-if ready; then echo "$PY"; exit 0; fi
+site() { "$PY" -c 'import sysconfig; print(sysconfig.get_path("purelib"))' 2>/dev/null; }
+shim_ok() {  # the start-up fix for PyTorch 1.13 under Python 3.11 is installed and current
+  local s; s=$(site) && cmp -s "$SHIM" "$s/ringlm_torch_py311.py" && [ "$(cat "$s/ringlm_torch_py311.pth" 2>/dev/null)" = "import ringlm_torch_py311" ]; }
+if ready && shim_ok; then echo "$PY"; exit 0; fi
 mkdir -p "$(dirname "$ENV")" || { echo "hf_env: cannot create $(dirname "$ENV")" >&2; exit 1; }
 exec 9>"$ENV.lock"; flock 9                         # one installer at a time
-if ready; then echo "$PY"; exit 0; fi
-if [ ! -x "$PY" ]; then
-  out=$(/usr/bin/python3 -m venv --system-site-packages "$ENV" 2>&1) || {
-    rm -rf "$ENV"
-    echo "hf_env: cannot create the virtual environment $ENV (is python3-venv installed? tools/install_deps.sh installs it): $(echo "$out" | tail -n 1)" >&2
-    exit 1; }
-fi
-out=$("$PY" -m pip install --disable-pip-version-check --no-input -q --retries 1 --timeout 20 "$PIN" 2>&1)
-rc=$?
-if [ $rc -ne 0 ]; then
-  if echo "$out" | grep -qE 'from versions: none|NewConnectionError|Failed to establish|Temporary failure in name resolution|Network is unreachable|ConnectTimeout|ReadTimeout|ProxyError|SSLError'; then
-    echo "hf_env: PyPI is not reachable: cannot install $PIN into $ENV" >&2; exit 2
+if ready && shim_ok; then echo "$PY"; exit 0; fi
+if ! ready; then                                    # (when only the shim is missing or stale: no pip, no download)
+  if [ ! -x "$PY" ]; then
+    out=$(/usr/bin/python3 -m venv --system-site-packages "$ENV" 2>&1) || {
+      rm -rf "$ENV"
+      echo "hf_env: cannot create the virtual environment $ENV (is python3-venv installed? tools/install_deps.sh installs it): $(echo "$out" | tail -n 1)" >&2
+      exit 1; }
   fi
-  echo "hf_env: pip install $PIN into $ENV failed: $(echo "$out" | grep -m1 -E '^ERROR' || echo "$out" | tail -n 1)" >&2
-  exit 1
+  out=$("$PY" -m pip install --disable-pip-version-check --no-input -q --retries 1 --timeout 20 "$PIN" 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    if echo "$out" | grep -qE 'from versions: none|NewConnectionError|Failed to establish|Temporary failure in name resolution|Network is unreachable|ConnectTimeout|ReadTimeout|ProxyError|SSLError'; then
+      echo "hf_env: PyPI is not reachable: cannot install $PIN into $ENV" >&2; exit 2
+    fi
+    echo "hf_env: pip install $PIN into $ENV failed: $(echo "$out" | grep -m1 -E '^ERROR' || echo "$out" | tail -n 1)" >&2
+    exit 1
+  fi
 fi
-"$PY" -c 'import transformers, tokenizers, safetensors' 2>/dev/null || {
-  echo "hf_env: $PIN installed into $ENV but 'import transformers, tokenizers, safetensors' fails" >&2; exit 1; }
+SITE=$(site) && [ -d "$SITE" ] || { echo "hf_env: cannot find the site-packages directory of $ENV" >&2; exit 1; }
+cp "$SHIM" "$SITE/ringlm_torch_py311.py.tmp" && mv "$SITE/ringlm_torch_py311.py.tmp" "$SITE/ringlm_torch_py311.py" \
+  && echo "import ringlm_torch_py311" > "$SITE/ringlm_torch_py311.pth" \
+  || { echo "hf_env: cannot install $SHIM into $SITE" >&2; exit 1; }
+# what generate() imports (transformers.integrations.fsdp imports torch.distributed.fsdp)
+out=$("$PY" -c 'import transformers, tokenizers, safetensors, torch
+from transformers.integrations.fsdp import is_fsdp_managed_module
+is_fsdp_managed_module(torch.nn.Linear(1, 1))' 2>&1) || {
+  rm -f "$ENV/.ringlm-$PIN"
+  echo "hf_env: $PIN installed into $ENV but importing transformers, tokenizers, safetensors and what model.generate() needs fails: $(echo "$out" | tail -n 1)" >&2; exit 1; }
 touch "$ENV/.ringlm-$PIN"
 echo "$PY"

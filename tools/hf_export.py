@@ -3,7 +3,7 @@
 LlamaForCausalLM.from_pretrained(DIR) loads.
 
   tools/hf_export CKPT|RUN_DIR --out DIR [--dtype fp32|bf16] [--max_shard_size 5GB]
-                  [--tokenizer TOKENIZER] [--bos_token_id N] [--eos_token_id N] [--force]
+                  [--tokenizer TOKENIZER | --no_tokenizer] [--bos_token_id N] [--eos_token_id N] [--force]
 
 Writes DIR/model.safetensors (or DIR/model-0000i-of-0000N.safetensors and model.safetensors.index.json when the
 tensors exceed --max_shard_size), DIR/config.json and DIR/generation_config.json. Needs only h5py and numpy.
@@ -19,14 +19,28 @@ RoPE: none → no rope_scaling, max_position_embeddings = max_seq_len; linear �
 = s·L. transformers reads these keys exactly so from 4.51 on (4.51–4.55 take factor = max_position_embeddings
 / original = s; 4.56 and later take both as given). 4.45–4.50 ignore original_max_position_embeddings and take
 max_position_embeddings (s·L) as the original length: with those releases set config.max_position_embeddings
-= L before building the model (README, "Extend an existing model").
+= L before building the model (README, "Extend an existing model"). The export of a YaRN model prints a line
+saying so.
 
 TOKENIZER (a tokenizer.json or a directory holding one) is copied with the tokenizer_config.json,
 special_tokens_map.json and tokenizer.model beside it when present; a tokenizer_config.json naming a generic fast
-tokenizer and the BOS/EOS tokens is written when there is none, so that AutoTokenizer loads DIR. The ids of
-bos/eos in config.json: --bos_token_id / --eos_token_id, else the tokenizer's BOS / EOS tokens, else 256 for
-the byte tokenizer's vocabulary of 257 (build/prepare's document token), else none.
+tokenizer and the BOS/EOS tokens is written when there is none, so that AutoTokenizer loads DIR. Either way the
+exported tokenizer_config.json says "model_input_names": ["input_ids", "attention_mask"] (a copied one that
+names other inputs is changed, and the summary says so): LlamaForCausalLM takes no token_type_ids, which a
+generic fast tokenizer otherwise returns, so that model.generate(**tok(text, return_tensors="pt")) works.
+Without --tokenizer (and without --no_tokenizer) the tokenizer of the training data is used when it can be found:
+the checkpoint's train_data (a directory, a file or a glob pattern, as the run was given it, relative to the
+current directory) names the shard directory, whose meta.json (written beside the shards) names the tokenizer
+("tokenizer": a path, tried as given and relative to the shard directory); when that path exists, and its
+tokenizer.json's SHA-256 equals meta.json's "tokenizer_sha256" if that is given, it is used and one line says so.
+A tokenizer name that is not a path (build/prepare's "bytes") is passed over silently; a path that is not a
+tokenizer.json or a directory holding one, a SHA-256 that differs, or shard directories that name different
+tokenizers are reported in one line and the export goes on without a tokenizer.
+The ids of bos/eos in config.json: --bos_token_id / --eos_token_id, else the tokenizer's BOS / EOS tokens, else
+256 for the byte tokenizer's vocabulary of 257 (build/prepare's document token), else none.
 """
+import glob
+import hashlib
 import json
 import os
 import shutil
@@ -39,6 +53,7 @@ import hf_common as H  # noqa: E402
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
 OUTPUT_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json") + TOKENIZER_FILES
+MODEL_INPUT_NAMES = ["input_ids", "attention_mask"]     # LlamaForCausalLM's inputs (no token_type_ids)
 
 
 def hf_config(cfg, dtype, bos, eos):
@@ -85,6 +100,72 @@ def hf_config(cfg, dtype, bos, eos):
     }
 
 
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def tokenizer_from_meta(cfg):
+    """(tokenizer path, message) from meta.json beside the checkpoint's training shards, or (None, message or
+    None) when there is none to use (see the module docstring)."""
+    td = cfg.get("train_data", "")
+    if not td:
+        return None, None
+    if os.path.isdir(td):
+        dirs = [td]
+    else:
+        d = os.path.dirname(td) or "."
+        dirs = sorted(x for x in glob.glob(d) if os.path.isdir(x)) if glob.has_magic(d) else [d]
+    found = {}                                    # tokenizer path -> the meta.json files naming it
+    for d in dirs:
+        mp = os.path.join(d, "meta.json")
+        if not os.path.isfile(mp):
+            continue
+        try:
+            meta = json.load(open(mp, encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            return None, f"{mp} is not readable JSON ({e.__class__.__name__}); exported without a tokenizer (give --tokenizer)"
+        name = meta.get("tokenizer") if isinstance(meta, dict) else None
+        if not isinstance(name, str) or not name or name == "bytes":   # "bytes": build/prepare's byte tokenizer
+            continue
+        cands = [name] if os.path.isabs(name) else [name, os.path.join(d, name)]
+        path = next((c for c in cands if os.path.isfile(c) or os.path.isfile(os.path.join(c, "tokenizer.json"))), None)
+        if path is None:
+            if os.sep in name or name.endswith(".json"):     # a path, not a name such as the byte tokenizer's
+                return None, (f"{mp} names the tokenizer '{name}', which is not a tokenizer.json or a directory holding "
+                              "one here; exported without a tokenizer (give --tokenizer)")
+            continue
+        want = meta.get("tokenizer_sha256")
+        if want:
+            tj, _ = H.tokenizer_files(path)
+            got = sha256_file(tj)
+            if got != str(want).lower():
+                return None, (f"{mp} names the tokenizer '{name}', but {tj} has SHA-256 {got[:12]}..., not meta.json's "
+                              f"{str(want)[:12]}... (changed since the data was prepared?); exported without a tokenizer "
+                              "(give --tokenizer)")
+        found.setdefault(os.path.realpath(path), (path, []))[1].append(mp)
+    if len(found) > 1:
+        return None, (f"the training data's meta.json files name {len(found)} different tokenizers "
+                      f"({', '.join(p for p, _ in found.values())}); exported without a tokenizer (give --tokenizer)")
+    if not found:
+        return None, None
+    path, metas = next(iter(found.values()))
+    return path, (f"tokenizer {path}, named by {metas[0]}{f' (and {len(metas) - 1} more)' if len(metas) > 1 else ''} "
+                  "of the checkpoint's train_data (--tokenizer overrides, --no_tokenizer leaves it out)")
+
+
+def yarn_note(conf):
+    rs = conf["rope_scaling"]
+    L, P = rs["original_max_position_embeddings"], conf["max_position_embeddings"]
+    return (f"YaRN: transformers 4.45-4.50 ignore original_max_position_embeddings ({L}) and take "
+            f"max_position_embeddings ({P}) as the original length, so their logits differ from ringlm's; with those "
+            f"releases (this project's build/hfenv has 4.46.3) set config.max_position_embeddings = {L} before "
+            "from_pretrained (README, \"Extend an existing model\"); 4.51 and later compute ringlm's YaRN from these keys")
+
+
 def write_json(path, obj):
     with open(path, "w") as f:
         json.dump(obj, f, indent=2)
@@ -97,7 +178,10 @@ def main():
     ap.add_argument("--out", required=True, help="output directory (created)")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="stored dtype (default fp32)")
     ap.add_argument("--max_shard_size", default="5GB", help="shard above this many bytes (default 5GB)")
-    ap.add_argument("--tokenizer", help="a tokenizer.json or a directory holding one, copied into --out")
+    tg = ap.add_mutually_exclusive_group()
+    tg.add_argument("--tokenizer", help="a tokenizer.json or a directory holding one, copied into --out (default: "
+                    "the one meta.json beside the checkpoint's train_data names, when it exists)")
+    tg.add_argument("--no_tokenizer", action="store_true", help="export no tokenizer, even when meta.json names one")
     ap.add_argument("--bos_token_id", type=int)
     ap.add_argument("--eos_token_id", type=int)
     ap.add_argument("--force", action="store_true", help="replace an existing export in --out")
@@ -109,6 +193,10 @@ def main():
 
     bos = eos = None
     tinfo = None
+    if not a.tokenizer and not a.no_tokenizer:
+        a.tokenizer, msg = tokenizer_from_meta(cfg)
+        if msg:
+            print(f"hf_export: {msg}")
     if a.tokenizer:
         tinfo = H.tokenizer_info(a.tokenizer)
         if tinfo["vocab_size"] > V:
@@ -172,18 +260,29 @@ def main():
     if tinfo:
         for n in TOKENIZER_FILES:
             p = tinfo["json"] if n == "tokenizer.json" else os.path.join(tinfo["dir"], n)
-            if os.path.isfile(p):
-                shutil.copyfile(p, os.path.join(a.out, n))
-                copied.append(n)
-        if "tokenizer_config.json" not in copied:
+            if not os.path.isfile(p):
+                continue
+            if n == "tokenizer_config.json":
+                tc = json.load(open(p, encoding="utf-8"))    # (tokenizer_info has read it as JSON)
+                if isinstance(tc, dict) and tc.get("model_input_names") != MODEL_INPUT_NAMES:
+                    what = "added" if "model_input_names" not in tc else f"was {tc['model_input_names']}"
+                    tc["model_input_names"] = MODEL_INPUT_NAMES
+                    write_json(os.path.join(a.out, n), tc)
+                    copied.append(f"{n} (model_input_names {MODEL_INPUT_NAMES} {what})")
+                    continue
+            shutil.copyfile(p, os.path.join(a.out, n))
+            copied.append(n)
+        if not any(c.startswith("tokenizer_config.json") for c in copied):
             tc = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": conf["max_position_embeddings"],
-                  "clean_up_tokenization_spaces": False}
+                  "clean_up_tokenization_spaces": False, "model_input_names": MODEL_INPUT_NAMES}
             for key, t in (("bos_token", tinfo["bos"] or tinfo["prefix"]), ("eos_token", tinfo["eos"] or tinfo["suffix"])):
                 if t:
                     tc[key] = t[0]
             write_json(os.path.join(a.out, "tokenizer_config.json"), tc)
             copied.append("tokenizer_config.json (written)")
     rs = conf["rope_scaling"]
+    if rs and rs["rope_type"] == "yarn":
+        print(f"hf_export: {yarn_note(conf)}")
     print(f"hf_export: {path} (step {attrs.get('step', 0)}) -> {a.out}: {len(out)} tensors, {total / 1e6:.1f} MB "
           f"{a.dtype} in {len(files)} file{'s' if len(files) > 1 else ''}; checksums verified; "
           f"{'tied' if conf['tie_word_embeddings'] else 'untied'} head; rope {rs['rope_type'] if rs else 'default'}"

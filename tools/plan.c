@@ -35,13 +35,26 @@ int main(int argc, char** argv) {
     const char* device = "h200";
     double mem = 0, link = 0, tflops = 0, dp = 1;
     int json = 0;
+    // --name value or --name=value, dashes for underscores (config_argv); plan's own options besides the keys
+    static const char* const FLAGS[] = { "--json", "--help", "-h", NULL };
+    static const char* const OWN[] = { "dp", "device", "memory_gib", "link_gbs", "tflops", "json", "help", NULL };
+    argc = config_argv(argc, argv, FLAGS, &argv, err, sizeof err);
+    if (argc < 0) { fprintf(stderr, "plan: %s\n", err); return 1; }
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: build/plan -c CONFIG [--key value ...] [--dp N] [--device h200|cpu] [--memory_gib G] "
-                   "[--link_gbs B] [--tflops F] [--json]\n");
+                   "[--link_gbs B] [--tflops F] [--json]\n"
+                   "Options may also be written --name=value, and dashes may stand for underscores (--memory-gib=80);\n"
+                   "the config keys are build/train's (build/train --help lists them).\n");
             return 0;
+        }
+        if (!strncmp(a, "--", 2) && !config_key_kind(a + 2) && strcmp(a, "--device") && strcmp(a, "--memory_gib") &&
+            strcmp(a, "--link_gbs") && strcmp(a, "--tflops") && strcmp(a, "--dp")) {
+            config_unknown("command line", a + 2, OWN, err, sizeof err);
+            fprintf(stderr, "%s\n", err);
+            return 1;
         }
         if (i + 1 >= argc) { fprintf(stderr, "plan: option %s needs a value\n", a); return 1; }
         const char* v = argv[++i];

@@ -149,6 +149,12 @@ static int parse_degree(const char* opt, const char* v, int* out) {
 static int parse_args(int argc, char** argv, Opts* o) {
     memset(o, 0, sizeof *o);
     o->tp = o->cp = o->dp = 1;
+    // --name value or --name=value, dashes and underscores alike (config_argv: --model-only reads as --model_only)
+    static const char* const FLAGS[] = { "--info", "--verify", "--model_only", "--force", "--help", "-h", NULL };
+    static const char* const OPTS[] = { "info", "verify", "out", "tp", "cp", "dp", "dtype", "model-only", "force", "help", NULL };
+    char err[512];
+    argc = config_argv(argc, argv, FLAGS, &argv, err, sizeof err);
+    if (argc < 0) return FAIL("reshard: %s", err);
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -171,9 +177,13 @@ static int parse_args(int argc, char** argv, Opts* o) {
             else return FAIL("reshard: --dtype must be keep, fp32 or bf16, got '%s'", v ? v : "");
             i++; o->layout_given = 1;
         }
-        else if (!strcmp(a, "--model-only")) o->model_only = o->layout_given = 1;
+        else if (!strcmp(a, "--model_only")) o->model_only = o->layout_given = 1;
         else if (!strcmp(a, "--force")) o->force = o->layout_given = 1;
-        else if (a[0] == '-' && a[1]) return FAIL("reshard: unknown option '%s' (see --help)", a);
+        else if (a[0] == '-' && a[1]) {
+            const char* near = strncmp(a, "--", 2) ? NULL : config_nearest(a + 2, 0, OPTS);
+            return FAIL("reshard: unknown option '%s'%s%s%s (see --help)", a, near ? " — did you mean '--" : "",
+                        near ? near : "", near ? "'?" : "");
+        }
         else {
             if (o->in) return FAIL("reshard: one checkpoint expected, got '%s' and '%s'", o->in, a);
             o->in = a;

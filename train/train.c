@@ -30,7 +30,8 @@ static void usage(FILE* f) {
     fprintf(f,
         "usage: [mpirun -np N] build/train -c CONFIG [--key value ...] [--init_from PATH] [--force]\n"
         "Trains a Llama-style model on token shards (see README). Every config key below can be given in the\n"
-        "config file as `key = value` or overridden on the command line as `--key value`.\n"
+        "config file as `key = value` or overridden on the command line as `--key value` or `--key=value`;\n"
+        "on the command line dashes may stand for underscores (--max-steps 20 is --max_steps 20).\n"
         "  -c FILE                     config file (plain `key = value` lines, '#' comments)\n"
         "  --force                     reuse an out_dir that already holds metrics.jsonl (it is replaced); resume\n"
         "                              into another run's out_dir (its records and checkpoints are set aside) or\n"
@@ -117,13 +118,23 @@ static int init_check(const Config* c) {
 }
 
 // parse the command line into c; 0 or 1 with msg set. *help set for --help.
+// The command line is first put in the form `--key value` (config_argv: --key=value, dashes for underscores).
 static int parse_args(int argc, char** argv, Config* c, int* force, int* help) {
+    static const char* const FLAGS[] = { "--force", "--help", "-h", NULL };
+    static const char* const OWN[] = { "force", "init_from", "help", NULL };   // options besides the config keys
     config_defaults(c);
+    char e[512];
+    argc = config_argv(argc, argv, FLAGS, &argv, e, sizeof e);
+    if (argc < 0) { snprintf(msg, sizeof msg, "train: %s", e); return 1; }
     if (init_prepare(argc, argv, c)) return 1;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { *help = 1; return 0; }
         if (!strcmp(a, "--force")) { *force = 1; continue; }
+        if (!strncmp(a, "--", 2) && strcmp(a, "--init_from") && !config_key_kind(a + 2)) {
+            config_unknown("command line", a + 2, OWN, msg, sizeof msg);
+            return 1;
+        }
         if (i + 1 >= argc) { snprintf(msg, sizeof msg, "train: option '%s' needs a value (see --help)", a); return 1; }
         int rc = 0;
         if (!strcmp(a, "-c")) rc = config_load_file(c, argv[++i], msg, sizeof msg);

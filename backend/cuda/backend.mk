@@ -16,7 +16,7 @@ BACKEND_CFLAGS  := $(EMU_INC)
 BACKEND_LDLIBS  := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lstdc++ -ldl -rdynamic
 EMU_CXX         := mpicxx -std=c++20 -O2 -g -fno-omit-frame-pointer -Wall -Wextra -Wno-unknown-pragmas -Werror \
                    -DCUDA_EMU -DOMPI_SKIP_MPICXX=1 -I. $(EMU_INC) -I$(BLAS_INC) -I$(H5_INC)
-PROGRAMS        := $(addprefix $(BD)/,train eval bench_kernels)
+PROGRAMS        := $(addprefix $(BD)/,train eval sample bench_kernels)
 TEST_BIN        := $(BD)/tests/test_cuda $(BD)/tests/emu_faults $(BD)/tests/mpi_comm
 
 # rule breakers for the emulation's own checks (tests/test_cuda_emu.sh)
@@ -40,7 +40,7 @@ CUDA_LIB        := $(CUDA_HOME)/lib64
 BACKEND_SRC     := backend/cuda/backend_cuda.cu backend/cuda/attn_cuda.cu comm/data_cuda.c
 BACKEND_CFLAGS  := -I$(CUDA_HOME)/include
 BACKEND_LDLIBS  := -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublasLt -lcublas -lnccl -lcudart -lstdc++
-PROGRAMS        := $(addprefix $(BD)/,train eval bench_kernels)
+PROGRAMS        := $(addprefix $(BD)/,train eval sample bench_kernels)
 TEST_BIN        := $(BD)/tests/test_cuda
 
 $(BD)/obj/%.o: %.cu $(HEADERS)

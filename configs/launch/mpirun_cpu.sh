@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# mpirun_cpu.sh — a training run on CPU nodes with Open MPI: build/train (OpenMP + OpenBLAS per rank).
+#
+# Grid: world = NODES x RANKS_PER_NODE = dp x cp x tp. Tensor parallelism stays inside a node (tp ranks are
+# consecutive; --map-by ppr:RANKS_PER_NODE:node keeps them on one node); the ring (cp) and the data-parallel
+# replicas span nodes. Resume is automatic: when OUT_DIR holds a completed checkpoint ('latest') the run continues
+# from it, on any number of nodes (the checkpoint is resharded at load). SIGTERM or Ctrl-C to this script reaches
+# the ranks as SIGUSR1 (tools/preemptible): they finish the step, save a checkpoint and exit 0.
+#
+#   HOSTFILE=hosts.txt NODES=2 RANKS_PER_NODE=8 TP=4 CP=4 bash configs/launch/mpirun_cpu.sh [more train keys]
+#   NODES=1 RANKS_PER_NODE=4 TP=1 CP=4 CONFIG=configs/tiny.conf bash configs/launch/mpirun_cpu.sh  (one machine)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source configs/launch/common.sh
+CONFIG=${CONFIG:-configs/llama_125m_128k.conf}
+DATA=${DATA:-data}                     # directory with train_*.bin / val_*.bin (and meta.json)
+OUT_DIR=${OUT_DIR:-out/$(basename "$CONFIG" .conf)}
+NODES=${NODES:-2}
+RANKS_PER_NODE=${RANKS_PER_NODE:-8}
+TP=${TP:-4}                            # within a node
+CP=${CP:-4}                            # ring size
+CKPT_EVERY=${CKPT_EVERY:-100}
+THREADS=${THREADS:-1}                  # OpenMP threads per rank
+WORLD=$((NODES * RANKS_PER_NODE))
+launch_grid "$WORLD" "$TP" "$CP"
+launch_resume "$OUT_DIR"
+HOSTS=()
+if [ -n "${HOSTFILE:-}" ]; then HOSTS=(--hostfile "$HOSTFILE")
+elif (( NODES > 1 )); then echo "launch: set HOSTFILE to an Open MPI hostfile (one line per node: 'host slots=N')" >&2; exit 1; fi
+MPI=(mpirun -q -np "$WORLD" "${HOSTS[@]}" --map-by "ppr:$RANKS_PER_NODE:node" --bind-to none -x OMP_NUM_THREADS -x HDF5_USE_FILE_LOCKING)
+[ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+(( NODES == 1 && RANKS_PER_NODE > $(nproc) )) && MPI+=(--oversubscribe)
+export OMP_NUM_THREADS=$THREADS HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}
+launch_run tools/preemptible "${MPI[@]}" \
+  build/train -c "$CONFIG" --train_data "$DATA/train_*.bin" --val_data "$DATA/val_*.bin" \
+  --out_dir "$OUT_DIR" --tp "$TP" --cp "$CP" --zero 1 --ckpt_every "$CKPT_EVERY" --keep_last 3 \
+  --verify_attention 500 "${RESUME[@]}" "$@"
+launch_unfinished "$OUT_DIR" && { echo "launch: stopped before max_steps; run this script again to continue"; exit 0; }
+
+# perplexity by position of the final checkpoint, log-spaced buckets
+"${MPI[@]}" build/eval --ckpt "$OUT_DIR" --data "$DATA/val_*.bin" --log_buckets --tp "$TP" --cp "$CP" \
+  --seq_len "$(launch_key "$OUT_DIR" seq_len)" --out "$OUT_DIR/eval" --force

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# mpirun_gpu.sh — a training run on GPU nodes with Open MPI: build/cuda/train (make cuda), one rank per GPU, NCCL
+# between devices.
+#
+# Grid: world = NODES x GPUS_PER_NODE = dp x cp x tp. Tensor parallelism inside a node (NVLink), the ring or the
+# all-to-all (cp) and the data-parallel replicas across nodes; every rank uses device local_rank. Resume is
+# automatic (OUT_DIR/latest), on any node count. SIGTERM or Ctrl-C to this script reaches the ranks as SIGUSR1
+# (tools/preemptible): they finish the step, save a checkpoint and exit 0; run the script again to continue.
+# NCCL / UCX settings: configs/launch/gpu_env.sh (defaults; the environment wins).
+#
+#   HOSTFILE=hosts.txt NODES=4 GPUS_PER_NODE=8 TP=2 CP=16 bash configs/launch/mpirun_gpu.sh [more train keys]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source configs/launch/common.sh
+source configs/launch/gpu_env.sh
+CONFIG=${CONFIG:-configs/llama_1b_128k.conf}
+DATA=${DATA:-data}                     # directory with train_*.bin / val_*.bin (and meta.json)
+OUT_DIR=${OUT_DIR:-out/$(basename "$CONFIG" .conf)}
+NODES=${NODES:-1}
+GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+TP=${TP:-2}                            # within a node
+CP=${CP:-4}                            # ring / all-to-all size
+CKPT_EVERY=${CKPT_EVERY:-100}
+TRAIN=${TRAIN:-build/cuda/train}
+[ -x "$TRAIN" ] || { echo "launch: $TRAIN is not built (run: make cuda)" >&2; exit 1; }
+WORLD=$((NODES * GPUS_PER_NODE))
+launch_grid "$WORLD" "$TP" "$CP"
+launch_resume "$OUT_DIR"
+HOSTS=()
+if [ -n "${HOSTFILE:-}" ]; then HOSTS=(--hostfile "$HOSTFILE")
+elif (( NODES > 1 )); then echo "launch: set HOSTFILE to an Open MPI hostfile (one line per node: 'host slots=GPUS')" >&2; exit 1; fi
+MPI=(mpirun -q -np "$WORLD" "${HOSTS[@]}" --map-by "ppr:$GPUS_PER_NODE:node" --bind-to none)
+for v in "${GPU_ENV_NAMES[@]}"; do MPI+=(-x "$v"); done
+[ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+(( NODES == 1 && GPUS_PER_NODE > $(nproc) )) && MPI+=(--oversubscribe)
+launch_run tools/preemptible "${MPI[@]}" \
+  "$TRAIN" -c "$CONFIG" --train_data "$DATA/train_*.bin" --val_data "$DATA/val_*.bin" \
+  --out_dir "$OUT_DIR" --tp "$TP" --cp "$CP" --zero 1 --ckpt_every "$CKPT_EVERY" --keep_last 3 \
+  "${RESUME[@]}" "$@"
+launch_unfinished "$OUT_DIR" && { echo "launch: stopped before max_steps; run this script again to continue"; exit 0; }
+
+# perplexity by position of the final checkpoint, log-spaced buckets
+"${MPI[@]}" "${TRAIN%/train}/eval" --ckpt "$OUT_DIR" --data "$DATA/val_*.bin" --log_buckets --tp "$TP" --cp "$CP" \
+  --seq_len "$(launch_key "$OUT_DIR" seq_len)" --out "$OUT_DIR/eval" --force

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# build/sample: greedy decoding with the KV cache equals the independent float64 PyTorch model's greedy decoding
+# (a full forward per token, no cache) on a YaRN checkpoint past its training length; every layout (tp 2, cp 2
+# zigzag and contiguous, tp 2 x cp 2) generates the same tokens, with an odd prompt that pads the prefill; --verify
+# holds everywhere; a model that memorised a sentence continues it; sampling repeats with its seed across layouts;
+# stop_at_eod; training prints samples (sample_every); bad input gives one line.
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+S() { local np=$1; shift; timeout 120 $(launch "$np") build/sample "$@" </dev/null; }
+
+mkdir -p "$T/docs"
+for i in $(seq 1 60); do echo "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." >"$T/docs/d$i.txt"; done
+build/prepare --out "$T/data" --val-frac 0 "$T/docs" >/dev/null || { bad prepare; finish; }
+build/train --vocab_size 257 --d_model 64 --n_layer 2 --n_head 4 --n_kv_head 2 --d_ff 128 --max_seq_len 128 \
+  --seq_len 64 --batch_size 8 --micro_batch 8 --max_steps 150 --lr 1e-2 --warmup_steps 5 --rope_scaling yarn \
+  --rope_factor 2 --rope_original_max_seq_len 64 --train_data "$T/data/train_*.bin" --out_dir "$T/run" \
+  >"$T/train.out" 2>&1 || { bad "training: $(tail -2 "$T/train.out")"; finish; }
+CK="$T/run/ckpt_00000150.h5"
+
+# 1. greedy, 1 rank, against the PyTorch reference: 9 prompt tokens + 100 generated (positions past 64, the
+#    training length: YaRN's extended range), end-of-document not a stop
+P9="116,104,101,32,113,117,105,99,107"   # "the quick"
+S 1 --ckpt "$CK" --prompt_ids "$P9" --greedy --max_tokens 100 --stop_at_eod 0 --ids --verify >"$T/g1" 2>"$T/g1.err" \
+  || bad "greedy run: $(head -c 300 "$T/g1.err")"
+$PY tests/sample_ref.py "$CK" "$P9" 100 >"$T/ref" 2>&1 || bad "reference: $(tail -2 "$T/ref")"
+if [ "$(head -1 "$T/g1")" = "$(head -1 "$T/ref")" ]; then ok "greedy with the KV cache = PyTorch float64 greedy, 109 tokens ($(tail -1 "$T/ref" | sed 's/^# //'))"
+else bad "greedy differs from the reference: $(head -c 200 "$T/g1") vs $(head -c 200 "$T/ref")"; fi
+grep -q "^verify: .*relative" "$T/g1" && ! grep -q "TOO LARGE" "$T/g1" && ok "1 rank: $(grep ^verify "$T/g1" | sed 's/^verify: //')" || bad "verify 1 rank"
+
+# 2. layouts: the same tokens; an odd 38-token prompt pads the prefill (zigzag cp 2: chunks of 4 parts)
+P38=$(printf 'the quick brown fox jumps over the laz' | od -An -tu1 | tr -s ' \n' ',' | sed 's/^,//;s/,$//')
+S 1 --ckpt "$CK" --prompt_ids "$P38" --greedy --max_tokens 40 --ids --stop_at_eod 0 >"$T/o1" 2>/dev/null
+$PY tests/sample_ref.py "$CK" "$P38" 40 >"$T/ref38" 2>&1
+[ "$(head -1 "$T/o1")" = "$(head -1 "$T/ref38")" ] && ok "38-token prompt (prefilled by one forward): greedy = PyTorch" || bad "38-token prompt: $(head -c 200 "$T/o1")"
+for lay in "2 2 1 zigzag" "2 1 2 zigzag" "2 1 2 contiguous" "4 2 2 zigzag"; do
+  read -r np tp cp cl <<<"$lay"
+  n=40; [ "$np" -gt 2 ] && n=12        # 4 ranks on 2 cores: every token is a few collectives per layer
+  S "$np" --ckpt "$CK" --prompt_ids "$P38" --greedy --max_tokens $n --ids --stop_at_eod 0 --tp "$tp" --cp "$cp" --cp_layout "$cl" \
+    --verify >"$T/o" 2>"$T/e" || { bad "tp $tp cp $cp $cl: $(head -c 300 "$T/e")"; continue; }
+  want=$(head -1 "$T/ref38" | cut -d, -f1-$((38 + n)))
+  if [ "$(head -1 "$T/o")" = "$want" ] && grep -q "^verify:" "$T/o"; then ok "tp $tp x cp $cp ($cl): the same $n tokens; $(grep ^verify "$T/o" | sed 's/.*: max/max/')"
+  else bad "tp $tp x cp $cp ($cl): $(head -c 200 "$T/o") $(grep verify "$T/o")"; fi
+done
+S 2 --ckpt "$CK" --prompt_ids 256 --greedy --max_tokens 30 --ids --cp 2 --verify >"$T/o" 2>"$T/e" && [ "$(head -1 "$T/o" | cut -d, -f1-31)" = \
+  "$(head -1 "$("$PY" tests/sample_ref.py "$CK" 256 30 >"$T/ref1"; echo "$T/ref1")" | cut -d, -f1-31)" ] \
+  && ok "a one-token prompt (nothing to prefill) on cp 2" || bad "one-token prompt cp 2: $(head -c 200 "$T/o") $(head -c 200 "$T/e")"
+
+# 3. the memorised sentence, as text
+S 1 --ckpt "$CK" --prompt "the quick" --greedy --max_tokens 45 >"$T/txt" 2>/dev/null
+grep -q "^the quick brown fox jumps over the lazy dog; pack" "$T/txt" && ok "memorised text continues: $(head -1 "$T/txt" | head -c 60)" \
+  || bad "text: $(head -c 100 "$T/txt")"
+
+# 4. sampling: the seed repeats across layouts; another seed differs; top_k 1 is greedy; stop_at_eod stops
+S 1 --ckpt "$CK" --prompt "the" --temperature 1.5 --top_p 0.95 --max_tokens 60 --seed 4 --stop_at_eod 0 >"$T/s1" 2>/dev/null
+S 2 --ckpt "$CK" --prompt "the" --temperature 1.5 --top_p 0.95 --max_tokens 60 --seed 4 --stop_at_eod 0 --tp 2 >"$T/s2" 2>/dev/null
+S 1 --ckpt "$CK" --prompt "the" --temperature 1.5 --top_p 0.95 --max_tokens 60 --seed 5 --stop_at_eod 0 >"$T/s3" 2>/dev/null
+cmp -s "$T/s1" "$T/s2" && ! cmp -s "$T/s1" "$T/s3" && ok "seed 4 draws the same text on 1 rank and tp 2; seed 5 other text" \
+  || bad "seeded sampling: $(head -c 80 "$T/s1") | $(head -c 80 "$T/s2") | $(head -c 80 "$T/s3")"
+S 1 --ckpt "$CK" --prompt_ids "$P9" --top_k 1 --temperature 1 --max_tokens 30 --ids --stop_at_eod 0 >"$T/k1" 2>/dev/null
+[ "$(head -1 "$T/k1")" = "$(head -1 "$T/ref" | cut -d, -f1-39)" ] && ok "top_k 1 = greedy" || bad "top_k 1: $(head -c 200 "$T/k1")"
+S 1 --ckpt "$CK" --prompt_ids 256 --greedy --max_tokens 400 --ids >"$T/eod" 2>"$T/eod.err"
+n=$(head -1 "$T/eod" | tr ',' '\n' | grep -c .); last=$(head -1 "$T/eod" | tr ',' '\n' | tail -1)
+[ "$last" = 256 ] && [ "$n" -lt 400 ] && grep -q "generated" "$T/eod.err" && ok "stop_at_eod: stops after the end-of-document token ($n tokens)" \
+  || bad "stop_at_eod: last $last, $n tokens"
+
+# 5. samples during training: sample_every / sample_tokens / sample_prompt, on rank 0 of replica 0 only
+timeout 120 $(launch 2) build/train -c "$T/run/config.txt" --out_dir "$T/run2" --max_steps 4 --sample_every 2 --sample_tokens 20 \
+  --sample_prompt "the quick" --train_data "$T/data/train_*.bin" --ckpt_every 0 --tp 1 --cp 1 </dev/null >"$T/tr2" 2>&1
+ns=$(grep -c "^sample (step" "$T/tr2")
+[ "$ns" -eq 2 ] && grep -q "^sample (step 2" "$T/tr2" && grep -q "^sample (step 4" "$T/tr2" && ok "training prints a sample at steps 2 and 4 (once, 2 ranks): $(grep -m1 '^sample' "$T/tr2" | head -c 70)" \
+  || bad "training samples: $ns lines: $(grep -i sample "$T/tr2" | head -3)"
+
+# 6. bad input: one line, non-zero exit, every rank
+expect_err "no checkpoint" "sample:|--ckpt" 1 build/sample --prompt x
+expect_err "missing checkpoint" "$T/none" 1 build/sample --ckpt "$T/none" --prompt x
+expect_err "top_p out of range" "--top_p|[0, 1]" 1 build/sample --ckpt "$CK" --prompt x --top_p 2
+expect_err "token id past the vocabulary" "--prompt_ids|vocab_size = 257" 1 build/sample --ckpt "$CK" --prompt_ids 1,300
+expect_err "ranks not tp * cp" "tp 2 x cp 1" 4 build/sample --ckpt "$CK" --prompt x --tp 2
+expect_err "unknown option" "--tempreature" 1 build/sample --ckpt "$CK" --prompt x --tempreature 1
+expect_err "two prompts" "one of --prompt" 1 build/sample --ckpt "$CK" --prompt x --prompt_ids 1
+finish
