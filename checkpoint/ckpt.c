@@ -198,6 +198,7 @@ static int write_header(hid_t f, const Config* c, const AdamW* o, const Grid* g,
     bad |= h5_attr_write_i64(f, "saved_zero", o->zg != NULL);
     bad |= h5_attr_write_i64(f, "data_tokens", st->data_tokens);   // the run's identity and data set size
     if (st->run_id[0]) bad |= h5_attr_write_str(f, "run_id", st->run_id);
+    if (st->data_meta && st->data_meta[0]) bad |= h5_attr_write_str(f, "data_meta", st->data_meta);
     bad |= h5_attr_write_str(f, "config", cfgtext);
     free(cfgtext);
     bad |= write_config(f, c);
@@ -510,6 +511,15 @@ static void compare_key(const char* key, int is_model, void* vctx) {
         return;
     }
     if (!strcmp(want, have)) return;
+    // the same value written another way (a float as "1e-05" and as "9.99999975e-06", as another writer may):
+    // equal when the saved text reads back to the run's value
+    static Config tmp;
+    char canon[CFG_STR + 32], e[CFG_STR + 256];
+    tmp = *x->c;
+    int readable = !config_set(&tmp, key, have, "checkpoint /config", e, sizeof e);
+    if (readable && !config_get(&tmp, key, canon, sizeof canon) && !strcmp(canon, want)) return;
+    if (readable) config_format(&tmp, key, have, sizeof have);   // both in the shortest text that reads back
+    config_format(x->c, key, want, sizeof want);
     char* out = is_model ? x->diff_model : x->diff_train;
     size_t l = strlen(out);
     if (l < 1500) snprintf(out + l, 2048 - l, "%s%s (checkpoint %s, run %s)", l ? ", " : "", key, have, want);
@@ -677,6 +687,18 @@ static void read_key(const char* key, int is_model, void* vctx) {
     if (rc) { ERR("checkpoint: '%s' has a malformed config key /config:%s", x->path, key); x->bad = 1; return; }
     char e[1024];
     if (config_set(x->c, key, val, "checkpoint /config", e, sizeof e)) { ERR("checkpoint: '%s': %s", x->path, e); x->bad = 1; }
+}
+
+int ckpt_read_data_meta(const char* path, char* buf, size_t n, char* err, size_t errlen) {
+    if (ckpt_check_file("checkpoint", path, err, errlen)) return 1;
+    hid_t fapl = h5_fapl(NULL);
+    hid_t f = fapl < 0 ? H5I_INVALID_HID : H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (fapl >= 0) H5Pclose(fapl);
+    if (f < 0) { ERR("checkpoint: '%s' cannot be opened as HDF5 (truncated, corrupt or not a checkpoint)", path); return 1; }
+    int rc = h5_attr_read_str(f, "data_meta", buf, n);
+    H5Fclose(f);
+    if (rc == -2) { ERR("checkpoint: '%s' has a malformed root attribute data_meta", path); return 1; }
+    return rc;
 }
 
 int ckpt_read_config(const char* path, Config* c, char* err, size_t errlen) {

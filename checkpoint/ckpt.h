@@ -26,7 +26,13 @@ typedef struct {
     long long seq_len;      // loaded: the checkpoint's seq_len (the length the cursor counts in)
     long long data_tokens;  // the training data's size in tokens when saved (0: unknown, older files)
     char run_id[40];        // the run (out_dir) that saved it ("" : unknown, older files)
+    const char* data_meta;  // save: the training data's meta.json text (data/meta.h), stored as the root attribute
+                            // data_meta (NULL: none); ckpt_read_data_meta reads it back
 } TrainState;
+
+// The root attribute data_meta of checkpoint `path` (the training data's meta.json text) into buf: 0 when read,
+// -1 when the file has none (older files, data without meta.json), 1 + err when the file cannot be read.
+int ckpt_read_data_meta(const char* path, char* buf, size_t n, char* err, size_t errlen);
 
 // Disable HDF5's own error printing and file locking (NFS-like file systems), unless the user set
 // HDF5_USE_FILE_LOCKING. Call once before any other ckpt function.

@@ -19,6 +19,9 @@ int group_size(const Group* g);
 // stages through pinned host memory) or "nccl" (device memory). Call before the grid is built. 0, or 1
 // with one line in err when this build has no such transport.
 int comm_set_transport(const char* name, char* err, size_t errlen);
+// A device transport prints one line naming the transport it chose (world rank 0): to stdout by default, to
+// stderr after comm_set_note_stderr(1) (build/sample, whose stdout is the generated text).
+void comm_set_note_stderr(int on);
 
 // The watchdog: a blocking call of this layer (every collective below, comm_wait) that has not finished
 // after `seconds` aborts the job with one line naming the operation, the group and the ranks that did not

@@ -23,6 +23,8 @@
 enum { T_AUTO, T_NCCL, T_MPI };
 static int transport = T_AUTO;   // as asked; resolved to T_NCCL or T_MPI by the first attach
 static int resolved = -1;
+static int note_stderr = 0;
+void comm_set_note_stderr(int on) { note_stderr = on; }
 static cudaStream_t comm_stream;
 
 static void die(const char* op, const char* msg) {
@@ -69,10 +71,11 @@ static int resolve(char* err, size_t errlen) {
     resolved = transport == T_MPI || (transport == T_AUTO && shared) ? T_MPI : T_NCCL;
     if (resolved == T_NCCL) cu(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking), "cudaStreamCreate");
     if (world > 1 && group_rank(group_world()) == 0) {
-        printf("transport: %s\n", resolved == T_NCCL ? "nccl (every rank has a GPU of its own)"
-               : shared ? "mpi, staged through pinned host memory (ranks share a GPU)"
-                        : "mpi, staged through pinned host memory (comm = mpi)");
-        fflush(stdout);
+        FILE* out = note_stderr ? stderr : stdout;
+        fprintf(out, "transport: %s\n", resolved == T_NCCL ? "nccl (every rank has a GPU of its own)"
+                : shared ? "mpi, staged through pinned host memory (ranks share a GPU)"
+                         : "mpi, staged through pinned host memory (comm = mpi)");
+        fflush(out);
     }
     return 0;
 }

@@ -30,6 +30,7 @@ int comm_set_transport(const char* name, char* err, size_t errlen) {
     return 1;
 }
 int comm_data_attach(Group* g, char* err, size_t errlen) { (void)g; (void)err; (void)errlen; return 0; }
+void comm_set_note_stderr(int on) { (void)on; }   // (MPI: nothing to say)
 
 static void oom(void) { fprintf(stderr, "comm: out of memory\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
 

@@ -37,8 +37,11 @@ static const Key KEYS[] = {
     K(micro_batch, T_INT, 0, "1", "sequences per forward/backward on one rank; accumulation = batch_size / (micro_batch * dp)"),
     K(max_steps, T_INT, 0, "100", "optimizer steps to run"),
     K(lr, T_FLOAT, 0, "3e-4", "peak learning rate"),
-    K(min_lr, T_FLOAT, 0, "3e-5", "learning rate at the end of the cosine decay"),
+    K(min_lr, T_FLOAT, 0, "3e-5", "learning rate at the end of the decay"),
     K(warmup_steps, T_INT, 0, "10", "linear warmup steps"),
+    K(lr_schedule, T_STR, 0, "cosine", "decay after warmup: cosine | linear (lr to min_lr at lr_horizon) | wsd (warmup-stable-decay: lr until the last lr_cooldown steps, then linearly to min_lr at max_steps) | constant"),
+    K(lr_horizon, T_INT, 0, "0", "cosine, linear: the step at which the decay reaches min_lr, which then holds (0: max_steps); set it to the old max_steps to extend a run without a jump"),
+    K(lr_cooldown, T_INT, 0, "0", "wsd: steps of the final decay, ending at max_steps (0: max_steps / 5); a run extended while still at lr decays at its new end"),
     K(weight_decay, T_FLOAT, 0, "0.1", "AdamW decoupled weight decay (2-D weights only)"),
     K(beta1, T_FLOAT, 0, "0.9", "AdamW beta1"),
     K(beta2, T_FLOAT, 0, "0.95", "AdamW beta2"),
@@ -52,6 +55,11 @@ static const Key KEYS[] = {
     K(val_every, T_INT, 0, "0", "validate every N steps and at the end (0: only at the end if val_data is set)"),
     K(val_batches, T_INT, 0, "4", "validation sequences per evaluation = val_batches * batch_size"),
     K(log_every, T_INT, 0, "1", "print a step line every N steps"),
+    K(sample_every, T_INT, 0, "0", "print a sample of the model's text every N steps and after the last (0: off); with a KV cache, on the run's own layout"),
+    K(sample_tokens, T_INT, 0, "64", "tokens per sample"),
+    K(sample_prompt, T_STR, 0, "", "the samples' prompt: text for the byte tokenizer (vocab_size 257), or ids:1,2,3 for any (empty: the eod token, the start of a document)"),
+    K(sample_temperature, T_FLOAT, 0, "0.8", "the samples' temperature (0: greedy), drawn with a seed fixed for the run"),
+    K(data_meta, T_BOOL, 0, "1", "1: take vocab_size and eod from the meta.json beside the training shards (build/prepare, tools/prepare_hf write it) and refuse values that contradict it; 0: ignore it"),
     K(tp, T_INT, 0, "1", "tensor-parallel degree (ranks that split every layer's heads and MLP)"),
     K(cp, T_INT, 0, "1", "context-parallel degree: ranks in a ring that split each sequence"),
     K(cp_layout, T_STR, 0, "zigzag", "ring layout: zigzag (balanced causal work) | contiguous"),
@@ -72,6 +80,12 @@ static const Key KEYS[] = {
     K(dump_weights, T_STR, 0, "", "write the final weights and last gradients to this file (tests' RLMDUMP1 format; empty: off)"),
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
+_Static_assert(sizeof(KEYS) / sizeof(KEYS[0]) <= sizeof(((Config*)0)->given), "Config.given has a slot per key");
+
+int config_given(const Config* c, const char* key) {
+    for (int i = 0; i < NKEYS; i++) if (!strcmp(KEYS[i].name, key)) return c->given[i];
+    return 0;
+}
 
 static const Key* find_key(const char* name) {
     for (int i = 0; i < NKEYS; i++) if (strcmp(KEYS[i].name, name) == 0) return &KEYS[i];
@@ -80,6 +94,7 @@ static const Key* find_key(const char* name) {
 
 static int set_key(Config* c, const Key* k, const char* v, const char* origin, char* err, size_t errlen) {
     char* base = (char*)c + k->off;
+    if (strcmp(origin, "defaults")) c->given[k - KEYS] = strncmp(origin, "command line", 12) ? CFG_GIVEN_FILE : CFG_GIVEN_CLI;
     char* end = NULL;
     errno = 0;
     switch (k->type) {
@@ -329,6 +344,15 @@ int config_validate(const Config* c, char* err, size_t errlen) {
     if (c->verify_attention < 0) FAIL("verify_attention = %d must be >= 0", c->verify_attention);
     if (c->grad_clip < 0) FAIL("grad_clip = %g must be >= 0 (0 turns clipping off)", c->grad_clip);
     if (c->eod < -1 || c->eod >= c->vocab_size) FAIL("eod = %d must be -1 or a token id below vocab_size = %d", c->eod, c->vocab_size);
+    if (strcmp(c->lr_schedule, "cosine") && strcmp(c->lr_schedule, "linear") && strcmp(c->lr_schedule, "wsd") &&
+        strcmp(c->lr_schedule, "constant"))
+        FAIL("lr_schedule = '%s' must be cosine, linear, wsd or constant", c->lr_schedule);
+    if (c->lr_horizon < 0 || (c->lr_horizon && c->lr_horizon <= c->warmup_steps))
+        FAIL("lr_horizon = %d must be 0 (max_steps) or a step after warmup_steps = %d", c->lr_horizon, c->warmup_steps);
+    if (c->lr_cooldown < 0) FAIL("lr_cooldown = %d must be >= 0 (0: max_steps / 5)", c->lr_cooldown);
+    if (c->sample_every < 0 || c->sample_tokens < 1)
+        FAIL("sample_every = %d must be >= 0 and sample_tokens = %d >= 1", c->sample_every, c->sample_tokens);
+    if (c->sample_temperature < 0) FAIL("sample_temperature = %g must be >= 0 (0: greedy)", c->sample_temperature);
     if (c->doc_positions && !c->doc_mask) FAIL("doc_positions = 1 needs doc_mask = 1");
     if (c->doc_mask && config_eod(c) < 0)
         FAIL("doc_mask = 1 needs the end-of-document token: set eod (vocab_size = %d is not the byte tokenizer's 257)", c->vocab_size);

@@ -16,9 +16,15 @@ typedef struct {
     // ---- training ----
     char train_data[CFG_STR], val_data[CFG_STR], out_dir[CFG_STR];
     int seq_len, batch_size, micro_batch, max_steps, warmup_steps;
+    char lr_schedule[16];           // cosine | linear | wsd | constant (lr_at)
+    int lr_horizon, lr_cooldown;    // cosine/linear: where the decay ends (0: max_steps); wsd: the final decay's steps
     float lr, min_lr, weight_decay, beta1, beta2, adam_eps, grad_clip;
     long long seed;
     int shuffle, val_every, val_batches, log_every;
+    int sample_every, sample_tokens;  // a sample of text every N steps (0: off), of this many tokens
+    char sample_prompt[CFG_STR];    // its prompt: text (byte tokenizer) or ids:1,2,3; empty: the eod token
+    float sample_temperature;
+    int data_meta;                  // 1: vocab_size and eod default to the training data's meta.json (data/meta.h)
     int doc_mask, doc_positions;    // attention inside documents only; RoPE positions restart at each document
     int eod;                        // end-of-document token (-1: 256 for vocab 257, else none): config_eod()
     // ---- parallelism (how ranks split the work; never changes the model or the data order) ----
@@ -38,7 +44,12 @@ typedef struct {
     char matmul_precision[16];      // bf16 | tf32 | fp32 (tensor-core matmuls on a GPU; the CPU is always fp32)
     char resume[CFG_STR];           // resume from: a checkpoint file, a directory (its latest), or 'latest'
     char dump_weights[CFG_STR];     // at the end, write the final weights here (test dump format)
+    unsigned char given[128];       // per key (table order): CFG_GIVEN_FILE / _CLI when set by a file / the command line
 } Config;
+enum { CFG_DEFAULT = 0, CFG_GIVEN_FILE = 1, CFG_GIVEN_CLI = 2 };
+// Was `key` set by a config file (CFG_GIVEN_FILE) or the command line (CFG_GIVEN_CLI, the last word), or is it the
+// default (0)? (config_set with origin "command line..." counts as the command line, any other origin as a file.)
+int config_given(const Config* c, const char* key);
 
 // Set every key to its default.
 void config_defaults(Config* c);

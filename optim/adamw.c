@@ -48,10 +48,20 @@ void adamw_free(AdamW* o) { be_free(o->m); be_free(o->v); free(o->seg); memset(o
 
 float lr_at(const Config* c, long long step) {
     if (step < c->warmup_steps) return c->lr * (float)(step + 1) / (float)c->warmup_steps;
-    long long decay = c->max_steps - c->warmup_steps;
+    if (!strcmp(c->lr_schedule, "constant")) return c->lr;
+    if (!strcmp(c->lr_schedule, "wsd")) {   // stable at lr, then linear to min_lr over the last `cool` steps
+        long long cool = c->lr_cooldown > 0 ? c->lr_cooldown : c->max_steps / 5, start = c->max_steps - cool;
+        if (start < c->warmup_steps) start = c->warmup_steps;
+        if (step < start || c->max_steps <= start) return c->lr;
+        double frac = (double)(step - start + 1) / (double)(c->max_steps - start);
+        if (frac > 1) frac = 1;
+        return (float)(c->lr + frac * (c->min_lr - c->lr));
+    }
+    long long end = c->lr_horizon > 0 ? c->lr_horizon : c->max_steps, decay = end - c->warmup_steps;
     if (decay <= 0) return c->lr;
     double frac = (double)(step - c->warmup_steps) / (double)decay;
     if (frac > 1) frac = 1;
+    if (!strcmp(c->lr_schedule, "linear")) return (float)(c->lr + frac * (c->min_lr - c->lr));
     return (float)(c->min_lr + 0.5 * (1.0 + cos(M_PI * frac)) * (c->lr - c->min_lr));
 }
 

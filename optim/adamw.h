@@ -30,7 +30,9 @@ int adamw_owned(const AdamW* o, const ParamSpec* p, size_t* a, size_t* b);
 void adamw_init(AdamW* o, const Model* model, const Group* replicas, int zero);
 void adamw_free(AdamW* o);
 
-// Learning rate of (0-based) step: linear warmup to lr over warmup_steps, then cosine to min_lr at max_steps.
+// Learning rate of (0-based) step: linear warmup to lr over warmup_steps, then lr_schedule: cosine or linear to
+// min_lr at lr_horizon (0: max_steps; min_lr after it), wsd (lr, then linear to min_lr over the last lr_cooldown
+// steps; 0: max_steps / 5) or constant.
 float lr_at(const Config* c, long long step);
 // The step's hyperparameters from a config and the step's learning rate.
 AdamWHyper adamw_hyper(const Config* c, float lr);

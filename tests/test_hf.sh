@@ -10,7 +10,11 @@
 #    meta.json beside the checkpoint's train_data names (absolute or relative path, SHA-256 checked) is exported,
 #    with one line, and a wrong SHA-256, a missing path, a non-path name, --tokenizer and --no_tokenizer are handled;
 #  - with transformers 4.46.3 in build/hfenv (tools/hf_env.sh; one "skip:" line when PyPI cannot be reached):
-#    tokenizers trained locally, prepare_hf's shards decode to build/prepare's documents, random HF Llama models
+#    tokenizers trained locally, prepare_hf's shards decode to build/prepare's documents, its DIR/meta.json
+#    (build/prepare's format) holds what the shards, the tokenizer.json's bytes, the tokenizers library and the
+#    command line say, an existing one is refused without --force and replaced with it, an error once the shards
+#    are written leaves neither shards nor meta.json, hf_export finds the tokenizer of a run trained on
+#    prepare_hf data through it; random HF Llama models
 #    (GQA/MQA/MHA, YaRN in both key forms, linear, tied/untied, sharded) imported give HF's logits and
 #    per-position losses in float32 and float64 (1e-4), also through build/eval on a ring; an imported model
 #    extended with --init_from on its tokenizer's data (tp 2 x cp 2) and the other ringlm runs exported load in
@@ -220,8 +224,9 @@ VOCAB=$($PY -c "import json; print(len(json.load(open('$T/tok/bpe/tokenizer.json
 # prepare_hf against build/prepare on the same corpus: same documents, split and order; decoded text equal
 PH=(env RINGLM_HFENV="$(dirname "$(dirname "$HFPY")")" tools/prepare_hf)
 check "prepare_hf (byte-level BPE, GPT-2 style <|endoftext|>)" "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/hd" --val-frac 0.3 "$C/src" "$C/docs" "$C/other"
-grep -q "^separator: '<|endoftext|>' id 0 before every document (the tokenizer's EOS token); evaluate with build/eval --eod 0$" "$T/check.out" \
-  && grep -q "not UTF-8 1" "$T/check.out" && ok "prepare_hf names the separator and counts the non-UTF-8 file" || bad "prepare_hf output: $(cat "$T/check.out")"
+grep -q "^separator: '<|endoftext|>' id 0 before every document (the tokenizer's EOS token)$" "$T/check.out" \
+  && grep -qF "meta: $T/hd/meta.json records vocab_size $VOCAB and eod 0; build/train and build/eval take them from it (a vocab_size or eod given to them that contradicts it is refused)" "$T/check.out" \
+  && grep -q "not UTF-8 1" "$T/check.out" && ok "prepare_hf names the separator, what meta.json records, and counts the non-UTF-8 file" || bad "prepare_hf output: $(cat "$T/check.out")"
 check "build/prepare on the same corpus" build/prepare --out "$T/bd" --val-frac 0.3 "$C/src" "$C/docs" "$C/other"
 check "prepare_hf --doc-per dir (Llama style: <s> from the post-processor)" "${PH[@]}" --tokenizer "$T/tok/llama/tokenizer.json" --out "$T/hd2" --doc-per dir --seed 7 --shard-tokens 5000 "$C/src" "$C/docs"
 grep -q "^separator: '<s>' id 1 before every document (the tokenizer's post-processor starts every text with it)" "$T/check.out" \
@@ -237,10 +242,92 @@ check "build/prepare on the word corpus" build/prepare --out "$T/bw" --val-frac 
 $HCHK decode "prepare_hf per file" "$T/hd" "$T/bd" "$T/tok/bpe" 0 1 ::: decode "prepare_hf per dir, 5000-token shards" "$T/hd2" "$T/bd2" "$T/tok/llama" 1 0 \
   ::: decode "prepare_hf wide vocabulary" "$T/hw" "$T/bw" "$T/tok/wide" 0 >"$T/c3" 2>&1
 sub_result "prepare_hf decoding" $? "$T/c3"; grep -E '^(ok|FAIL)' "$T/c3"
+
+# DIR/meta.json (build/prepare's format) against facts found without prepare_hf: counts from the shard files, dtype
+# from their magic, the SHA-256 of the tokenizer.json's bytes, vocabulary and ids from the tokenizers library, the
+# layout of build/prepare's meta.json, the command line that ran
+meta_check() {   # meta_check NAME DIR TOKENIZER_JSON SEP_TOKEN BOS_TOKEN|'' ARGS...: ARGS as given to tools/prepare_hf
+  $HFPY - "$@" "$T/bd/meta.json" >"$T/mc.out" 2>&1 <<'PYEOF' && ok "$1: $(tail -n 1 "$T/mc.out")" || bad "$1: $(tail -n 5 "$T/mc.out" | tr '\n' ' ')"
+import glob, hashlib, json, os, shlex, sys
+import numpy as np
+from tokenizers import Tokenizer
+name, d, tj, sep, bos, *args = sys.argv[1:]
+args, ref = args[:-1], args[-1]
+text = open(os.path.join(d, "meta.json"), "rb").read().decode("utf-8")
+m = json.loads(text)
+keys = ["format", "tokenizer", "tokenizer_sha256", "vocab_size", "eod_id", "bos_id", "dtype", "documents", "tokens",
+        "shards", "command"]
+assert list(m) == keys, list(m)
+layout = lambda t: [l.split(":")[0] for l in t.splitlines()]
+assert layout(text) == layout(open(ref).read()), (text, "is not laid out as build/prepare's meta.json")
+assert m["format"] == "ringlm-data-1", m["format"]
+assert os.path.isabs(m["tokenizer"]) and m["tokenizer"] == os.path.abspath(tj), (m["tokenizer"], tj)
+assert m["tokenizer_sha256"] == hashlib.sha256(open(tj, "rb").read()).hexdigest(), m["tokenizer_sha256"]
+tok = Tokenizer.from_file(tj)
+vocab = tok.get_vocab(with_added_tokens=True)
+assert m["vocab_size"] == max(vocab.values()) + 1, (m["vocab_size"], max(vocab.values()) + 1)
+assert m["eod_id"] == tok.token_to_id(sep), (m["eod_id"], sep, tok.token_to_id(sep))
+assert m["bos_id"] == (tok.token_to_id(bos) if bos else None), (m["bos_id"], bos)
+magics = set()
+for split in ("train", "val"):
+    toks, counts = [], []
+    paths = sorted(glob.glob(os.path.join(d, f"{split}_*.bin")))
+    for p in paths:
+        h = np.fromfile(p, "<i4", 256)
+        magics.add(int(h[0]))
+        dt = {20240520: "<u2", 20240521: "<u4"}[int(h[0])]
+        assert h[1] == 1 and os.path.getsize(p) == 1024 + int(h[2]) * np.dtype(dt).itemsize, (p, h[:3])
+        counts.append(int(h[2]))
+        toks.append(np.fromfile(p, dt, offset=1024))
+    t = np.concatenate(toks) if toks else np.zeros(0, np.int64)
+    assert m["shards"][split] == len(paths), (split, m["shards"], len(paths))
+    assert m["tokens"][split] == sum(counts) == len(t), (split, m["tokens"], sum(counts))
+    assert m["documents"][split] == int((t == m["eod_id"]).sum()), (split, m["documents"], int((t == m["eod_id"]).sum()))
+    assert not len(t) or (t[0] == m["eod_id"] and int(t.max()) < m["vocab_size"]), split
+assert len(magics) == 1 and m["dtype"] == {20240520: "uint16", 20240521: "uint32"}[magics.pop()], (magics, m["dtype"])
+cmd = shlex.split(m["command"])
+assert cmd[1:] == args, (cmd, args)
+assert os.path.realpath(cmd[0]).removesuffix(".py") == os.path.realpath("tools/prepare_hf"), cmd[0]
+assert not os.path.exists(os.path.join(d, ".meta.json.tmp"))
+print(f"format, tokenizer (absolute), SHA-256, vocab_size {m['vocab_size']}, eod_id {m['eod_id']}, bos_id {m['bos_id']}, "
+      f"dtype {m['dtype']}, documents {m['documents']}, tokens {m['tokens']}, shards {m['shards']}, command: as found")
+PYEOF
+}
+meta_check "meta.json of prepare_hf per file (BPE, <|endoftext|>)" "$T/hd" "$T/tok/bpe/tokenizer.json" '<|endoftext|>' '' \
+  --tokenizer "$T/tok/bpe" --out "$T/hd" --val-frac 0.3 "$C/src" "$C/docs" "$C/other"
+meta_check "meta.json of prepare_hf per dir, 5000-token shards (Llama style, BOS <s>)" "$T/hd2" "$T/tok/llama/tokenizer.json" '<s>' '<s>' \
+  --tokenizer "$T/tok/llama/tokenizer.json" --out "$T/hd2" --doc-per dir --seed 7 --shard-tokens 5000 "$C/src" "$C/docs"
+meta_check "meta.json of prepare_hf with the wide vocabulary" "$T/hw" "$T/tok/wide/tokenizer.json" '<|endoftext|>' '' \
+  --tokenizer "$T/tok/wide" --out "$T/hw" --val-frac 0.5 "$T/wc"
+# relative paths (the tokenizer is recorded absolute), arguments that need shell quoting, no val documents
+mkdir -p "$T/it's docs" && cp model/config.c model/params.c "$T/it's docs/"
+PHA=("${PH[@]:0:2}" "$PWD/tools/prepare_hf")
+(cd "$T" && "${PHA[@]}" --tokenizer tok/llama --out rel --sep '<s>' --val-frac 0 "it's docs") >"$T/check.out" 2>&1 \
+  && ok "prepare_hf run from \$T with relative paths" || bad "prepare_hf with relative paths: $(head -c 600 "$T/check.out")"
+meta_check "meta.json of a run with relative paths and quoted arguments, no val split" "$T/rel" "$T/tok/llama/tokenizer.json" '<s>' '<s>' \
+  --tokenizer tok/llama --out rel --sep '<s>' --val-frac 0 "it's docs"
 expect_err "prepare_hf without --tokenizer" "prepare_hf: --tokenizer TOKENIZER is required" 1 "${PH[@]}" --out "$T/hx" "$C/src"
 expect_err "prepare_hf: a tokenizer without BOS/EOS needs --sep" "names no BOS or EOS token|--sep TOKEN" 1 "${PH[@]}" --tokenizer "$T/tok/nospecial" --out "$T/hx" "$C/src"
 expect_err "prepare_hf: an unknown --sep" "--sep '<nope>' is neither a token nor an id" 1 "${PH[@]}" --tokenizer "$T/tok/bpe" --sep '<nope>' --out "$T/hx" "$C/src"
-expect_err "prepare_hf over existing shards" "train_000000.bin' already exists (use --force" 1 "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/hd" "$C/src"
+cp "$T/hd/meta.json" "$T/hd.meta"
+ERR_RC=1 ERR_ALSO='cmp -s "$T/hd/meta.json" "$T/hd.meta"' \
+  expect_err "prepare_hf over existing shards and meta.json (the shards are named)" "prepare_hf: '$T/hd/train_000000.bin' already exists (use --force" 1 "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/hd" "$C/src"
+mkdir -p "$T/hm" && cp "$T/hd/meta.json" "$T/hm/"
+ERR_RC=1 ERR_ALSO='cmp -s "$T/hm/meta.json" "$T/hd.meta" && [ "$(ls -A "$T/hm")" = meta.json ]' \
+  expect_err "prepare_hf over an existing meta.json alone" "prepare_hf: '$T/hm/meta.json' already exists (use --force to replace the shards in '$T/hm')" 1 \
+  "${PH[@]}" --tokenizer "$T/tok/llama" --out "$T/hm" "$T/wc"
+check "prepare_hf --force over the existing meta.json" "${PH[@]}" --tokenizer "$T/tok/llama" --out "$T/hm" --force --val-frac 0.5 "$T/wc"
+meta_check "meta.json replaced with --force" "$T/hm" "$T/tok/llama/tokenizer.json" '<s>' '<s>' --tokenizer "$T/tok/llama" --out "$T/hm" --force --val-frac 0.5 "$T/wc"
+# an error after the shards are written (meta.json's temporary file cannot be created): nothing of the run is left
+# (and with --force neither the old shards nor the old meta.json, as build/prepare)
+mkdir "$T/hm/.meta.json.tmp"
+ERR_RC=1 ERR_ALSO='[ "$(ls -A "$T/hm")" = .meta.json.tmp ]' \
+  expect_err "prepare_hf: an error once the shards are written leaves no shard and no meta.json" "prepare_hf: cannot create '$T/hm/.meta.json.tmp'" 1 \
+  "${PH[@]}" --tokenizer "$T/tok/llama" --out "$T/hm" --force --val-frac 0.5 "$T/wc"
+mkdir -p "$T/hn/.meta.json.tmp"
+ERR_RC=1 ERR_ALSO='[ "$(ls -A "$T/hn")" = .meta.json.tmp ]' \
+  expect_err "prepare_hf: the same into a new directory" "prepare_hf: cannot create '$T/hn/.meta.json.tmp'" 1 \
+  "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/hn" --shard-tokens 1000 "$C/src"
 expect_err "prepare_hf with no documents" "no documents found" 1 "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/hx" "$C/src/.hidden/../empty.txt"
 expect_err "prepare_hf with a missing tokenizer" "tokenizer '$T/nope.json' does not exist" 1 "${PH[@]}" --tokenizer "$T/nope.json" --out "$T/hx" "$C/src"
 
@@ -264,6 +351,11 @@ CONF=$T/z.conf train_run Z 4 --init_from "$T/m1.h5" --train_data "$T/hd/train_*.
   && ok "--init_from the imported m1 on its tokenizer's data, tp 2 x cp 2: YaRN x4 -> x8, 256 tokens ($(grep -o 'final loss [0-9.]*' "$T/Z.out"))" \
   || bad "--init_from m1 on tp 2 x cp 2: $(grep -h init "$T/Z.out" "$T/Z.err" | head -3)"
 check "export Z with the tokenizer" "${SY[@]}" tools/hf_export "$T/Z" --out "$T/eZ" --tokenizer "$T/tok/bpe/tokenizer.json"
+check "export Z without --tokenizer" "${SY[@]}" tools/hf_export "$T/Z" --out "$T/eZm"
+grep -qF "hf_export: tokenizer $T/tok/bpe/tokenizer.json, named by $T/hd/meta.json of the checkpoint's train_data" "$T/check.out" \
+  && cmp -s "$T/tok/bpe/tokenizer.json" "$T/eZm/tokenizer.json" && cmp -s "$T/eZ/tokenizer_config.json" "$T/eZm/tokenizer_config.json" \
+  && ok "hf_export finds the tokenizer of Z's training data through the meta.json prepare_hf wrote (SHA-256 checked)" \
+  || bad "export Z through prepare_hf's meta.json: $(sed "s|$T/||g" "$T/check.out" | tr '\n' ' ')"
 # the README's step 6 ("Extend an existing model"), run as printed from a directory laid out as the README's: the
 # repository's tools/ and build/hfenv, out/ext = the run Z, ~/models/llama-4k = Z's BPE tokenizer; hf_check's
 # `generate` then checks its printed text and the ids of that generate() call against a greedy decode of its own

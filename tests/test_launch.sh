@@ -59,8 +59,8 @@ for kind in cpu gpu; do
     ok "slurm_$kind.sbatch requeued: resumed, finished step $((s + 2)), no further requeue, evaluated"
   else bad "slurm_$kind.sbatch requeued run: rc $rc, last step $(last_step "$T/$name"): $(tail -3 "$T/$name.2")"; fi
 done
-grep -q "backend cuda .*comm nccl" "$T/sgpu.1" && ok "the GPU job ran the CUDA backend over NCCL: $(grep -m1 "backend cuda" "$T/sgpu.1")" \
-  || bad "the GPU job's log names no CUDA backend / NCCL: $(grep -m1 "ringlm train" "$T/sgpu.1")"
+grep -q "backend cuda" "$T/sgpu.1" && grep -q "^transport: nccl" "$T/sgpu.1" && ok "the GPU job ran the CUDA backend over NCCL: $(grep -m1 "^transport" "$T/sgpu.1")" \
+  || bad "the GPU job's log names no CUDA backend / NCCL: $(grep -m1 "ringlm train" "$T/sgpu.1"); $(grep -m1 "^transport" "$T/sgpu.1")"
 
 # 3. mpirun_gpu.sh on one node of (emulated) GPUs, tp 2 x cp 2
 env NODES=1 GPUS_PER_NODE=4 TP=2 CP=2 CONFIG=configs/tiny.conf DATA="$T/data" OUT_DIR="$T/gpu" TRAIN=build/emu/train \

@@ -45,6 +45,17 @@ S 2 --ckpt "$CK" --prompt_ids 256 --greedy --max_tokens 30 --ids --cp 2 --verify
   "$(head -1 "$("$PY" tests/sample_ref.py "$CK" 256 30 >"$T/ref1"; echo "$T/ref1")" | cut -d, -f1-31)" ] \
   && ok "a one-token prompt (nothing to prefill) on cp 2" || bad "one-token prompt cp 2: $(head -c 200 "$T/o") $(head -c 200 "$T/e")"
 
+# 2b. the CUDA backend on the host emulation (build/emu: make cuda-emu): the same tokens, 1 GPU and cp 2 over NCCL
+if [ -x build/emu/sample ]; then
+  for lay in "1 1" "2 2"; do
+    read -r np cp <<<"$lay"
+    RINGLM_EMU_TIMEOUT_S=120 timeout 300 $(launch "$np") build/emu/sample --ckpt "$CK" --prompt_ids "$P38" --greedy --max_tokens 12 \
+      --ids --stop_at_eod 0 --cp "$cp" --verify </dev/null >"$T/o" 2>"$T/e" || { bad "emulated CUDA cp $cp: $(head -c 300 "$T/e")"; continue; }
+    [ "$(head -1 "$T/o")" = "$(head -1 "$T/ref38" | cut -d, -f1-50)" ] && ok "emulated CUDA backend, cp $cp: the same 12 tokens; $(grep ^verify "$T/o" | sed 's/.*: max/max/')" \
+      || bad "emulated CUDA cp $cp: $(head -c 200 "$T/o")"
+  done
+else bad "build/emu/sample is missing (make cuda-emu)"; fi
+
 # 3. the memorised sentence, as text
 S 1 --ckpt "$CK" --prompt "the quick" --greedy --max_tokens 45 >"$T/txt" 2>/dev/null
 grep -q "^the quick brown fox jumps over the lazy dog; pack" "$T/txt" && ok "memorised text continues: $(head -1 "$T/txt" | head -c 60)" \
@@ -63,12 +74,20 @@ n=$(head -1 "$T/eod" | tr ',' '\n' | grep -c .); last=$(head -1 "$T/eod" | tr ',
 [ "$last" = 256 ] && [ "$n" -lt 400 ] && grep -q "generated" "$T/eod.err" && ok "stop_at_eod: stops after the end-of-document token ($n tokens)" \
   || bad "stop_at_eod: last $last, $n tokens"
 
-# 5. samples during training: sample_every / sample_tokens / sample_prompt, on rank 0 of replica 0 only
-timeout 120 $(launch 2) build/train -c "$T/run/config.txt" --out_dir "$T/run2" --max_steps 4 --sample_every 2 --sample_tokens 20 \
-  --sample_prompt "the quick" --train_data "$T/data/train_*.bin" --ckpt_every 0 --tp 1 --cp 1 </dev/null >"$T/tr2" 2>&1
+# 5. samples during training: sample_every / sample_tokens / sample_prompt, printed once (world rank 0), on a ring
+#    of 2; greedy (temperature 0) the last one equals build/sample on the final checkpoint
+timeout 120 $(launch 2) build/train -c "$T/run/config.txt" --init_from "$CK" --lr 1e-4 --out_dir "$T/run2" --max_steps 4 --sample_every 2 --sample_tokens 20 \
+  --sample_prompt "the quick" --sample_temperature 0 --train_data "$T/data/train_*.bin" --ckpt_every 0 --cp 2 </dev/null >"$T/tr2" 2>&1
 ns=$(grep -c "^sample (step" "$T/tr2")
-[ "$ns" -eq 2 ] && grep -q "^sample (step 2" "$T/tr2" && grep -q "^sample (step 4" "$T/tr2" && ok "training prints a sample at steps 2 and 4 (once, 2 ranks): $(grep -m1 '^sample' "$T/tr2" | head -c 70)" \
-  || bad "training samples: $ns lines: $(grep -i sample "$T/tr2" | head -3)"
+[ "$ns" -eq 2 ] && grep -q "^sample (step 2, 20 tokens" "$T/tr2" && grep -q "^sample (step 4" "$T/tr2" \
+  && ok "training (cp 2) prints a sample at steps 2 and 4, once: $(grep -m1 '^sample (step' "$T/tr2" | head -c 90)" \
+  || bad "training samples: $ns lines: $(grep -i sample "$T/tr2" | head -3) $(tail -2 "$T/tr2")"
+want=$(S 1 --ckpt "$T/run2" --prompt "the quick" --greedy --max_tokens 20 --stop_at_eod 0 2>/dev/null | head -1 | sed 's/\\/\\\\/g')
+got=$(sed -n 's/^sample (step 4, 20 tokens, temperature 0): "\(.*\)"$/\1/p' "$T/tr2")
+[ -n "$got" ] && [ "$got" = "$want" ] && ok "the step-4 sample (greedy) = build/sample on the step-4 checkpoint: \"$got\"" \
+  || bad "training sample '$got' vs build/sample '$want'"
+expect_err "a text sample_prompt on a non-byte vocabulary" "sample_prompt is text|ids:1,2,3" 1 build/train -c "$T/run/config.txt" \
+  --out_dir "$T/run3" --vocab_size 300 --sample_every 1 --sample_prompt hi --train_data "$T/data/train_*.bin" --data_meta 0
 
 # 6. bad input: one line, non-zero exit, every rank
 expect_err "no checkpoint" "sample:|--ckpt" 1 build/sample --prompt x

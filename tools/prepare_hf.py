@@ -19,14 +19,23 @@ tokenizer takes text) and counted.
 
 Shards: DIR/train_000000.bin, ... and DIR/val_000000.bin, ... with at most --shard-tokens tokens each (documents
 may continue in the next shard): llm.c's uint16 shards (magic 20240520) when every id fits in 16 bits, else
-ringlm's uint32 variant (magic 20240521). Existing shards are an error unless --force. Prints the totals, one
-line per split, the separator (the id to give build/eval --eod) and the vocabulary size (build/train's
-vocab_size must be at least that). Errors: one line on stderr, exit status 1, and no shard of this run is left.
+ringlm's uint32 variant (magic 20240521). DIR/meta.json describes them, in build/prepare's format ("format":
+"ringlm-data-1"; "tokenizer": the absolute path of the tokenizer.json used; "tokenizer_sha256": the SHA-256 of its
+bytes; "vocab_size": the tokenizer's vocabulary size, the least a model's vocab_size can be; "eod_id": the
+separator; "bos_id": the tokenizer's BOS id or null; "dtype": "uint16" or "uint32"; "documents", "tokens",
+"shards": {"train": N, "val": N}; "command": this command line, shell-quoted). It is written last (a temporary
+file in DIR, renamed), so it exists only beside a complete set of shards: build/train and build/eval take
+vocab_size and eod from it (and refuse values given to them that contradict it), tools/hf_export finds the
+tokenizer through it. Existing shards or DIR/meta.json are an error unless --force (which deletes them first).
+Prints the totals, one line per split, the tokenizer, the separator and what meta.json records. Errors: one line
+on stderr, exit status 1, and nothing of this run is left (no shard, no meta.json).
 """
 import argparse
 import fnmatch
+import hashlib
 import json
 import os
+import shlex
 import stat
 import struct
 import sys
@@ -193,6 +202,41 @@ class Writer:
         return s + f" ({os.path.join(self.out, self.split + '_*.bin')})\n" + "".join(f"  {p}\n" for p in self.paths).rstrip("\n")
 
 
+def write_meta(out, tokenizer, sha256, vocab_size, eod_id, bos_id, wide, tr, va):
+    """DIR/meta.json as build/prepare writes it (data/prepare.c write_meta: same keys, order and layout), written
+    to DIR/.meta.json.tmp and renamed, so it only ever describes a complete set of shards."""
+    def j(v):   # a JSON value; non-ASCII text as UTF-8, as build/prepare writes it
+        return json.dumps(v, ensure_ascii=False)
+
+    def pair(a, b):
+        return f'{{"train": {a}, "val": {b}}}'
+    fields = [("format", j("ringlm-data-1")), ("tokenizer", j(tokenizer)), ("tokenizer_sha256", j(sha256)),
+              ("vocab_size", j(vocab_size)), ("eod_id", j(eod_id)), ("bos_id", j(bos_id)),
+              ("dtype", j("uint32" if wide else "uint16")), ("documents", pair(tr.n_docs, va.n_docs)),
+              ("tokens", pair(tr.n_tokens, va.n_tokens)), ("shards", pair(tr.n_shards, va.n_shards)),
+              ("command", j(shlex.join(sys.argv)))]
+    text = "{\n" + ",\n".join(f'  "{k}": {v}' for k, v in fields) + "\n}\n"
+    path, tmp = os.path.join(out, "meta.json"), os.path.join(out, ".meta.json.tmp")
+    try:
+        f = open(tmp, "wb")
+    except OSError as e:
+        raise H.Fail(f"cannot create '{tmp}': {e.strerror}")
+    created.append(tmp)
+    try:
+        with f:
+            f.write(text.encode("utf-8", "surrogateescape"))   # a path or argument that is not UTF-8: its bytes
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise H.Fail(f"cannot write '{tmp}': {e.strerror}")
+    try:
+        os.replace(tmp, path)
+    except OSError as e:
+        raise H.Fail(f"cannot rename '{tmp}' to '{path}': {e.strerror}")
+    created.append(path)                         # an error after this point (printing) still removes it
+    return path
+
+
 def parse_size(s, what):
     try:
         v = int(s)
@@ -215,7 +259,8 @@ def main():
     ap.add_argument("--seed", default="0", help="seed of the train/val assignment (default 0)")
     ap.add_argument("--shard-tokens", default="100000000", help="tokens per shard (default 100000000)")
     ap.add_argument("--sep", help="the document separator: a token or an id (default: see below)")
-    ap.add_argument("--force", action="store_true", help="replace existing DIR/train_*.bin and DIR/val_*.bin")
+    ap.add_argument("--force", action="store_true", help="replace existing DIR/train_*.bin, DIR/val_*.bin and "
+                    "DIR/meta.json")
     a = ap.parse_args()
     if not a.tokenizer:
         raise H.Fail("--tokenizer TOKENIZER is required (a tokenizer.json or a directory holding one)")
@@ -245,7 +290,13 @@ def main():
     # the text is encoded by a copy without the special added tokens (and without the post-processor): a special
     # token's text inside a document ("<|endoftext|>", "<s>") is text, never a forged separator
     try:
-        j = json.load(open(info["json"], encoding="utf-8"))
+        with open(info["json"], "rb") as f:
+            raw = f.read()                          # hashed and encoded with: meta.json's SHA-256 is of these bytes
+    except OSError as e:
+        raise H.Fail(f"cannot read '{info['json']}': {e.strerror}")
+    sha256 = hashlib.sha256(raw).hexdigest()
+    try:
+        j = json.loads(raw.decode("utf-8"))
         j["added_tokens"] = [t for t in j.get("added_tokens") or [] if not t.get("special")]
         j["post_processor"] = None
         tok = Tokenizer.from_str(json.dumps(j))
@@ -267,10 +318,16 @@ def main():
     if not os.access(a.out, os.W_OK | os.X_OK):
         raise H.Fail(f"output directory '{a.out}' is not writable")
     old = sorted(n for n in os.listdir(a.out) if fnmatch.fnmatch(n, "train_*.bin") or fnmatch.fnmatch(n, "val_*.bin"))
+    if os.path.lexists(os.path.join(a.out, "meta.json")):
+        old.append("meta.json")                                 # last: an error names a shard first
     for n in old:
+        p = os.path.join(a.out, n)
         if not a.force:
-            raise H.Fail(f"'{os.path.join(a.out, n)}' already exists (use --force to replace the shards in '{a.out}')")
-        os.remove(os.path.join(a.out, n))
+            raise H.Fail(f"'{p}' already exists (use --force to replace the shards in '{a.out}')")
+        try:
+            os.remove(p)
+        except OSError as e:
+            raise H.Fail(f"cannot remove '{p}': {e.strerror}")
 
     writers = {0: Writer(a.out, "train", max_tokens, wide), 1: Writer(a.out, "val", max_tokens, wide)}
     n_files = sum(len(t) for _, t in c.docs)
@@ -284,15 +341,20 @@ def main():
                 w.put(enc.ids)
                 w.n_docs += 1
         w.finish()
+    tok_path = os.path.abspath(info["json"])
+    meta = write_meta(a.out, tok_path, sha256, vocab_size, sep_id, info["bos"][1] if info["bos"] else None, wide,
+                      writers[0], writers[1])
     sk = c.skip
     print(f"prepare_hf: {len(c.docs)} documents from {n_files} files (skipped: binary {sk['binary']}, empty "
           f"{sk['empty']}, not UTF-8 {sk['not_utf8']}, symlinks {sk['symlinks']}, hidden dirs {sk['hidden_dirs']}, "
           f"other {sk['other']})")
     print(writers[0].line())
     print(writers[1].line())
-    print(f"tokenizer: {info['json']}, vocabulary {vocab_size} (build/train needs vocab_size >= {vocab_size}); "
+    print(f"tokenizer: {tok_path} (sha256 {sha256[:12]}...), vocabulary {vocab_size}; "
           f"{'uint32 shards (magic 20240521)' if wide else 'uint16 shards'}")
-    print(f"separator: {sep_tok!r} id {sep_id} before every document ({why}); evaluate with build/eval --eod {sep_id}")
+    print(f"separator: {sep_tok!r} id {sep_id} before every document ({why})")
+    print(f"meta: {meta} records vocab_size {vocab_size} and eod {sep_id}; build/train and build/eval take them from "
+          "it (a vocab_size or eod given to them that contradicts it is refused)")
     return 0
 
 

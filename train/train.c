@@ -9,8 +9,10 @@
 #include "common/files.h"
 #include "common/rundir.h"
 #include "common/util.h"
+#include "data/meta.h"
 #include "data/shards.h"
 #include "model/config.h"
+#include "model/decode.h"
 #include "model/model.h"
 #include "model/plan.h"
 #include "model/verify.h"
@@ -117,6 +119,81 @@ static int init_check(const Config* c) {
     return 0;
 }
 
+// ---- the data's meta.json (data/meta.h): vocab_size and eod default to it; contradicting values are refused ----
+static DataMeta g_meta;                      // the training data's (found = 0: none, or data_meta = 0)
+static char meta_note[1400];                 // what was taken from it, for the banner
+
+static const char* given_where(const Config* c, const char* key) {
+    return config_given(c, key) == CFG_GIVEN_CLI ? "command line" : "config file";
+}
+
+static int apply_data_meta(Config* c) {
+    char e[1500];
+    if (data_meta_read(c->train_data, &g_meta, e, sizeof e)) { snprintf(msg, sizeof msg, "train: train_data: %s", e); return 1; }
+    if (!g_meta.found) return 0;
+    if (c->val_data[0]) {   // the validation data must be the same tokens
+        DataMeta v;
+        if (data_meta_read(c->val_data, &v, e, sizeof e)) { snprintf(msg, sizeof msg, "train: val_data: %s", e); return 1; }
+        char why[600];
+        int same = !v.found || data_meta_same_tokens(&g_meta, &v, why, sizeof why);
+        if (!same) {
+            snprintf(msg, sizeof msg, "train: val_data and train_data were made with different tokens (%s: %s and %s); "
+                     "validate on data of the training tokenizer", why, v.path, g_meta.path);
+        }
+        data_meta_free(&v);
+        if (!same) return 1;
+    }
+    const char* fix = "drop the key to take the data's value, or set data_meta = 0 to ignore meta.json";
+    int k = snprintf(meta_note, sizeof meta_note, "data: %s: tokenizer %s, vocab_size %d, eod %d", g_meta.path,
+                     g_meta.tokenizer, g_meta.vocab_size, g_meta.eod_id);
+    if (!config_given(c, "vocab_size")) {
+        c->vocab_size = g_meta.vocab_size;
+        k += snprintf(meta_note + k, sizeof meta_note - k, " (vocab_size taken");
+    } else if (c->vocab_size < g_meta.vocab_size) {
+        snprintf(msg, sizeof msg, "train: vocab_size = %d (%s) is smaller than the training data's vocabulary of %d (%s, "
+                 "tokenizer %s): %s", c->vocab_size, given_where(c, "vocab_size"), g_meta.vocab_size, g_meta.path,
+                 g_meta.tokenizer, fix);
+        return 1;
+    } else k += snprintf(meta_note + k, sizeof meta_note - k, " (vocab_size %d as given", c->vocab_size);
+    if (g_meta.eod_id >= 0) {
+        if (!config_given(c, "eod")) {
+            c->eod = g_meta.eod_id;
+            snprintf(meta_note + k, sizeof meta_note - k, ", eod taken)");
+        } else if (config_eod(c) != g_meta.eod_id) {
+            snprintf(msg, sizeof msg, "train: eod = %d (%s) contradicts the training data's end-of-document id %d (%s): %s",
+                     c->eod, given_where(c, "eod"), g_meta.eod_id, g_meta.path, fix);
+            return 1;
+        } else snprintf(meta_note + k, sizeof meta_note - k, ", eod as given)");
+    } else snprintf(meta_note + k, sizeof meta_note - k, ")");
+    return 0;
+}
+
+// a checkpoint's recorded data description against this run's data: the same tokens, or one line (every rank)
+static void check_ckpt_tokens(const Grid* g, const char* cpath, const char* what) {
+    int fail = 0;
+    if (g_meta.found) {
+        static char text[1 << 16];
+        char e[1200];
+        int rc = ckpt_read_data_meta(cpath, text, sizeof text, e, sizeof e);
+        if (rc == 1) { snprintf(msg, sizeof msg, "train: %s", e); fail = 1; }
+        if (rc == 0) {
+            DataMeta old;
+            char why[600];
+            if (data_meta_parse(text, "the checkpoint's data_meta", &old, e, sizeof e)) {
+                snprintf(msg, sizeof msg, "train: '%s': %s", cpath, e);
+                fail = 1;
+            } else if (!data_meta_same_tokens(&old, &g_meta, why, sizeof why)) {
+                snprintf(msg, sizeof msg, "train: %s '%s' was trained on other tokens than this run's data (%s; checkpoint's "
+                         "data %s, now %s): train on data of the checkpoint's tokenizer, or set data_meta = 0 if you are "
+                         "sure", what, cpath, why, old.path, g_meta.path);
+                fail = 1;
+            }
+            data_meta_free(&old);
+        }
+    }
+    grid_check(g->world_g, fail, msg);
+}
+
 // parse the command line into c; 0 or 1 with msg set. *help set for --help.
 // The command line is first put in the form `--key value` (config_argv: --key=value, dashes for underscores).
 static int parse_args(int argc, char** argv, Config* c, int* force, int* help) {
@@ -144,6 +221,7 @@ static int parse_args(int argc, char** argv, Config* c, int* force, int* help) {
         if (rc) return 1;
     }
     if (init_from[0] && init_check(c)) return 1;
+    if (c->data_meta && apply_data_meta(c)) return 1;
     if (config_validate(c, msg, sizeof msg)) return 1;
     if (!(c->timeout_s >= 0)) { snprintf(msg, sizeof msg, "train: timeout_s = %g must be >= 0 (0: no watchdog)", c->timeout_s); return 1; }
     if (!c->train_data[0]) { snprintf(msg, sizeof msg, "train: train_data is not set (a shard pattern, directory or file)"); return 1; }
@@ -297,8 +375,102 @@ static void log_step(Run* r, int step, const StepResult* s, const RingStep* rs, 
     fflush(f);
 }
 
+// ---- samples of the model's text during training (sample_every): every rank of a replica runs the decoder (its
+// collectives span tp and cp), world rank 0 prints one line ----
+static int sample_prompt_tokens(const Config* c, int* out, int cap, char* err, size_t n) {
+    const char* p = c->sample_prompt;
+    int k = 0;
+    if (!p[0]) {
+        if (config_eod(c) < 0) { snprintf(err, n, "sample_prompt is empty and this vocabulary has no eod token: give ids:1,2,3"); return -1; }
+        out[k++] = config_eod(c);
+        return k;
+    }
+    if (!strncmp(p, "ids:", 4)) {
+        for (const char* q = p + 4; *q && k < cap;) {
+            char* e;
+            long v = strtol(q, &e, 10);
+            if (e == q || v < 0 || v >= c->vocab_size || (*e && *e != ',')) {
+                snprintf(err, n, "sample_prompt '%s': ids must be comma-separated token ids below vocab_size = %d", p, c->vocab_size);
+                return -1;
+            }
+            out[k++] = (int)v;
+            q = *e ? e + 1 : e;
+        }
+        return k;
+    }
+    if (c->vocab_size != 257) {
+        snprintf(err, n, "sample_prompt is text, which needs the byte tokenizer (vocab_size 257, this model %d): give ids:1,2,3",
+                 c->vocab_size);
+        return -1;
+    }
+    for (; p[k] && k < cap; k++) out[k] = (unsigned char)p[k];
+    return k;
+}
+
+static void print_sample(FILE* f, const int* tok, int n, int byte, int eod) {
+    for (int i = 0; i < n; i++) {
+        int t = tok[i];
+        if (!byte) { fprintf(f, i ? ",%d" : "%d", t); continue; }
+        if (t == eod) fputs("<|eod|>", f);
+        else if (t == '\n') fputs("\\n", f);
+        else if (t == '\\') fputs("\\\\", f);
+        else if (t < 32 || t == 127) fprintf(f, "\\x%02x", t);
+        else fputc(t, f);
+    }
+}
+
+static void train_sample(Run* r, int step) {
+    const Config* c = &r->c;
+    int cap = c->sample_tokens + 1 + (int)strlen(c->sample_prompt) + 4;
+    int* tok = malloc((size_t)cap * sizeof(int));
+    char e[600];
+    int np = sample_prompt_tokens(c, tok, cap, e, sizeof e);   // (checked at start-up: np > 0 here)
+    int n = np, room = c->max_seq_len - np;
+    int want = c->sample_tokens < room ? c->sample_tokens : room;
+    Decoder d;
+    int cp = r->g.cp;
+    decoder_init(&d, &r->m, (np + want) / cp + 2);
+    uint64_t rng = mix64((uint64_t)c->seed ^ 0x73616d706c65ULL);   // the same draws at every step: comparable samples
+    const float* lg = NULL;
+    for (int i = 0; i < np; i++) lg = decoder_step(&d, tok[i], i);
+    int made = 0;
+    for (; made < want; made++) {
+        int next = sample_logits(lg, c->vocab_size, c->sample_temperature, 0, 1.0f, &rng);
+        tok[n++] = next;
+        if (next == config_eod(c) || made + 1 == want) { made++; break; }
+        lg = decoder_step(&d, next, n - 1);
+    }
+    decoder_free(&d);
+    if (r->rank0) {
+        int byte = c->vocab_size == 257;
+        printf("sample (step %d, %d tokens, temperature %g): %s", step, made, c->sample_temperature, byte ? "\"" : "");
+        print_sample(stdout, tok, n, byte, config_eod(c));
+        printf("%s\n", byte ? "\"" : "");
+        fflush(stdout);
+    }
+    free(tok);
+}
+
+// at start-up: can this run print samples? (one line and exit when the prompt is bad; a note when the layout cannot)
+static int sample_ready(const Run* r) {
+    const Config* c = &r->c;
+    if (!c->sample_every) return 0;
+    int tok[4];
+    char e[600];
+    int fail = sample_prompt_tokens(c, tok, 1, e, sizeof e) < 0;
+    if (fail) snprintf(msg, sizeof msg, "train: %s", e);
+    grid_check(r->g.world_g, fail, msg);
+    if (config_a2a(c) > 1) {
+        if (r->rank0) printf("note: sample_every: samples need cp_comm = ring (the KV cache of the all-to-all layouts is not "
+                             "written); no samples in this run (build/sample runs any checkpoint on a ring)\n");
+        return 0;
+    }
+    return 1;
+}
+
 // a checkpoint of the state after `step` steps (collective; a failure ends the job with one line)
 static void save(Run* r, int step, long long cursor) {
+    r->ts.data_meta = g_meta.found ? g_meta.text : NULL;
     r->ts.step = step; r->ts.cursor = cursor; r->ts.tokens_seen = cursor * (long long)r->c.seq_len;
     double t1 = now_s();
     int fail = ckpt_save(r->c.out_dir, r->c.keep_last, &r->m, &r->opt, &r->g, &r->ts, msg, sizeof msg);
@@ -351,8 +523,19 @@ static void check_out_dir(Run* r, int force, const char* metrics_path) {
         grid_on_exit(rundir_unlock);   // (before any rank exits: mpirun may kill the rest as soon as one has)
         if (!fail && note[0]) { printf("note: %s\n", note); fflush(stdout); }
         if (!fail && !force && !r->c.resume[0] && stat(metrics_path, &st) == 0) {
-            snprintf(msg, sizeof msg, "train: '%s' exists from an earlier run; choose another out_dir or pass --force", metrics_path);
-            fail = 1;
+            char lp[CFG_STR + 16];
+            struct stat lst;
+            snprintf(lp, sizeof lp, "%s/latest", r->c.out_dir);
+            if (st.st_size == 0 && stat(lp, &lst) != 0) {   // a run that completed no step (and saved nothing)
+                printf("note: out_dir '%s' holds a run that completed no step (empty metrics.jsonl, no checkpoint): this "
+                       "run replaces it\n", r->c.out_dir);
+                fflush(stdout);
+            } else {
+                snprintf(msg, sizeof msg, "train: '%s' exists from an earlier run (%lld bytes of step records%s); choose "
+                         "another out_dir, resume it with --resume latest, or pass --force to replace it", metrics_path,
+                         (long long)st.st_size, stat(lp, &lst) == 0 ? ", checkpoints" : "");
+                fail = 1;
+            }
         }
     }
     grid_check(r->g.world_g, fail, msg);
@@ -456,6 +639,27 @@ static void resume_checks(Run* r, const char* cpath) {
     grid_check(r->g.world_g, fail, msg);
 }
 
+// rank 0: warn when this run's schedule gives the next step another learning rate than the checkpoint's did
+static void lr_jump_warning(const Config* c, const char* cpath, long long step) {
+    Config old;
+    char e[1024];
+    if (ckpt_read_config(cpath, &old, e, sizeof e)) return;   // (loaded a moment ago: cannot fail here)
+    float was = lr_at(&old, step), now = lr_at(c, step);
+    if (fabsf(was - now) <= 1e-6f * fmaxf(fabsf(was), fabsf(now))) return;
+    char sched_old[160], sched_new[160];
+    snprintf(sched_old, sizeof sched_old, "%s, max_steps %d%s", old.lr_schedule, old.max_steps,
+             old.lr_horizon ? ", lr_horizon" : "");
+    if (old.lr_horizon) snprintf(sched_old + strlen(sched_old), sizeof sched_old - strlen(sched_old), " %d", old.lr_horizon);
+    snprintf(sched_new, sizeof sched_new, "%s, max_steps %d%s", c->lr_schedule, c->max_steps, c->lr_horizon ? ", lr_horizon" : "");
+    if (c->lr_horizon) snprintf(sched_new + strlen(sched_new), sizeof sched_new - strlen(sched_new), " %d", c->lr_horizon);
+    printf("WARNING: the learning rate jumps at the resume: step %lld had lr %.3e under the checkpoint's schedule (%s) "
+           "and gets %.3e under this run's (%s). To extend a run without a jump: keep its decay where it was "
+           "(--lr_horizon %d with cosine or linear: min_lr after it), or train with lr_schedule = wsd, which stays at lr "
+           "until its final lr_cooldown steps (README: \"Extending a run\")\n", step + 1, was, sched_old, now, sched_new,
+           old.lr_horizon ? old.lr_horizon : old.max_steps);
+    fflush(stdout);
+}
+
 static void resume(Run* r) {
     char cpath[CFG_STR + 600], notes[4096];
     int fail = ckpt_resolve(r->c.resume, r->c.out_dir, cpath, sizeof cpath, msg, sizeof msg);
@@ -468,7 +672,9 @@ static void resume(Run* r) {
                r->ts.cursor, r->ts.tokens_seen, now_s() - t0);
         if (notes[0]) printf("note: %s\n", notes);
     }
+    check_ckpt_tokens(&r->g, cpath, "the checkpoint");
     resume_checks(r, cpath);
+    if (r->rank0) lr_jump_warning(&r->c, cpath, r->ts.step);
 }
 
 // --init_from: the checkpoint's parameters only, resharded to this layout; the training state stays fresh
@@ -478,6 +684,7 @@ static void init_load(Run* r) {
     double t0 = now_s();
     int fail = ckpt_load(init_from, &r->m, NULL, &r->g, &ts, INIT_ALLOW, msg, sizeof msg, NULL, 0);
     grid_check(r->g.world_g, fail, msg);
+    check_ckpt_tokens(&r->g, init_from, "--init_from");
     memset(&r->ts, 0, sizeof r->ts);
     if (r->rank0) {
         printf("initialised from %s (saved at step %lld): parameters only; step 0, fresh AdamW moments, data cursor 0 "
@@ -521,9 +728,13 @@ static void print_banner(const Run* r) {
            omp_get_max_threads());
     grid_print(&r->g);
     config_write(c, stdout);
-    printf("params %zu (%.2f M) | train %lld tokens, %lld sequences of %d | %d tokens per rank | "
-           "accumulation %d x %d sequences x dp %d\n", r->m.pt.total, r->m.pt.total / 1e6, (long long)r->train.n_tokens,
-           (long long)r->train.n_seq, T, Tl, r->accum, c->micro_batch, r->g.dp);
+    if (meta_note[0]) printf("%s\n", meta_note);
+    double total = 0;   // the model's parameters (logical shapes: no TP padding)
+    for (int i = 0; i < r->m.pt.n; i++) total += (double)r->m.pt.p[i].shape[0] * r->m.pt.p[i].shape[1];
+    printf("params %.0f (%.2f M) in the model; %zu (%.2f M) on each of the tp = %d ranks of a layer%s | train %lld tokens, "
+           "%lld sequences of %d | %d tokens per rank | accumulation %d x %d sequences x dp %d\n", total, total / 1e6,
+           r->m.pt.total, r->m.pt.total / 1e6, r->g.tp, r->g.tp > 1 ? " (norms replicated, vocabulary padded)" : "",
+           (long long)r->train.n_tokens, (long long)r->train.n_seq, T, Tl, r->accum, c->micro_batch, r->g.dp);
     if (r->g.cp > 1 && Tl < 512)
         printf("note: %d tokens per rank: below ~512 the ring's per-step compute is too short to hide its "
                "communication; a smaller cp is likely faster\n", Tl);
@@ -603,6 +814,7 @@ int main(int argc, char** argv) {
     int step0 = (int)r->ts.step, saved_at = c->resume[0] ? step0 : -1, done_steps = step0;
     RingStats rs_total;
     int have_ring = model_ring_stats(&r->m, &rs_total);
+    int sampling = sample_ready(r);
     signal(SIGUSR1, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
     for (int step = step0; step < c->max_steps; step++) {
@@ -627,6 +839,7 @@ int main(int argc, char** argv) {
         if (r->rank0 && stop) printf("stopping after step %d on signal %d: checkpoint saved; continue with --resume latest\n",
                                      step + 1, stop);
         if (r->rank0) log_step(r, step, &s, &rs, have_ring, cursor, stop);
+        if (sampling && ((step + 1) % c->sample_every == 0 || step + 1 == c->max_steps)) train_sample(r, step + 1);
         if (stop) break;
     }
     if (saved_at != done_steps && c->save_final) save(r, done_steps, cursor);   // the final checkpoint (max_steps 0: the fresh model)
