@@ -4,8 +4,11 @@
 //   [mpirun -np N] build/eval --ckpt PATH [--ckpt PATH ...] --data PATTERN --seq_len L [options]
 //   [mpirun -np N] build/eval --passkey --ckpt PATH [--passkey_lens 256,512] [--passkey_depths 0,0.5,1] ...
 //
-// Each series is one checkpoint with one RoPE setting (several --ckpt and/or --rope give several series,
-// drawn on one plot). Documents are the data's documents (split at the end-of-document token) of at least
+// Each series is one checkpoint with one RoPE setting, drawn on one plot: every --ckpt starts a series whose RoPE is
+// as the checkpoint was trained; a --rope (or --rope_* key, or --label) applies to the series of the --ckpt it follows,
+// and each further --rope after one --ckpt adds a series of that checkpoint. With --data, the data's meta.json
+// (data/meta.h) gives the default --eod, and a checkpoint that recorded its training data's tokens must be
+// evaluated on the same tokens. Documents are the data's documents (split at the end-of-document token) of at least
 // L + 1 tokens; each contributes its first L targets, position p in the context = p-th target. With
 // --stride S (sliding windows, the YaRN paper's protocol) documents are scored up to --doc_len tokens with
 // windows of L tokens every S tokens, only the tokens new to a window scored; positions are then positions
@@ -19,6 +22,7 @@
 #include "comm/grid.h"
 #include "common/files.h"
 #include "common/util.h"
+#include "data/meta.h"
 #include "data/shards.h"
 #include "eval/passkey.h"
 #include "eval/report.h"
@@ -45,12 +49,16 @@ static const char* ALLOW[] = { "rope_scaling", "rope_factor", "rope_original_max
                                "seq_len", NULL };
 enum { NOVERRIDE = 4 };   // the first four of ALLOW can be given on the command line
 
+typedef struct {   // one series: a checkpoint, its RoPE (as trained unless given) and its legend label
+    const char* ckpt;
+    const char* label;                  // NULL: file name (+ the RoPE when one is given)
+    Rope rope;                          // --rope (text "": none given)
+    const char* overrides[NOVERRIDE];   // --rope_scaling / --rope_factor / ... (NULL: as saved)
+} SeriesArg;
+
 typedef struct {
-    const char* ckpts[MAX_SERIES]; int nckpt;
-    const char* labels[MAX_SERIES]; int nlabel;
-    Rope ropes[MAX_SERIES]; int nrope;
-    const char* overrides[NOVERRIDE];   // --rope_scaling / --rope_factor / ... (NULL: as saved), every series
-    const char* data; int seq_len, docs, bucket, log_buckets, stride, doc_len, eod, force;
+    SeriesArg ser[MAX_SERIES]; int ns;
+    const char* data; int seq_len, docs, bucket, log_buckets, stride, doc_len, eod, force, data_meta;
     int doc_mask, doc_positions;        // packed windows with document masking; RoPE restarts (-1: the checkpoint's)
     int tp, cp; char layout[16]; const char* comm;
     const char* out; const char* name;
@@ -65,9 +73,14 @@ static void usage(FILE* f) {
         "Perplexity by position in the context (table on stdout, OUT/NAME.csv, OUT/NAME.svg), or passkey retrieval\n"
         "accuracy over context lengths x depths: documents with all 5 digits right, and digits right (OUT/NAME_passkey.csv,\n"
         "OUT/NAME_passkey.svg).\n"
-        "  --ckpt PATH            checkpoint file, or a directory (its latest); repeat for several series\n"
-        "  --label TEXT           legend label of the next series (in order; default: file name + RoPE)\n"
-        "  --data PATTERN         held-out token shards (glob, directory or file)\n"
+        "  --ckpt PATH            checkpoint file, or a directory (its latest); each --ckpt starts a series, with\n"
+        "                         the RoPE the checkpoint was trained with\n"
+        "  --label TEXT           legend label of the series of the --ckpt or --rope it follows (default: file\n"
+        "                         name, + the RoPE when one is given)\n"
+        "  --data PATTERN         held-out token shards (glob, directory or file); their directory's meta.json\n"
+        "                         (written by build/prepare, tools/prepare_hf) gives the default --eod, and a\n"
+        "                         checkpoint that recorded its training data's tokenizer must match it\n"
+        "  --data_meta 0|1        0: ignore meta.json and the checkpoint's recorded data description (default 1)\n"
         "  --seq_len L            context length to evaluate at (may exceed the trained one; divisible by 2*cp)\n"
         "  --docs N               documents to evaluate (default 16; 0 = all that are long enough; a note says\n"
         "                         when the data has fewer)\n"
@@ -80,13 +93,15 @@ static void usage(FILE* f) {
         "                         positions at each document (default: as the checkpoint was trained)\n"
         "  --doc_len D            with --stride: score the first D tokens of each document (default 4 L)\n"
         "  --eod ID               end-of-document (separator) token of the data, e.g. the one tools/prepare_hf\n"
-        "                         printed (default 256 for the byte tokenizer's vocab 257, else -1; -1: no\n"
-        "                         documents, consecutive windows of the stream); --passkey starts its documents\n"
-        "                         with it\n"
-        "  --rope SPEC            add a RoPE setting: none | linear:F | yarn:F[:L] (original length L);\n"
-        "                         repeat to compare settings of one checkpoint on one plot\n"
+        "                         printed (default: the data's meta.json eod_id, else 256 for the byte\n"
+        "                         tokenizer's vocab 257, else -1; -1: no documents, consecutive windows of the\n"
+        "                         stream); a value that contradicts meta.json is refused; --passkey starts its\n"
+        "                         documents with it\n"
+        "  --rope SPEC            RoPE of the series of the --ckpt it follows: none | linear:F | yarn:F[:L]\n"
+        "                         (original length L); more --rope after one --ckpt add series of that checkpoint\n"
+        "                         (compare settings of one model on one plot: --ckpt a.h5 --rope none --rope yarn:4)\n"
         "  --rope_scaling S --rope_factor F --rope_original_max_seq_len L --rope_theta B\n"
-        "                         override the checkpoint's RoPE for every series\n"
+        "                         override one key of the RoPE of the series they follow (as --rope)\n"
         "  --tp N --cp N          layout (dp = ranks / (tp cp)); --cp_layout zigzag|contiguous\n"
         "  --comm NAME            data transport: auto | mpi | nccl (as the training key comm)\n"
         "  --out DIR              output directory (default out/eval); --name NAME file stem (default ppl)\n"
@@ -131,7 +146,7 @@ static int parse_list(const char* s, double* out, int max) {
 
 // every option's name, for the nearest one to an unknown option (the RoPE overrides included)
 static const char* const OPTIONS[] = { "ckpt", "label", "data", "seq_len", "docs", "bucket", "log_buckets", "stride",
-    "doc_mask", "doc_positions", "doc_len", "eod", "rope", "rope_scaling", "rope_factor", "rope_original_max_seq_len",
+    "doc_mask", "doc_positions", "doc_len", "eod", "data_meta", "rope", "rope_scaling", "rope_factor", "rope_original_max_seq_len",
     "rope_theta", "tp", "cp", "cp_layout", "comm", "out", "name", "force", "passkey", "passkey_lens", "passkey_depths",
     "passkey_trials", "seed", "help", NULL };
 
@@ -139,7 +154,7 @@ static int to_int(const char* s, int* v) { char* e; long x = strtol(s, &e, 10); 
 
 static int parse_args(int argc, char** argv, Args* a) {
     memset(a, 0, sizeof *a);
-    a->docs = 16; a->eod = -2; a->doc_positions = -1; a->tp = 1; a->cp = 1; snprintf(a->layout, sizeof a->layout, "zigzag");
+    a->docs = 16; a->eod = -2; a->data_meta = 1; a->doc_positions = -1; a->tp = 1; a->cp = 1; snprintf(a->layout, sizeof a->layout, "zigzag");
     a->out = "out/eval"; a->name = "ppl"; a->trials = 4; a->seed = 1; a->comm = "auto";
     int lens[3] = { 256, 512, 1024 };
     for (int i = 0; i < 3; i++) a->lens[i] = lens[i];
@@ -152,6 +167,7 @@ static int parse_args(int argc, char** argv, Args* a) {
     char err0[512];
     argc = config_argv(argc, argv, FLAGS, &argv, err0, sizeof err0);
     if (argc < 0) { snprintf(msg, sizeof msg, "eval: %s", err0); return 1; }
+    int roped = 0;   // the last --ckpt has had a --rope: a further one starts another series of it
     for (int i = 1; i < argc; i++) {
         const char* k = argv[i];
         if (!strcmp(k, "--log_buckets")) { a->log_buckets = 1; continue; }
@@ -161,9 +177,37 @@ static int parse_args(int argc, char** argv, Args* a) {
         if (!strncmp(k, "--", 2) && i + 1 >= argc) { snprintf(msg, sizeof msg, "eval: option '%s' needs a value (see --help)", k); return 1; }
         const char* v = argv[i + 1];
         int bad = 0;
-        if (!strcmp(k, "--ckpt")) { if (a->nckpt == MAX_SERIES) bad = 1; else a->ckpts[a->nckpt++] = v; }
-        else if (!strcmp(k, "--label")) { if (a->nlabel == MAX_SERIES) bad = 1; else a->labels[a->nlabel++] = v; }
+        SeriesArg* cur = a->ns ? &a->ser[a->ns - 1] : NULL;   // the series an option that follows a --ckpt applies to
+        int per_series = !strcmp(k, "--rope") || !strcmp(k, "--label");
+        for (int o = 0; o < NOVERRIDE; o++) per_series |= !strncmp(k, "--", 2) && !strcmp(k + 2, ALLOW[o]);
+        if (per_series && !cur) {
+            snprintf(msg, sizeof msg, "eval: %s %s comes before any --ckpt: put it after the --ckpt it belongs to (it applies "
+                     "to the series of the --ckpt it follows)", k, v);
+            return 1;
+        }
+        if (!strcmp(k, "--ckpt") || (!strcmp(k, "--rope") && roped)) {   // a new series
+            if (a->ns == MAX_SERIES) {
+                snprintf(msg, sizeof msg, "eval: at most %d series (each --ckpt, and each further --rope after one, is one)", MAX_SERIES);
+                return 1;
+            }
+            SeriesArg* n = &a->ser[a->ns++];
+            memset(n, 0, sizeof *n);
+            n->ckpt = cur && strcmp(k, "--ckpt") ? cur->ckpt : v;
+            if (!strcmp(k, "--ckpt")) { roped = 0; i++; continue; }
+            cur = n;
+        }
+        if (!strcmp(k, "--ckpt")) {}
+        else if (!strcmp(k, "--rope")) { bad = parse_rope(v, &cur->rope); roped = 1; }
+        else if (!strcmp(k, "--label")) {
+            if (cur->label) {
+                snprintf(msg, sizeof msg, "eval: two --label for one series ('%s' and '%s', series %d of --ckpt %s): a --label "
+                         "names the series of the --ckpt or --rope it follows", cur->label, v, a->ns, cur->ckpt);
+                return 1;
+            }
+            cur->label = v;
+        }
         else if (!strcmp(k, "--data")) a->data = v;
+        else if (!strcmp(k, "--data_meta")) bad = to_int(v, &a->data_meta) || a->data_meta < 0 || a->data_meta > 1;
         else if (!strcmp(k, "--seq_len")) bad = to_int(v, &a->seq_len) || a->seq_len <= 1;
         else if (!strcmp(k, "--docs")) bad = to_int(v, &a->docs) || a->docs < 0;
         else if (!strcmp(k, "--bucket")) bad = to_int(v, &a->bucket) || a->bucket <= 0;
@@ -191,7 +235,6 @@ static int parse_args(int argc, char** argv, Args* a) {
             for (int j = 0; j < n; j++) bad |= a->depths[j] < 0 || a->depths[j] > 1;
             a->ndepths = n;
         }
-        else if (!strcmp(k, "--rope")) { if (a->nrope == MAX_SERIES || parse_rope(v, &a->ropes[a->nrope])) bad = 1; else a->nrope++; }
         else {
             int o = 0;
             while (o < NOVERRIDE && (strncmp(k, "--", 2) || strcmp(k + 2, ALLOW[o]))) o++;
@@ -206,12 +249,12 @@ static int parse_args(int argc, char** argv, Args* a) {
             config_defaults(&probe);
             char err[1024];
             if (config_set(&probe, ALLOW[o], v, "command line", err, sizeof err)) { snprintf(msg, sizeof msg, "eval: %s", err); return 1; }
-            a->overrides[o] = v;
+            cur->overrides[o] = v;
         }
         if (bad) { snprintf(msg, sizeof msg, "eval: invalid value '%s' for %s (see --help)", v, k); return 1; }
         i++;
     }
-    if (!a->nckpt) { snprintf(msg, sizeof msg, "eval: no --ckpt given (a checkpoint file or a directory with 'latest')"); return 1; }
+    if (!a->ns) { snprintf(msg, sizeof msg, "eval: no --ckpt given (a checkpoint file or a directory with 'latest')"); return 1; }
     if (!a->passkey && !a->data) { snprintf(msg, sizeof msg, "eval: no --data given (held-out token shards)"); return 1; }
     if (!a->passkey && !a->seq_len) { snprintf(msg, sizeof msg, "eval: no --seq_len given (the context length to evaluate at)"); return 1; }
     if (a->bucket && a->log_buckets) { snprintf(msg, sizeof msg, "eval: --bucket and --log_buckets exclude each other"); return 1; }
@@ -223,8 +266,11 @@ static int parse_args(int argc, char** argv, Args* a) {
     if (a->stride && a->stride > a->seq_len) { snprintf(msg, sizeof msg, "eval: --stride %d exceeds --seq_len %d", a->stride, a->seq_len); return 1; }
     if (!a->doc_len) a->doc_len = 4 * a->seq_len;
     if (a->stride && a->doc_len < a->seq_len) { snprintf(msg, sizeof msg, "eval: --doc_len %d is shorter than --seq_len %d", a->doc_len, a->seq_len); return 1; }
-    if (a->nrope == 0) { a->nrope = 1; a->ropes[0].text[0] = 0; }
-    if (a->nckpt * a->nrope > MAX_SERIES) { snprintf(msg, sizeof msg, "eval: at most %d series (checkpoints x RoPE settings)", MAX_SERIES); return 1; }
+    if (a->passkey && a->ns > 1) {
+        snprintf(msg, sizeof msg, "eval: --passkey evaluates one series (one --ckpt, at most one --rope), not %d: run it once "
+                 "per checkpoint or setting", a->ns);
+        return 1;
+    }
     return 0;
 }
 
@@ -240,18 +286,89 @@ static void apply_rope(Config* c, const Rope* r) {
 typedef struct { Model m; int Tl; } Net;
 static int series_eod(const Args* a, const Grid* g, const Config* c, const char* ckpt, int passkey);
 
-// build the model for contexts of T tokens and load the checkpoint's parameters (collective)
-static void net_open(Net* n, const char* ckpt, const Args* a, const Rope* r, const Grid* g, int T, Config* c_out) {
+static DataMeta g_meta;   // the --data's meta.json (found = 0: none, --passkey, or --data_meta 0)
+
+// a RoPE setting as text: none | linear:F | yarn:F:L (F, L: the values used), then " theta B" when show_theta
+static void rope_text(const Config* c, int show_theta, char* out, size_t n) {
+    char f[32], th[32];
+    config_format(c, "rope_factor", f, sizeof f);
+    config_format(c, "rope_theta", th, sizeof th);
+    int k;
+    if (!strcmp(c->rope_scaling, "yarn")) k = snprintf(out, n, "yarn:%s:%d", f, c->rope_original_max_seq_len);
+    else if (!strcmp(c->rope_scaling, "linear")) k = snprintf(out, n, "linear:%s", f);
+    else k = snprintf(out, n, "none");
+    if (show_theta && k >= 0 && (size_t)k < n) snprintf(out + k, n - k, " theta %s", th);
+}
+
+// the RoPE a series runs with against the one its checkpoint was trained with: their texts (theta shown in both when
+// it differs), and whether a trained scaling (linear or yarn) was replaced by another scaling, factor or length
+typedef struct { char rope[64], trained[64]; int replaced; } RopeUse;
+static void rope_use(const Config* trained, const Config* c, RopeUse* u) {
+    int th = trained->rope_theta != c->rope_theta;
+    rope_text(c, th, u->rope, sizeof u->rope);
+    rope_text(trained, th, u->trained, sizeof u->trained);
+    char x[64], y[64];
+    rope_text(c, 0, x, sizeof x);
+    rope_text(trained, 0, y, sizeof y);
+    u->replaced = strcmp(trained->rope_scaling, "none") && strcmp(x, y);
+}
+
+// the data description a checkpoint recorded (its training data's meta.json) against --passkey and the --data's
+// meta.json; collective: a mismatch ends the job with one line. Nothing with --data_meta 0.
+static void check_tokens(const Args* a, const Grid* g, const char* path, const Config* c) {
+    if (!a->data_meta) return;
+    static char text[1 << 16];
+    char e[1200], why[600];
+    int fail = 0, have = 0;
+    DataMeta old;
+    int rc = ckpt_read_data_meta(path, text, sizeof text, e, sizeof e);
+    if (rc == 1) { snprintf(msg, sizeof msg, "eval: %s", e); fail = 1; }
+    if (rc == 0) {
+        if (data_meta_parse(text, "the checkpoint's data_meta", &old, e, sizeof e)) {
+            snprintf(msg, sizeof msg, "eval: '%s': %s", path, e);
+            fail = 1;
+        } else have = 1;
+    }
+    if (fail) {
+    } else if (have && a->passkey && strcmp(old.tokenizer, "bytes")) {
+        snprintf(msg, sizeof msg, "eval: --passkey writes byte-level text (token = byte value), but checkpoint %s was trained "
+                 "with tokenizer %s, whose tokens are not bytes: measure it by perplexity by position (build/eval --data) on "
+                 "data made with that tokenizer (tools/prepare_hf), or give --data_meta 0 if its tokens 0..255 are bytes",
+                 path, old.tokenizer);
+        fail = 1;
+    } else if (have && g_meta.found && !data_meta_same_tokens(&old, &g_meta, why, sizeof why)) {
+        char both[1100] = "";   // name both tokenizers, also when they agree and vocab_size or eod_id differ
+        if (strncmp(why, "tokenizer ", 10)) snprintf(both, sizeof both, "tokenizer %s for both, but ", old.tokenizer);
+        snprintf(msg, sizeof msg, "eval: checkpoint %s was trained on other tokens than data '%s' (%s%s: the checkpoint's vs "
+                 "the data's, from %s): evaluate on data made with the checkpoint's tokenizer, or give --data_meta 0 if you "
+                 "are sure", path, a->data, both, why, g_meta.path);
+        fail = 1;
+    } else if (!have && g_meta.found && g_meta.vocab_size > c->vocab_size) {
+        snprintf(msg, sizeof msg, "eval: data '%s' was made with tokenizer %s of vocabulary %d (%s), larger than checkpoint "
+                 "%s's vocab_size %d: evaluate on data made with the checkpoint's tokenizer, or give --data_meta 0 if you "
+                 "are sure", a->data, g_meta.tokenizer, g_meta.vocab_size, g_meta.path, path, c->vocab_size);
+        fail = 1;
+    }
+    if (have) data_meta_free(&old);
+    grid_check(g->world_g, fail, msg);
+}
+
+// build the model of series sa for contexts of T tokens and load the checkpoint's parameters (collective); the
+// resolved checkpoint file into path (2048), the config run into c_out, the RoPE used against the trained one into u
+static void net_open(Net* n, const SeriesArg* sa, const Args* a, const Grid* g, int T, Config* c_out, RopeUse* u,
+                     char* path) {
     const Group* world = g->world_g;
-    char path[2048];
-    int fail = ckpt_resolve(ckpt, ckpt, path, sizeof path, msg, sizeof msg);
+    int fail = ckpt_resolve(sa->ckpt, sa->ckpt, path, 2048, msg, sizeof msg);
     grid_check(world, fail, msg);
     Config c;
     fail = ckpt_read_config(path, &c, msg, sizeof msg);
     grid_check(world, fail, msg);
+    check_tokens(a, g, path, &c);
+    Config trained = c;
     for (int o = 0; o < NOVERRIDE; o++)   // values were checked by the parser
-        if (a->overrides[o]) config_set(&c, ALLOW[o], a->overrides[o], "command line", msg, sizeof msg);
-    apply_rope(&c, r);
+        if (sa->overrides[o]) config_set(&c, ALLOW[o], sa->overrides[o], "command line", msg, sizeof msg);
+    apply_rope(&c, &sa->rope);
+    rope_use(&trained, &c, u);
     if (a->doc_mask) {   // packed windows, attention inside documents (RoPE restarts as trained, unless given)
         c.eod = series_eod(a, g, &c, path, 0);
         c.doc_mask = 1;
@@ -364,12 +481,24 @@ static int ckpt_read_config_quiet(const char* ckpt, Config* c) {
     return ckpt_resolve(ckpt, ckpt, path, sizeof path, err, sizeof err) || ckpt_read_config(path, c, err, sizeof err);
 }
 
-static void series_label(const Args* a, int s, const char* ckpt, const Rope* r, char* out, size_t n) {
-    if (s < a->nlabel) { snprintf(out, n, "%s", a->labels[s]); return; }
-    const char* base = strrchr(ckpt, '/');
-    base = base && base[1] ? base + 1 : ckpt;
-    if (r->text[0]) snprintf(out, n, "%s, rope %s", base, r->text);
+// a series' legend label: its --label, else the checkpoint's file name, with the RoPE when one was given (the --rope
+// as written, or the setting the --rope_* keys made)
+static void series_label(const SeriesArg* sa, const RopeUse* u, char* out, size_t n) {
+    if (sa->label) { snprintf(out, n, "%s", sa->label); return; }
+    const char* base = strrchr(sa->ckpt, '/');
+    base = base && base[1] ? base + 1 : sa->ckpt;
+    int keys = 0;
+    for (int o = 0; o < NOVERRIDE; o++) keys |= sa->overrides[o] != NULL;
+    if (sa->rope.text[0] && !keys) snprintf(out, n, "%s, rope %s", base, sa->rope.text);
+    else if (sa->rope.text[0] || keys) snprintf(out, n, "%s, rope %s", base, u->rope);
     else snprintf(out, n, "%s", base);
+}
+
+// one WARNING line (stderr, rank 0) when a series runs with another scaling than its checkpoint was trained with
+static void warn_rope(const Grid* g, const char* what, const RopeUse* u, const char* path) {
+    if (g->rank == 0 && u->replaced)
+        fprintf(stderr, "WARNING: %s: evaluated with RoPE %s, not the %s that checkpoint %s was trained with (an override: "
+                "the series runs as trained unless a --rope or --rope_* key follows its --ckpt)\n", what, u->rope, u->trained, path);
 }
 
 // ---- perplexity by position ---------------------------------------------------------------------------
@@ -413,10 +542,19 @@ static int packed_windows(const Args* a, const Grid* g, Loader* ld, Doc** docs) 
 // none (-1: consecutive windows; perplexity notes it once). Passkey documents are byte-level text and need a
 // separator. A separator outside the checkpoint's vocabulary ends the job with one line.
 static int series_eod(const Args* a, const Grid* g, const Config* c, const char* ckpt, int passkey) {
-    static int noted;
-    int eod = a->eod == -2 ? config_eod(c) : a->eod, fail = 0;   // default: the checkpoint's eod key
+    static int noted, noted_meta;
+    int meta_eod = !passkey && g_meta.found ? g_meta.eod_id : -1;   // the data's meta.json, then the checkpoint's eod key
+    int eod = a->eod != -2 ? a->eod : meta_eod >= 0 ? meta_eod : config_eod(c), fail = 0;
     if (eod >= c->vocab_size) {
-        snprintf(msg, sizeof msg, "eval: --eod %d is not a token of checkpoint %s (vocab_size %d)", eod, ckpt, c->vocab_size);
+        if (a->eod != -2 || meta_eod < 0)
+            snprintf(msg, sizeof msg, "eval: --eod %d is not a token of checkpoint %s (vocab_size %d)", eod, ckpt, c->vocab_size);
+        else
+            snprintf(msg, sizeof msg, "eval: the data's end-of-document id %d (%s) is not a token of checkpoint %s (vocab_size "
+                     "%d): evaluate on data made with the checkpoint's tokenizer", eod, g_meta.path, ckpt, c->vocab_size);
+        fail = 1;
+    } else if (a->eod >= 0 && meta_eod >= 0 && a->eod != meta_eod) {
+        snprintf(msg, sizeof msg, "eval: --eod %d (command line) contradicts the data's end-of-document id %d (%s): drop --eod "
+                 "to take the data's value, or give --data_meta 0 to ignore meta.json", a->eod, meta_eod, g_meta.path);
         fail = 1;
     } else if (passkey && (eod < 0 || c->vocab_size < 127)) {
         snprintf(msg, sizeof msg, "eval: --passkey writes byte-level text (token = byte value) after a separator token; "
@@ -428,6 +566,14 @@ static int series_eod(const Args* a, const Grid* g, const Config* c, const char*
                "is scored as consecutive windows, not documents; --eod ID (the separator tools/prepare_hf printed) "
                "splits documents\n", ckpt, c->vocab_size);
     grid_check(g->world_g, fail, msg);
+    if (!passkey && g_meta.found && g->rank == 0 && !noted_meta++) {
+        char eods[96];
+        if (g_meta.eod_id < 0) snprintf(eods, sizeof eods, "no eod");
+        else snprintf(eods, sizeof eods, "eod %d", g_meta.eod_id);
+        printf("data: %s: tokenizer %s, vocab_size %d, %s (%s)\n", g_meta.path, g_meta.tokenizer, g_meta.vocab_size, eods,
+               a->eod == -1 ? "--eod -1: consecutive windows, documents not split" : a->eod >= 0 ? "eod as given"
+               : meta_eod >= 0 ? "eod taken" : "the checkpoint's eod");
+    }
     return eod;
 }
 
@@ -459,13 +605,17 @@ static int score_doc(const Args* a, Net* n, Loader* ld, long long start, int32_t
 
 // one series: per-position NLL sums and counts over the documents (summed over every rank), in buckets
 static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, Series* se, double* sum, double* cnt) {
-    int T = a->seq_len, ns = a->nckpt * a->nrope;
+    int T = a->seq_len, ns = a->ns;
     long long span = a->stride ? a->doc_len : T;          // positions reported
-    const char* ckpt = a->ckpts[s / a->nrope];
-    const Rope* r = &a->ropes[s % a->nrope];
+    const SeriesArg* sa = &a->ser[s];
     Config c;
     Net n;
-    net_open(&n, ckpt, a, r, g, T, &c);
+    RopeUse u;
+    char ckpt[2048], label[128], what[256];
+    net_open(&n, sa, a, g, T, &c, &u, ckpt);
+    series_label(sa, &u, label, sizeof label);
+    snprintf(what, sizeof what, "series %d (%s)", s + 1, label);
+    warn_rope(g, what, &u, ckpt);
     Loader ld;
     int fail = loader_open(&ld, a->data, 1, c.vocab_size, 0, 0);
     if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
@@ -481,7 +631,6 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
     int nb = b->n;
     double *usum = calloc((size_t)nd * nb, sizeof(double)), *ucnt = calloc((size_t)nd * nb, sizeof(double));
     double *dsum = malloc(span * sizeof(double)), *dcnt = malloc(span * sizeof(double));
-    char what[256];
     snprintf(what, sizeof what, "eval series %d/%d", s + 1, ns);
     double t0 = now_s();   // this series' own clock: its elapsed time and its rate give its ETA
     for (int j = 0; j < nd; j++) {
@@ -503,9 +652,9 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
     ctl_sum_f64(g->dpcp_g, cnt, span);
     ctl_sum_f64(g->dpcp_g, usum, (size_t)nd * nb);
     ctl_sum_f64(g->dpcp_g, ucnt, (size_t)nd * nb);
-    char label[128];
-    series_label(a, s, ckpt, r, label, sizeof label);
     series_init(se, b, label);
+    snprintf(se->rope, sizeof se->rope, "%s", u.rope);
+    snprintf(se->rope_trained, sizeof se->rope_trained, "%s", u.trained);
     for (long long p = 0; p < span; p++) series_add(se, b, p, sum[p], (long long)cnt[p]);
     for (int j = 0; j < nd; j++)
         for (int k = 0; k < nb; k++) series_add_unit(se, k, usum[(size_t)j * nb + k], ucnt[(size_t)j * nb + k]);
@@ -520,7 +669,9 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
                         : eod >= 0 ? (a->stride ? "sliding windows" : "first tokens of each document")
                         : a->stride ? "sliding windows over consecutive stretches of the stream; no end-of-document token"
                                     : "consecutive windows of the stream; no end-of-document token";
-        printf("series %d: %s — %d %s at context %d (%s)\n", s + 1, se->label, nd, unit, T, how);
+        char rope[160];
+        report_rope_text(se->rope, se->rope_trained, rope, sizeof rope);
+        printf("series %d: %s [RoPE %s] — %d %s at context %d (%s)\n", s + 1, se->label, rope, nd, unit, T, how);
         if (!ckpt_read_config_quiet(ckpt, &saved) && T > saved.seq_len && !strcmp(c.rope_scaling, "none"))
             printf("note: context %d exceeds the trained %d with plain RoPE; perplexity usually rises past %d "
                    "(compare --rope yarn:%d:%d)\n", T, saved.seq_len, saved.seq_len,
@@ -543,7 +694,7 @@ static void eval_ppl(const Args* a, const Grid* g) {
     fail = a->log_buckets ? buckets_log(&b, span) : buckets_fixed(&b, span, a->bucket ? a->bucket : (span >= 16 ? span / 16 : 1));
     if (fail) snprintf(msg, sizeof msg, "eval: cannot make buckets for %lld positions", span);
     grid_check(world, fail, msg);
-    int ns = a->nckpt * a->nrope;
+    int ns = a->ns;
     Series* series = calloc(ns, sizeof(Series));
     double* sum = calloc(span, sizeof(double));
     double* cnt = calloc(span, sizeof(double));
@@ -578,9 +729,17 @@ static void eval_passkey(const Args* a, const Grid* g) {
         int T = a->lens[li];
         Config c;
         Net n;
-        net_open(&n, a->ckpts[0], a, &a->ropes[0], g, T, &c);
+        RopeUse u;
+        char ckpt[2048];
+        net_open(&n, &a->ser[0], a, g, T, &c, &u, ckpt);
         n.m.want_hits = 1;
-        int sep = series_eod(a, g, &c, a->ckpts[0], 1);   // token 0 of every passkey document
+        int sep = series_eod(a, g, &c, ckpt, 1);   // token 0 of every passkey document
+        if (li == 0) {
+            warn_rope(g, "passkey", &u, ckpt);
+            char rope[160];
+            report_rope_text(u.rope, u.trained, rope, sizeof rope);
+            if (rank0) printf("passkey: %s, RoPE %s\n", ckpt, rope);
+        }
         int32_t* doc = malloc((T + 1) * sizeof(int32_t));
         int* tokens = malloc((T + 1) * sizeof(int));
         unsigned char* score = calloc(T, 1);
@@ -639,6 +798,12 @@ int main(int argc, char** argv) {
     fail = be_init(g.local_rank, msg, sizeof msg);
     grid_check(world, fail, msg);
     ckpt_init();
+    if (!a.passkey && a.data_meta) {   // the data's description: the default --eod, the tokens checkpoints must match
+        char e[1500];
+        fail = data_meta_read(a.data, &g_meta, e, sizeof e);
+        if (fail) snprintf(msg, sizeof msg, "eval: --data: %s", e);
+        grid_check(world, fail, msg);
+    }
     if (!a.passkey) {
         int parts = strcmp(a.layout, "zigzag") == 0 ? 2 * a.cp : a.cp;
         if (a.seq_len % parts) {

@@ -210,6 +210,17 @@ static void table_cells(FILE* f, int gw, long long count, double sum) {
     fprintf(f, " | %*lld %10s %12s", gw - 24, count, loss, ppl);
 }
 
+void report_rope_text(const char* rope, const char* trained, char* out, size_t n) {
+    if (!rope || !rope[0]) { if (n) out[0] = 0; return; }
+    if (!trained || !strcmp(rope, trained)) snprintf(out, n, "%s (as trained)", rope);
+    else snprintf(out, n, "%s (override; trained %s)", rope, trained);
+}
+
+static int any_rope(const Series* s, int ns) {
+    for (int j = 0; j < ns; j++) if (s[j].rope[0]) return 1;
+    return 0;
+}
+
 void report_table(FILE* f, const Buckets* b, const Series* s, int ns) {
     int pw = (int)strlen("all positions");
     char range[64];
@@ -219,10 +230,24 @@ void report_table(FILE* f, const Buckets* b, const Series* s, int ns) {
     }
     int* gw = (int*)malloc((size_t)(ns > 0 ? ns : 1) * sizeof(int));   // group width per series
     if (!gw) return;
-    for (int j = 0; j < ns; j++) { int l = (int)strlen(s[j].label); gw[j] = l > 34 ? l : 34; }
-    // header: labels over their groups, then the column names
+    int ropes = any_rope(s, ns);
+    char rope[160];
+    for (int j = 0; j < ns; j++) {
+        int l = (int)strlen(s[j].label);
+        report_rope_text(s[j].rope, s[j].rope_trained, rope, sizeof rope);
+        if ((int)strlen(rope) > l) l = (int)strlen(rope);
+        gw[j] = l > 34 ? l : 34;
+    }
+    // header: labels over their groups, then the RoPE of each series, then the column names
     fprintf(f, "%-*s", pw, "position");
     for (int j = 0; j < ns; j++) fprintf(f, " | %-*s", j + 1 < ns ? gw[j] : 0, s[j].label);   // no trailing blanks
+    if (ropes) {
+        fprintf(f, "\n%-*s", pw, "RoPE");
+        for (int j = 0; j < ns; j++) {
+            report_rope_text(s[j].rope, s[j].rope_trained, rope, sizeof rope);
+            fprintf(f, " | %-*s", j + 1 < ns ? gw[j] : 0, rope);
+        }
+    }
     fprintf(f, "\n%-*s", pw, "");
     for (int j = 0; j < ns; j++) fprintf(f, " | %*s %10s %12s", gw[j] - 24, "tokens", "mean loss", "ppl");
     fprintf(f, "\n");
@@ -245,7 +270,8 @@ void report_table(FILE* f, const Buckets* b, const Series* s, int ns) {
 int report_csv(const char* path, const Buckets* b, const Series* s, int ns, char* err, size_t errlen) {
     FILE* f = open_out(path, err, errlen);
     if (!f) return 1;
-    fprintf(f, "series,bucket_lo,bucket_hi,tokens,mean_nll,ppl,docs,se_nll,ppl_lo,ppl_hi\n");
+    int ropes = any_rope(s, ns);
+    fprintf(f, "series,bucket_lo,bucket_hi,tokens,mean_nll,ppl,docs,se_nll,ppl_lo,ppl_hi%s\n", ropes ? ",rope,rope_trained" : "");
     for (int j = 0; j < ns; j++) {
         for (int i = 0; i < b->n; i++) {
             csv_field(f, s[j].label);
@@ -261,6 +287,12 @@ int report_csv(const char* path, const Buckets* b, const Series* s, int ns, char
             fprintf(f, ",%lld,", s[j].units ? s[j].units[i] : 0);
             if (!isnan(se)) fprintf(f, "%.10g,%.10g,%.10g", se, exp(m - se), exp(m + se));
             else fprintf(f, ",,");
+            if (ropes) {
+                fprintf(f, ",");
+                csv_field(f, s[j].rope);
+                fprintf(f, ",");
+                csv_field(f, s[j].rope_trained);
+            }
             fprintf(f, "\n");
         }
     }
@@ -476,9 +508,16 @@ static void plot_axes(FILE* f, const Axis* ax, const Axis* ay, int zero_half) {
 int report_svg_ppl(const char* path, const Buckets* b, const Series* s, int ns, const char* title, int log_x,
                    char* err, size_t errlen) {
     size_t maxlab = 0;
-    for (int j = 0; j < ns; j++) if (strlen(s[j].label) > maxlab) maxlab = strlen(s[j].label);
+    int ropes = any_rope(s, ns);
+    char rope[200], text[160];
+    for (int j = 0; j < ns; j++) {
+        if (strlen(s[j].label) > maxlab) maxlab = strlen(s[j].label);
+        report_rope_text(s[j].rope, s[j].rope_trained, text, sizeof text);
+        if (ropes && 0.85 * (double)(strlen(text) + 5) > (double)maxlab) maxlab = (size_t)(0.85 * (double)(strlen(text) + 5) + 1);
+    }
     double legend_w = 50 + CHAR_W * (double)maxlab;
     double w = MARGIN_L + PLOT_W + 20 + legend_w, h = MARGIN_T + PLOT_H + MARGIN_B;
+    if (MARGIN_T + 20 + (ropes ? 34.0 : 20.0) * ns > h) h = MARGIN_T + 20 + (ropes ? 34.0 : 20.0) * ns;   // a long legend
     if (title && CHAR_W * 1.4 * (double)strlen(title) + 40 > w) w = CHAR_W * 1.4 * (double)strlen(title) + 40;
     FILE* f = open_out(path, err, errlen);
     if (!f) return 1;
@@ -533,12 +572,17 @@ int report_svg_ppl(const char* path, const Buckets* b, const Series* s, int ns, 
     double lx = MARGIN_L + PLOT_W + 20, ly = MARGIN_T + 10;
     fprintf(f, "<g id=\"legend\">\n");
     for (int j = 0; j < ns; j++) {
-        double y = ly + 20.0 * j;
+        double y = ly + (ropes ? 34.0 : 20.0) * j;
         const char* col = PALETTE[j % 10];
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
                 lx, y, lx + 24, y, col, j >= 10 ? " stroke-dasharray=\"6 3\"" : "");
         fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", lx + 12, y, col);
         svg_text(f, lx + 30, y + 4, "start", NULL, s[j].label);
+        if (s[j].rope[0]) {   // the RoPE the series ran with, on a second, smaller line
+            report_rope_text(s[j].rope, s[j].rope_trained, text, sizeof text);
+            snprintf(rope, sizeof rope, "RoPE %s", text);
+            svg_text(f, lx + 30, y + 18, "start", "font-size=\"11\" fill=\"#555\"", rope);
+        }
     }
     fprintf(f, "</g>\n</svg>\n");
     return close_out(f, path, err, errlen);

@@ -18,6 +18,10 @@
 //              empty; docs = units (documents) with tokens in the bucket, se_nll their standard error of
 //              mean_nll (above), ppl_lo / ppl_hi = exp(mean_nll -/+ se_nll), empty when undefined; labels are
 //              quoted (RFC 4180) when they hold a comma, quote or line break; numbers are %.10g.
+//              When any series has a RoPE description (rope set), two more columns end each row: rope (the
+//              setting the series ran with: none | linear:F | yarn:F:L, " theta B" added when the base differs
+//              from the trained one) and rope_trained (the checkpoint's, same form); rope == rope_trained: as
+//              trained.
 //   passkey    context,depth,accuracy,digit_accuracy            one row per length x depth (row-major as
 //              in PasskeyGrid); accuracy = fraction of documents with every answer digit right, digit_accuracy
 //              = fraction of answer digits right (chance 0.1); NaN (not measured) is written empty.
@@ -45,6 +49,7 @@ void buckets_free(Buckets* b);
 
 typedef struct {
     char label[128];
+    char rope[64], rope_trained[64];            // RoPE run and trained ("" : not described; see the CSV format)
     double* nll_sum; long long* count;          // per bucket: NLL sum and tokens
     long long* units;                           // per bucket: units (documents) added with series_add_unit
     double *u_ss, *u_sc, *u_cc;                 // per bucket: sum over units of s_u^2, s_u n_u, n_u^2
@@ -59,6 +64,10 @@ void series_add(Series* s, const Buckets* b, long long pos, double nll, long lon
 void series_add_unit(Series* s, int i, double nll, double n);
 void series_free(Series* s);
 
+// a series' RoPE for people: "R (as trained)" when rope equals trained, else "R (override; trained T)"; "" when
+// rope is empty
+void report_rope_text(const char* rope, const char* trained, char* out, size_t n);
+
 double bucket_ppl(const Series* s, int i);   // exp(nll_sum/count); NAN when count == 0
 double bucket_se(const Series* s, int i);    // standard error of the bucket's mean NLL over units; NAN when < 2
 
@@ -66,14 +75,16 @@ double bucket_se(const Series* s, int i);    // standard error of the bucket's m
 // perplexity by position
 
 // Human table: per bucket the range "[lo, hi)", then per series tokens, mean loss, ppl ("-" when empty);
-// last an "all positions" row (all tokens of the series pooled).
+// last an "all positions" row (all tokens of the series pooled). Under the labels, a "RoPE" row (report_rope_text)
+// when any series has a RoPE description.
 void report_table(FILE* f, const Buckets* b, const Series* s, int ns);
 int  report_csv(const char* path, const Buckets* b, const Series* s, int ns, char* err, size_t errlen);
 // SVG line plot: x = bucket centre (lo + hi) / 2 (log2 scale with power-of-two ticks when log_x, "4k" =
 // 4096; on the log scale ticks are whole positions, and the bucket [0,1), drawn at 0.5, has its tick labelled
 // "0"), y = perplexity (linear, or log10 when max/min > 10), grid, axis labels "position in context" and
 // "perplexity", title, one polyline + circle markers per series (10 distinct colours, then dashed), legend
-// with the labels on the right. Empty buckets and non-finite perplexities are skipped. Where a series has
+// with the labels on the right (each with a second, smaller line "RoPE " + report_rope_text when the series has
+// a RoPE description). Empty buckets and non-finite perplexities are skipped. Where a series has
 // standard errors, a shaded band (a polygon in the series' colour, opacity 0.18) spans exp(mean_nll -/+ se)
 // over each run of consecutive buckets that have one; the y range covers the bands.
 int  report_svg_ppl(const char* path, const Buckets* b, const Series* s, int ns, const char* title, int log_x,

@@ -355,7 +355,8 @@ int config_validate(const Config* c, char* err, size_t errlen) {
     if (c->sample_temperature < 0) FAIL("sample_temperature = %g must be >= 0 (0: greedy)", c->sample_temperature);
     if (c->doc_positions && !c->doc_mask) FAIL("doc_positions = 1 needs doc_mask = 1");
     if (c->doc_mask && config_eod(c) < 0)
-        FAIL("doc_mask = 1 needs the end-of-document token: set eod (vocab_size = %d is not the byte tokenizer's 257)", c->vocab_size);
+        FAIL("doc_mask = 1 needs the end-of-document token: set eod (vocab_size = %d is not the byte tokenizer's 257), or "
+             "train on data whose meta.json names it", c->vocab_size);
     return 0;
 }
 

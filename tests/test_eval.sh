@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # build/eval: per-position losses identical across layouts (cp 1, cp 4, tp 2 x cp 2) and equal to an
 # independent PyTorch reference; bucketing consistent; sliding windows score every token once; several
-# series on one plot; passkey grid; CSV parses, SVG is well-formed XML; bad inputs give one line.
+# series on one plot, each --rope / --rope_* key / --label applying to the series of the --ckpt it follows (the RoPE
+# used in the table, CSV and legend; a WARNING when it replaces the trained scaling); the data's meta.json (default
+# --eod, contradictions and other tokenizers refused); passkey grid, refused for a checkpoint trained on a non-byte
+# tokenizer; CSV parses, SVG is well-formed XML; bad inputs give one line.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
 run() { local np=$1; shift; $(launch "$np") build/eval "$@"; }   # np args...
@@ -13,7 +16,7 @@ build/train --vocab_size 257 --d_model 64 --n_layer 2 --n_head 4 --n_kv_head 2 -
   --seq_len 128 --batch_size 4 --micro_batch 2 --max_steps 15 --lr 3e-3 --warmup_steps 2 --rope_scaling yarn \
   --rope_factor 2 --rope_original_max_seq_len 128 --train_data "$T/data/train_*.bin" --out_dir "$T/run" --ckpt_every 5 \
   >"$T/train.out" 2>&1 || { bad "training: $(tail -2 "$T/train.out")"; finish; }
-CK="$T/run/ckpt_00000015.h5"
+CK="$T/run/ckpt_00000015.h5"; CK5="$T/run/ckpt_00000005.h5"
 E=(--ckpt "$CK" --data "$VAL" --seq_len 256 --docs 3 --out "$T/ev")
 
 # 1. per-position losses at three layouts
@@ -65,9 +68,15 @@ assert len(s) == 256 and all(int(r["tokens"]) == 2 for r in s.values())
 assert max(abs(float(s[i]["mean_nll"]) - float(p[i]["mean_nll"])) for i in range(128)) <= 1e-6
 PYEOF
 
-# 4. several series: two checkpoints x two RoPE settings on one plot; the setting changes the result
-run 2 --ckpt "$T/run/ckpt_00000005.h5" --ckpt "$CK" --rope yarn:2:128 --rope yarn:4:128 --data "$VAL" --seq_len 256 \
-  --docs 2 --cp 2 --out "$T/ev" --name multi >"$T/m.out" 2>&1 || bad "multi-series: $(tail -2 "$T/m.out")"
+# 4. several series: two checkpoints, each with two RoPE settings (a --rope applies to the --ckpt it follows; more
+#    --rope after one --ckpt add series of it), on one plot; the setting changes the result. Both checkpoints were
+#    trained with yarn:2:128, so only the two yarn:4:128 series warn.
+run 2 --ckpt "$CK5" --rope yarn:2:128 --rope yarn:4:128 --ckpt "$CK" --rope yarn:2:128 --rope yarn:4:128 --data "$VAL" --seq_len 256 \
+  --docs 2 --cp 2 --out "$T/ev" --name multi >"$T/m.out" 2>"$T/m.err" || bad "multi-series: $(tail -2 "$T/m.err")"
+[ "$(grep -c '^WARNING' "$T/m.err")" -eq 2 ] && grep -q "^WARNING: series 2 (ckpt_00000005.h5, rope yarn:4:128): evaluated with RoPE yarn:4:128, not the yarn:2:128 " "$T/m.err" \
+  && grep -q "^WARNING: series 4 (ckpt_00000015.h5, rope yarn:4:128): evaluated with RoPE yarn:4:128, not the yarn:2:128 " "$T/m.err" \
+  && ok "a WARNING for each series whose --rope replaces the trained yarn:2:128 (yarn:4:128), none for --rope yarn:2:128" \
+  || bad "RoPE warnings of the multi-series run: $(grep -c '^WARNING' "$T/m.err") lines: $(grep '^WARNING' "$T/m.err" | head -c 600)"
 $PY - "$T/ev/multi.csv" "$T/ev/multi.svg" <<'PYEOF' && ok "4 series in the CSV and as 4 lines with a legend in well-formed SVG" || bad "multi-series outputs"
 import csv, sys, xml.etree.ElementTree as ET
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -82,7 +91,54 @@ ns = "{http://www.w3.org/2000/svg}"
 assert len(root.findall(f".//{ns}polyline")) == 4
 text = " ".join(t.text or "" for t in root.iter(f"{ns}text"))
 assert all(l in text for l in labels)
+assert {(r["series"], r["rope"], r["rope_trained"]) for r in rows} == {(l, l.split("rope ")[1], "yarn:2:128") for l in labels}, rows[0]
 PYEOF
+
+# 4b. RoPE per series: --ckpt CK5 --ckpt CK --rope none --ckpt CK --label "as trained" --ckpt CK --rope_factor 4 is four
+#     series: CK5 as trained (the old checkpoints x settings rule ran it with none too), CK with plain RoPE, CK as
+#     trained, CK with the one key rope_factor 4. Each series' per-bucket losses equal a run of that checkpoint alone
+#     with those RoPE keys; the plain-RoPE series differs from the as-trained one; the CSV's rope / rope_trained
+#     columns, the table's RoPE row and the SVG legend say what ran; one WARNING each for the two overrides.
+P=(--data "$VAL" --seq_len 256 --docs 2 --log_buckets --out "$T/ev")
+run 1 --ckpt "$CK5" --ckpt "$CK" --rope none --ckpt "$CK" --label "as trained" --ckpt "$CK" --rope_factor 4 "${P[@]}" --name per \
+  >"$T/per.out" 2>"$T/per.err" || bad "per-series RoPE run: $(tail -2 "$T/per.err")"
+run 1 --ckpt "$CK5" "${P[@]}" --name per1 >/dev/null 2>&1 && run 1 --ckpt "$CK" --rope_scaling none "${P[@]}" --name per2 >/dev/null 2>&1 &&
+  run 1 --ckpt "$CK" "${P[@]}" --name per3 >"$T/per3.out" 2>"$T/per3.err" && run 1 --ckpt "$CK" --rope yarn:4:128 "${P[@]}" --name per4 >/dev/null 2>&1 \
+  || bad "single-series RoPE runs"
+$PY - "$T/ev" <<'PYEOF' && ok "--rope and --rope_* keys apply to the series of their --ckpt: each of 4 series equals its own single run; rope columns" || bad "RoPE per series"
+import csv, sys
+d = sys.argv[1]
+rows = list(csv.DictReader(open(f"{d}/per.csv")))
+labels = list(dict.fromkeys(r["series"] for r in rows))
+assert labels == ["ckpt_00000005.h5", "ckpt_00000015.h5, rope none", "as trained", "ckpt_00000015.h5, rope yarn:4:128"], labels
+def nll(rs, l=None): return [float(r["mean_nll"]) for r in rs if l is None or r["series"] == l]
+for l, k in zip(labels, "1234"):
+    alone = list(csv.DictReader(open(f"{d}/per{k}.csv")))
+    a, b = nll(rows, l), nll(alone)
+    assert len(a) == len(b) == 9 and max(abs(x - y) / abs(y) for x, y in zip(a, b)) <= 1e-9, (l, a, b)
+    assert {(r["rope"], r["rope_trained"]) for r in alone} == {(r["rope"], r["rope_trained"]) for r in rows if r["series"] == l}
+ropes = [next((r["rope"], r["rope_trained"]) for r in rows if r["series"] == l) for l in labels]
+assert ropes == [("yarn:2:128", "yarn:2:128"), ("none", "yarn:2:128"), ("yarn:2:128", "yarn:2:128"), ("yarn:4:128", "yarn:2:128")], ropes
+plain, trained = nll(rows, labels[1]), nll(rows, labels[2])
+worst = max(abs(x - y) for x, y in zip(plain, trained))
+print(f"     plain RoPE vs as trained: largest per-bucket NLL difference {worst:.2e}")
+assert worst > 1e-6, "the override did not change the losses"
+PYEOF
+$PY - "$T/ev/per.svg" <<'PYEOF' && ok "the SVG legend gives each series' RoPE under its label" || bad "RoPE in the legend"
+import sys, xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+leg = [t.text for g in ET.parse(sys.argv[1]).getroot().iter(f"{ns}g") if g.get("id") == "legend" for t in g.iter(f"{ns}text")]
+assert leg == ["ckpt_00000005.h5", "RoPE yarn:2:128 (as trained)", "ckpt_00000015.h5, rope none",
+               "RoPE none (override; trained yarn:2:128)", "as trained", "RoPE yarn:2:128 (as trained)",
+               "ckpt_00000015.h5, rope yarn:4:128", "RoPE yarn:4:128 (override; trained yarn:2:128)"], leg
+PYEOF
+grep -qE "^RoPE +\| yarn:2:128 \(as trained\) +\| none \(override; trained yarn:2:128\) +\| yarn:2:128 \(as trained\) +\| yarn:4:128 \(override; trained yarn:2:128\)$" "$T/per.out" \
+  && grep -q "^series 2: ckpt_00000015.h5, rope none \[RoPE none (override; trained yarn:2:128)\] — 2 documents" "$T/per.out" \
+  && ok "the table's RoPE row and the series lines" || bad "RoPE in the table: $(grep -E '^(RoPE|series)' "$T/per.out")"
+[ "$(grep -c '^WARNING' "$T/per.err")" -eq 2 ] && grep -q "^WARNING: series 2 (ckpt_00000015.h5, rope none): evaluated with RoPE none, not the yarn:2:128 that checkpoint $CK was trained with" "$T/per.err" \
+  && grep -q "^WARNING: series 4 (ckpt_00000015.h5, rope yarn:4:128): evaluated with RoPE yarn:4:128, not the yarn:2:128 " "$T/per.err" \
+  && ! grep -q WARNING "$T/per3.err" && ok "a WARNING for plain RoPE and for rope_factor 4 on a yarn:2:128 checkpoint; none as trained" \
+  || bad "RoPE warnings: $(grep WARNING "$T/per.err" "$T/per3.err" | head -c 600)"
 
 # 5. passkey retrieval grid
 run 2 --passkey --ckpt "$CK" --passkey_lens 128,256 --passkey_depths 0,0.5,1 --passkey_trials 2 --cp 2 --out "$T/ev" --name pk \
@@ -186,6 +242,32 @@ run 1 --ckpt="$CK" --data="$VAL" --seq-len=256 --docs=3 --out="$T/ev" --name=das
   run 1 "${E[@]}" --log_buckets --rope_factor 4 --name nodash >/dev/null 2>&1 && cmp -s "$T/ev/dashes.csv" "$T/ev/nodash.csv" \
   && ok "--seq-len=256 --rope-factor=4 --log-buckets read as --seq_len 256 --rope_factor 4 --log_buckets" || bad "--name=value / dashes: $(tail -2 "$T/dash.out")"
 
+# 5g. the data's meta.json. NM: a checkpoint trained with data_meta = 0 (it records no data description); data m10:
+#     the val shard with a meta.json that names eod_id 10 (newline: documents are lines). Without --eod the data's
+#     eod 10 is taken (results equal --data_meta 0 --eod 10, and differ from --data_meta 0, the checkpoint's 256).
+#     FK: a checkpoint trained on data whose meta.json names another tokenizer (a path; training only reads it).
+TR=(--d_model 64 --n_layer 2 --n_head 4 --n_kv_head 2 --d_ff 128 --max_seq_len 256 --seq_len 128 --batch_size 4 --micro_batch 2
+    --max_steps 3 --lr 3e-3 --warmup_steps 1)
+FAKE=/nonexistent/llama-32k/tokenizer.json
+mkdir -p "$T/m10" "$T/fk" "$T/big" && ln -s "$VAL" "$T/m10/" && ln -s "$T"/data/train_*.bin "$T/fk/" && ln -s "$VAL" "$T/big/"
+sed 's/"eod_id": 256/"eod_id": 10/' "$T/data/meta.json" >"$T/m10/meta.json"
+sed "s|\"tokenizer\": \"bytes\"|\"tokenizer\": \"$FAKE\"|" "$T/data/meta.json" >"$T/fk/meta.json"
+sed "s|\"tokenizer\": \"bytes\"|\"tokenizer\": \"$FAKE\"|; s/\"vocab_size\": 257/\"vocab_size\": 32000/" "$T/data/meta.json" >"$T/big/meta.json"
+build/train "${TR[@]}" --vocab_size 257 --data_meta 0 --train_data "$T/data/train_*.bin" --out_dir "$T/nm" >"$T/nm.out" 2>&1 &&
+  build/train "${TR[@]}" --train_data "$T/fk/train_*.bin" --out_dir "$T/fkrun" >"$T/fk.out" 2>&1 \
+  || bad "training NM and FK: $(tail -2 "$T/nm.out" "$T/fk.out")"
+M=(--seq_len 128 --docs 2 --bucket 1 --out "$T/ev")
+run 1 --ckpt "$T/nm" --data "$T/m10" "${M[@]}" --name meta10 >"$T/meta10.out" 2>&1 &&
+  run 1 --ckpt "$T/nm" --data "$T/m10" --data_meta 0 --eod 10 "${M[@]}" --name eod10 >/dev/null 2>&1 &&
+  run 1 --ckpt "$T/nm" --data "$T/m10" --data_meta 0 "${M[@]}" --name eod256 >/dev/null 2>&1 || bad "meta.json eod runs: $(tail -2 "$T/meta10.out")"
+grep -qxF "data: $T/m10/meta.json: tokenizer bytes, vocab_size 257, eod 10 (eod taken)" "$T/meta10.out" &&
+  cmp -s "$T/ev/meta10.csv" "$T/ev/eod10.csv" && ! cmp -s "$T/ev/meta10.csv" "$T/ev/eod256.csv" \
+  && ok "--eod defaults to meta.json's eod_id 10: results equal --eod 10, differ from the checkpoint's 256" \
+  || bad "meta.json eod default: $(grep -E '^(data|series)' "$T/meta10.out")"
+check "--data_meta 0: a checkpoint of another tokenizer evaluates on byte data" build/eval --ckpt "$T/fkrun" --data "$VAL" --data_meta 0 "${M[@]}" --name fk0
+check "--passkey --data_meta 0 on the checkpoint of another tokenizer runs" build/eval --passkey --ckpt "$T/fkrun" --data_meta 0 \
+  --passkey_lens 128 --passkey_depths 0.5 --passkey_trials 1 --out "$T/ev" --name pkfk0
+
 # 6. bad input: one line, non-zero exit
 # (eval_err name pattern np args...: build/eval's progress lines on stderr do not count)
 eval_err() { ERR_SKIP="^eval series" expect_err "$1" "$2" "$3" build/eval "${@:4}"; }
@@ -202,4 +284,23 @@ eval_err "no checkpoint given" "no --ckpt given" 1 --data "$VAL" --seq_len 128
 eval_err "misspelt option" "unknown option or override '--bukcet' — did you mean '--bucket'?" 1 "${E[@]}" --bukcet 8 --name x
 eval_err "misspelt override" "unknown option or override '--rope_factr' — did you mean '--rope_factor'?" 1 "${E[@]}" --rope-factr=2 --name x
 eval_err "flag given a value" "option '--force' takes no value" 1 "${E[@]}" --force=1 --name x
+# series options before any --ckpt; two labels for one series; --passkey on several series
+eval_err "--rope before --ckpt" "eval: --rope none comes before any --ckpt: put it after the --ckpt it belongs to" 1 --rope none "${E[@]}" --name x
+eval_err "--rope_factor before --ckpt" "eval: --rope_factor 4 comes before any --ckpt: put it after the --ckpt it belongs to" 1 --rope_factor 4 "${E[@]}" --name x
+eval_err "--label before --ckpt" "eval: --label a comes before any --ckpt" 1 --label a "${E[@]}" --name x
+eval_err "two labels for one series" "eval: two --label for one series ('a' and 'b', series 2 of --ckpt $CK)" 1 --ckpt "$CK5" "${E[@]}" --label a --label b --name x
+eval_err "--passkey with two series" "eval: --passkey evaluates one series (one --ckpt, at most one --rope), not 2" 1 --passkey --ckpt "$CK" --rope none --rope yarn:4 --out "$T/ev" --name x
+# meta.json: a contradicting --eod; other tokens than the checkpoint's (tokenizer, or eod_id); a larger vocabulary
+eval_err "--eod contradicting meta.json" "eval: --eod 10 (command line) contradicts the data's end-of-document id 256 ($T/data/meta.json)|--data_meta 0" 1 \
+  "${E[@]}" --eod 10 --name x
+eval_err "data of another tokenizer" "eval: checkpoint $CK was trained on other tokens than data '$T/fk/train_*.bin' (tokenizer 'bytes' vs '$FAKE': the checkpoint's vs the data's, from $T/fk/meta.json)" 1 \
+  --ckpt "$CK" --data "$T/fk/train_*.bin" --seq_len 128 --out "$T/ev" --name x
+eval_err "checkpoint of another tokenizer" "eval: checkpoint $T/fkrun/ckpt_00000003.h5 was trained on other tokens than data '$VAL' (tokenizer '$FAKE' vs 'bytes'" 1 \
+  --ckpt "$T/fkrun" --data "$VAL" --seq_len 128 --out "$T/ev" --name x
+eval_err "data of another end-of-document id" "(tokenizer bytes for both, but eod_id 256 vs 10: the checkpoint's vs the data's, from $T/m10/meta.json)" 1 \
+  --ckpt "$CK" --data "$T/m10" --seq_len 128 --out "$T/ev" --name x
+eval_err "data of a larger vocabulary" "eval: data '$T/big' was made with tokenizer $FAKE of vocabulary 32000 ($T/big/meta.json), larger than checkpoint $T/nm/ckpt_00000003.h5's vocab_size 257" 1 \
+  --ckpt "$T/nm" --data "$T/big" --seq_len 128 --out "$T/ev" --name x
+eval_err "passkey on a checkpoint of another tokenizer" "eval: --passkey writes byte-level text (token = byte value), but checkpoint $T/fkrun/ckpt_00000003.h5 was trained with tokenizer $FAKE, whose tokens are not bytes" 1 \
+  --passkey --ckpt "$T/fkrun" --passkey_lens 128 --passkey_depths 0.5 --passkey_trials 1 --out "$T/ev" --name x
 finish

@@ -613,7 +613,8 @@ attempt() {
   if [ "$conf $L" = "$PROF_ROW" ]; then prof=$W/profile_${conf}_$L.md; envs=(RINGLM_CUDA_PROFILE="$prof"); fi
   capped "${PRE[@]}" OMP_NUM_THREADS="$NCPU" "${envs[@]}" "$TRAIN" -c "configs/$conf.conf" --train_data "$DATA" \
     --val_data "" --out_dir "$d" --seq_len "$L" "${extra[@]}" --batch_size 1 --micro_batch 1 --max_steps "$steps" \
-    --warmup_steps 1 --log_every 1 --save_final 0 --ckpt_every 0 --val_every 0 --recompute "$mode" >"$d.txt" 2>&1
+    --warmup_steps 1 --log_every 1 --save_final 0 --ckpt_every 0 --val_every 0 --recompute "$mode" \
+    --doc_mask 0 >"$d.txt" 2>&1   # (full causal attention, as the PyTorch anchor computes it; the configs mask documents)
   rc=$?
   A_LINE=$(run_py train_row "$W/training.jsonl" "$conf" "$L" "$mode" "$rc" "$d.txt" "$d/metrics.jsonl" \
            "$(plan_row "$conf" "$L")" "$prof" 2>&1)

@@ -74,6 +74,8 @@ int main(int argc, char** argv) {
     if (!mem) mem = gpu ? 139 * GIB : meminfo_bytes("MemTotal");
     if (!link) link = gpu ? 450 : 10;
     if (!tflops) tflops = gpu ? 350 : 0.05;
+    if (c.doc_mask && config_eod(&c) < 0) c.eod = 0;   // (the trainer takes eod from the data's meta.json; memory
+                                                      // and time do not depend on it)
     if (config_validate(&c, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     PlanLayout l = { c.tp, c.cp, (int)dp, c.zero, c.micro_batch, gpu ? "cuda" : "cpu", link, tflops };
     Plan p;
