@@ -218,14 +218,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except pm.Fail as e:
-        print(f"{PROG}: {' '.join(str(e).split())}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        sys.exit(1)
-    except Exception as e:   # a bug, still one line (no traceback)
-        print(f"{PROG}: internal error: {type(e).__name__}: {' '.join(str(e).split())}", file=sys.stderr)
-        sys.exit(1)
+    pm.cli(main, PROG, pm.Fail)

@@ -571,15 +571,21 @@ def main(argv):
     return 0
 
 
-if __name__ == "__main__":
+def cli(main, prog, fail=None):
+    """Run main(argv) as a program: its status, or one line on stderr and status 1 for a Fail (bad input), an
+    interrupt, or a bug (no traceback)."""
     try:
         sys.exit(main(sys.argv[1:]))
-    except Fail as e:
-        print(f"{PROG}: {' '.join(str(e).split())}", file=sys.stderr)
+    except (fail or Fail) as e:
+        print(f"{prog}: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         sys.exit(1)
     except Exception as e:   # a bug, still one line (no traceback)
-        print(f"{PROG}: internal error: {type(e).__name__}: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"{prog}: internal error: {type(e).__name__}: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(1)
+
+
+if __name__ == "__main__":
+    cli(main, PROG)

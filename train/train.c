@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <omp.h>
 #include <signal.h>
 
@@ -283,6 +284,7 @@ static double validate(Run* r) {
 // ---- one step --------------------------------------------------------------------------------------------
 typedef struct { double loss, gnorm, dt, vloss; float lr; VerifyResult vr; RingStats rs; CommTraffic tr; } StepResult;
 
+static long step_slow_ms;   // RINGLM_TEST_STEP_SLOW_MS (a test hook): each step sleeps this long as well
 static StepResult train_step(Run* r, int step, long long* cursor) {
     const Config* c = &r->c;
     int B = c->micro_batch, T = c->seq_len;
@@ -301,6 +303,10 @@ static StepResult train_step(Run* r, int step, long long* cursor) {
         model_set_windows(&r->m, r->win + (size_t)i0 * (T + 1), T + 1, NULL);
         loss_sum += model_forward(&r->m, gscale, NULL);
         model_backward(&r->m);
+    }
+    if (step_slow_ms > 0) {   // test hook (RINGLM_TEST_STEP_SLOW_MS): a step as long as a large model's
+        struct timespec ts = { step_slow_ms / 1000, (step_slow_ms % 1000) * 1000000L };
+        while (nanosleep(&ts, &ts) && errno == EINTR) {}
     }
     // weights are replicated over the ring and the replicas: their gradients are summed over dp x cp
     adamw_reduce_grads(&r->opt, &r->m);
@@ -815,6 +821,7 @@ int main(int argc, char** argv) {
     RingStats rs_total;
     int have_ring = model_ring_stats(&r->m, &rs_total);
     int sampling = sample_ready(r);
+    if (getenv("RINGLM_TEST_STEP_SLOW_MS")) step_slow_ms = atol(getenv("RINGLM_TEST_STEP_SLOW_MS"));
     signal(SIGUSR1, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
     for (int step = step0; step < c->max_steps; step++) {
