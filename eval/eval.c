@@ -1,7 +1,7 @@
 // eval.c — build/eval: perplexity by position in the context, and passkey retrieval, for checkpoints, under
 // any (tp, cp, dp) layout — the training machinery run forward only.
 //
-//   [mpirun -np N] build/eval --ckpt PATH [--ckpt PATH ...] --data PATTERN --seq_len L [options]
+//   [mpirun -np N] build/eval --ckpt PATH [--rope SPEC ...] [--label TEXT] [--ckpt PATH ...] --data PATTERN --seq_len L ...
 //   [mpirun -np N] build/eval --passkey --ckpt PATH [--passkey_lens 256,512] [--passkey_depths 0,0.5,1] ...
 //
 // Each series is one checkpoint with one RoPE setting, drawn on one plot: every --ckpt starts a series whose RoPE is
@@ -68,7 +68,8 @@ typedef struct {
 
 static void usage(FILE* f) {
     fprintf(f,
-        "usage: [mpirun -np N] build/eval --ckpt PATH [--ckpt PATH ...] --data PATTERN --seq_len L [options]\n"
+        "usage: [mpirun -np N] build/eval --ckpt PATH [--rope SPEC ...] [--label TEXT] [--ckpt PATH ...] --data PATTERN\n"
+        "                                  --seq_len L [options]\n"
         "       [mpirun -np N] build/eval --passkey --ckpt PATH [--passkey_lens A,B,..] [--passkey_depths x,y,..]\n"
         "Perplexity by position in the context (table on stdout, OUT/NAME.csv, OUT/NAME.svg), or passkey retrieval\n"
         "accuracy over context lengths x depths: documents with all 5 digits right, and digits right (OUT/NAME_passkey.csv,\n"
@@ -99,14 +100,17 @@ static void usage(FILE* f) {
         "                         documents with it\n"
         "  --rope SPEC            RoPE of the series of the --ckpt it follows: none | linear:F | yarn:F[:L]\n"
         "                         (original length L); more --rope after one --ckpt add series of that checkpoint\n"
-        "                         (compare settings of one model on one plot: --ckpt a.h5 --rope none --rope yarn:4)\n"
+        "                         (compare settings of one model on one plot: --ckpt a.h5 --rope none --rope yarn:4);\n"
+        "                         the table, CSV and legend give each series' RoPE, and a WARNING says when one\n"
+        "                         replaces the scaling its checkpoint was trained with\n"
         "  --rope_scaling S --rope_factor F --rope_original_max_seq_len L --rope_theta B\n"
         "                         override one key of the RoPE of the series they follow (as --rope)\n"
         "  --tp N --cp N          layout (dp = ranks / (tp cp)); --cp_layout zigzag|contiguous\n"
         "  --comm NAME            data transport: auto | mpi | nccl (as the training key comm)\n"
         "  --out DIR              output directory (default out/eval); --name NAME file stem (default ppl)\n"
         "  --force                replace existing output files\n"
-        "  --passkey              passkey retrieval instead of perplexity\n"
+        "  --passkey              passkey retrieval instead of perplexity (one series; byte-level text: refused\n"
+        "                         for a checkpoint trained on data of another tokenizer)\n"
         "  --passkey_lens LIST    context lengths (default 256,512,1024)\n"
         "  --passkey_depths LIST  needle depths in [0,1] (default 0,0.25,0.5,0.75,1)\n"
         "  --passkey_trials N     documents per cell (default 4); --seed S generator seed (default 1)\n"

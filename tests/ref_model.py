@@ -31,6 +31,13 @@ Tolerances (errors are max |C - ref| / max |ref| over a tensor unless said other
         (nonzero grads with |g| below the grad tolerance) are printed for information only.
   Together: grads match the reference, the optimizer is exact on the C side's own grads, and the C step is
   consistent with the reference grads.
+  Several steps (tool_dump --steps N; records grad@k/, step@k/lr, after@k/ for k >= 2, adam/m/, adam/v/, steps):
+    grad@k/<name>      the reference's gradient at the C side's parameters after step k - 1 (the same batch), 1e-4
+    step@k/lr          the schedule's rate of step k - 1 written out here (warmup, then cosine or constant), 1e-6
+    after@k/<name>     one stateful float64 torch AdamW fed the C side's own grads of steps 1..k (clipping each step
+                       by their norm), 1e-5 relative to max |param|: the moments carried across steps, the bias
+                       corrections of step k, and each step's learning rate
+    adam/m, adam/v     that optimizer's exp_avg and exp_avg_sq after the last step, 1e-5 relative to their max
 """
 import math
 import struct
@@ -426,6 +433,109 @@ def check_after(rep, name, after_c, p0, g_ref, g_c, lr, wd, eps, coef_ref, after
                      f"plain vs ref {err_plain:.2e}, sign-ambiguous {ambiguous}/{g.numel()}")
 
 
+def schedule_lr(raw, step):
+    """The learning rate of 0-based step `step`, written from the spec (linear warmup to lr over warmup_steps, then
+    cosine to min_lr at max_steps, or constant). None for the other schedules and for lr_horizon."""
+    lr, min_lr = float(raw["lr"]), float(raw["min_lr"])
+    warm, total = int(raw["warmup_steps"]), int(raw["max_steps"])
+    sched, horizon = raw.get("lr_schedule", "cosine"), int(raw.get("lr_horizon", "0"))
+    if step < warm:
+        return lr * (step + 1) / warm
+    if sched == "constant":
+        return lr
+    if sched != "cosine" or horizon:
+        return None
+    if total - warm <= 0:
+        return lr
+    frac = min(1.0, (step - warm) / (total - warm))
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * frac)) * (lr - min_lr)
+
+
+def check_steps(rep, recs, raw, cfg, shapes, P0, grads_c1, lr1, fwd):
+    """Steps 2..N of a tool_dump --steps N dump (see the module doc). fwd(P) -> loss at params P (float64 leaves)."""
+    n_steps, e = get_record(recs, "steps", 1, (1,))
+    if e:
+        rep.check("steps", False, e)
+        return
+    n_steps = int(n_steps.item())
+    ps = {n: torch.nn.Parameter(P0[n].clone()) for n in shapes}
+    decay = [t for n, t in ps.items() if len(shapes[n]) == 2]
+    no_decay = [t for n, t in ps.items() if len(shapes[n]) != 2]
+    groups = [{"params": decay, "weight_decay": cfg["weight_decay"]}] + ([{"params": no_decay, "weight_decay": 0.0}] if no_decay else [])
+    opt = torch.optim.AdamW(groups, lr=lr1, betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["adam_eps"])
+    lrs = []
+    for k in range(1, n_steps + 1):
+        pre = "" if k == 1 else f"@{k}"
+        if k == 1:
+            g_c, lr = grads_c1, lr1
+        else:
+            prev = "after" + ("" if k == 2 else f"@{k - 1}") + "/"
+            g_c, problems = {}, []
+            for n in shapes:
+                t, e = get_record(recs, f"grad{pre}/" + n, 0, shapes[n])
+                if e:
+                    problems.append(f"{n}: {e}")
+                else:
+                    g_c[n] = t.to(F64)
+            if not rep.check(f"step {k}: records grad{pre}/", not problems, "; ".join(problems) or f"{len(g_c)} tensors"):
+                return
+            P = {}
+            for n in shapes:
+                t, e = get_record(recs, prev + n, 0, shapes[n])
+                if e:
+                    rep.check(f"step {k}: {prev}{n}", False, e)
+                    return
+                P[n] = t.to(F64).clone().requires_grad_(True)
+            fwd(P).backward()
+            worst = max(rel_err(g_c[n], P[n].grad.detach()) for n in shapes)
+            rep.check(f"step {k}: grad{pre}/* (reference gradients at the C parameters after step {k - 1})",
+                      worst <= GRAD_TOL, f"worst {worst:.2e} (tol {GRAD_TOL:.0e})")
+            lr_t, e = get_record(recs, f"step{pre}/lr", 0, (1,))
+            if e:
+                rep.check(f"step{pre}/lr", False, e)
+                return
+            lr = float(lr_t.item())
+        want = schedule_lr(raw, k - 1)
+        if want is None:
+            rep.info(f"step {k}: lr {lr:g} (schedule {raw.get('lr_schedule')} not recomputed here)")
+        else:
+            rep.check(f"step {k}: lr", abs(lr - want) <= 1e-6 * abs(want) + 1e-12, f"{lr:.9g}, schedule {want:.9g}")
+        lrs.append(lr)
+        for n in shapes:
+            ps[n].grad = g_c[n].clone()
+        if cfg["grad_clip"] > 0:
+            norm = float(torch.nn.utils.clip_grad_norm_(list(ps.values()), cfg["grad_clip"]))
+            rep.info(f"step {k}: C grad norm {norm:.6g}, clip {cfg['grad_clip']:g}" + (" (clipping)" if norm > cfg["grad_clip"] else ""))
+        for gr in opt.param_groups:
+            gr["lr"] = lr
+        opt.step()
+        if k == 1:
+            continue                            # step 1's after/ is checked above (check_after)
+        errs = []
+        for n in shapes:
+            a_c, e = get_record(recs, f"after{pre}/" + n, 0, shapes[n])
+            if e:
+                errs.append((math.inf, f"{n}: {e}"))
+                continue
+            scale = ps[n].detach().abs().max().item() or 1.0
+            errs.append(((a_c.to(F64) - ps[n].detach()).abs().max().item() / scale, n))
+        worst = max(errs)
+        rep.check(f"step {k}: after{pre}/* (stateful torch AdamW on the C grads of steps 1..{k})", worst[0] <= AFTER_TOL,
+                  f"worst {worst[0]:.2e} ({worst[1]}; tol {AFTER_TOL:.0e})")
+    for key, state in (("m", "exp_avg"), ("v", "exp_avg_sq")):
+        errs = []
+        for n in shapes:
+            t, e = get_record(recs, f"adam/{key}/" + n, 0, shapes[n])
+            if e:
+                errs.append((math.inf, f"{n}: {e}"))
+                continue
+            errs.append((rel_err(t, opt.state[ps[n]][state]), n))
+        worst = max(errs)
+        rep.check(f"adam/{key}/* after step {n_steps} == torch AdamW's {state}", worst[0] <= AFTER_TOL,
+                  f"worst {worst[0]:.2e} ({worst[1]}; tol {AFTER_TOL:.0e})")
+    rep.info(f"{n_steps} steps at lr {', '.join(f'{x:.6g}' for x in lrs)}")
+
+
 def run_dump(path, rep):
     try:
         recs = read_dump(path)
@@ -590,6 +700,12 @@ def run_dump(path, rep):
         wd = cfg["weight_decay"] if len(shapes[n]) == 2 else 0.0
         check_after(rep, n, a_c.to(F64), P0[n], grads_ref[n], grads_c[n], lr, wd, cfg["adam_eps"],
                     coef_ref, after_ref[n], after_cg[n])
+    want = schedule_lr(raw, 0)
+    if want is not None:
+        rep.check("step/lr (schedule)", abs(lr - want) <= 1e-6 * abs(want) + 1e-12, f"{lr:.9g}, schedule {want:.9g}")
+    if "steps" in recs:
+        check_steps(rep, recs, raw, cfg, shapes, P0, grads_c, lr,
+                    lambda Pk: mean_ce(forward(Pk, cfg, tokens, positions, inv_ref, attn_ref, docs, rpos), targets))
 
 
 # ----------------------------------------------------------------------------------------------- selftest
@@ -647,6 +763,14 @@ def selftest(rep):
     want17 = base[17] / s * ramp17 + base[17] * (1 - ramp17)
     rep.check("yarn i 17 ramp 7/13", abs(inv[17].item() - want17.item()) < 1e-15 * want17.item())
     rep.check("yarn attention factor 1.1386", round(a, 4) == 1.1386, f"{a:.6f}")
+    # a long original context: the ramp's upper end between d/2 and d - 1 (hd 64, theta 1e4, L 65536 -> 20, 33), so
+    # the last frequency is only 11/13 of the way to theta_i / s
+    lo3, hi3 = yarn_range(64, 1e4, 65536)
+    inv3, _ = rope_params(64, 1e4, "yarn", 4.0, 65536)
+    w31 = base[31] / 4 * (11 / 13) + base[31] * (2 / 13)
+    rep.check("yarn hd64/theta1e4/L65536: low 20 high 33, i 31 at ramp 11/13", (lo3, hi3) == (20.0, 33.0)
+              and abs(inv3[31].item() - w31.item()) < 1e-15 * w31.item() and inv3[20].item() == base[20].item(),
+              f"low {lo3:g} high {hi3:g}")
     _, a1 = rope_params(hd, theta, "yarn", 1.0, L)
     rep.check("yarn factor 1 -> attention factor 1", a1 == 1.0)
     inv_l, a_l = rope_params(hd, theta, "linear", 2.5, L)

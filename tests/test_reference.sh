@@ -2,7 +2,10 @@
 # test_reference.sh — checks the C model against the independent float64 PyTorch reference (tests/ref_model.py).
 # For every tests/configs/ref_*.conf: build/tests/tool_dump writes one forward/backward/AdamW step, and
 # ref_model.py recomputes and compares it; then the same for one config in distributed layouts (tp 2 with sequence
-# parallelism, tp 2 x cp 2 with the all-to-all and sequence parallelism, cp 4 as all-to-all x ring with documents). Also runs the reference's own --selftest. A missing tool_dump, a
+# parallelism, tp 2 x cp 2 with the all-to-all and sequence parallelism, cp 4 as all-to-all x ring with documents), and
+# tests/configs/long_yarn_tiles.conf (320 tokens: several attention tiles in both dimensions; YaRN ramp 20..33 of
+# head_dim 64) for 3 AdamW steps across the warmup boundary, plain and with document masking. Also runs the
+# reference's own --selftest. A missing tool_dump, a
 # crash or a reference run without a result line counts as a failure, never a skip.
 # Prints every check line (tagged with the config) and ends with the total "N passed, N failed".
 # Overrides (for debugging): TOOL_DUMP=path/to/tool_dump, PYTHON=path/to/python3.
@@ -62,5 +65,23 @@ d_tp2_sp 2 --tp 2 --tp_sp 1
 d_tp2_cp2_a2a_sp 4 --tp 2 --cp 2 --cp_comm a2a --tp_sp 1
 d_cp4_a2a_ring_docs 4 --cp 4 --cp_comm a2a+ring --cp_a2a 2 --doc_mask 1 --eod 7
 LAYOUTS
+
+# a long sequence (3 x 3 attention tiles), YaRN from 65536 original positions (ramp 20..33 at head_dim 64), and 3
+# AdamW steps across the warmup boundary with clipping (tool_dump --steps 3: every step's gradients and update, the
+# moments, the learning rates); plain causal and with document masking (restarted positions)
+while read -r tag args; do
+  [ -n "$tag" ] || continue
+  dump="$T/$tag.dump"
+  echo "== tests/configs/long_yarn_tiles.conf $args"
+  # shellcheck disable=SC2086
+  timeout 300 "$TOOL" -c tests/configs/long_yarn_tiles.conf --out "$dump" $args >"$T/$tag.log" 2>&1; rc=$?
+  if [ "$rc" -ne 0 ] || [ ! -s "$dump" ]; then bad "[$tag] tool_dump ($args) exited $rc: $(tail -n 3 "$T/$tag.log" | tr '\n' ' ')"; continue; fi
+  sed 's/^/# /' "$T/$tag.log" | tail -n 1
+  run_ref "$tag" "$dump"
+  rm -f "$dump"
+done <<'LONG'
+long_yarn_3steps --steps 3
+long_yarn_docs_3steps --steps 3 --doc_mask 1 --eod 7 --doc_positions 1
+LONG
 
 finish

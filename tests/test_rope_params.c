@@ -1,5 +1,7 @@
-// test_rope_params.c — YaRN/linear RoPE frequencies against the formula's worked case, the cos/sin table,
-// and the parameter table: HF names/shapes, layout-independent init (TP shards equal slices of the whole).
+// test_rope_params.c — YaRN/linear RoPE frequencies against the formula's worked case, YaRN at long original
+// contexts (the ramp's upper end between d/2 and d - 1, or clamped at d - 1) against Hugging Face's formula, the
+// cos/sin table, and the parameter table: HF names/shapes, layout-independent init (TP shards equal slices of the
+// whole).
 #include "model/config.h"
 #include "model/params.h"
 #include "model/rope.h"
@@ -32,6 +34,60 @@ static void test_yarn_worked_case(void) {
     c.rope_factor = 1;   // s = 1: no scaling at all, factor 1
     a = rope_inv_freq(&c, 64, inv, &low, &high);
     CHECK(a == 1.0 && fabs(inv[31] - pow(1e4, -62.0 / 64)) < 1e-18, "yarn s=1 is plain RoPE with factor 1");
+}
+
+// YaRN at long original contexts, against Hugging Face's formula written out here independently
+// (_compute_yarn_parameters: find_correction_range clamps [floor(corr(32)), ceil(corr(1))] to [0, dim - 1], the
+// ramp runs over dim/2 frequencies). Cases whose upper end lies between d/2 and d - 1 (or is clamped at d - 1) are
+// the ones a clamp at d/2 - 1 would get wrong; the others are controls.
+static double hf_corr_dim(double rot, int dim, double base, double L) {
+    return dim * log(L / (rot * 2 * M_PI)) / (2 * log(base));
+}
+static void test_yarn_long_original(void) {
+    static const struct { int hd; double base, L, s; int low, high; } cs[] = {
+        { 64, 1e4, 65536, 4, 20, 33 },      // the case: high 33 > d/2 - 1 = 31
+        { 64, 1e4, 131072, 8, 22, 35 },
+        { 96, 1e4, 65536, 2, 30, 49 },
+        { 128, 1e4, 65536, 16, 40, 65 },
+        { 32, 100, 8192, 4, 12, 25 },
+        { 16, 10, 1024, 4, 5, 15 },         // ceil(corr(1)) = 18, clamped at d - 1 = 15
+        { 64, 1e4, 32768, 4, 17, 30 },      // controls: high below d/2
+        { 128, 5e5, 131072, 8, 31, 49 },
+        { 64, 1e4, 4096, 4, 10, 23 },
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        Config c; config_defaults(&c);
+        strcpy(c.rope_scaling, "yarn");
+        c.rope_theta = cs[k].base; c.rope_factor = cs[k].s; c.rope_original_max_seq_len = (int)cs[k].L;
+        int d = cs[k].hd;
+        double inv[64], low = -1, high = -1;
+        double a = rope_inv_freq(&c, d, inv, &low, &high);
+        // Hugging Face
+        double lo = floor(hf_corr_dim(32, d, cs[k].base, cs[k].L)), hi = ceil(hf_corr_dim(1, d, cs[k].base, cs[k].L));
+        lo = lo < 0 ? 0 : lo; hi = hi > d - 1 ? d - 1 : hi;
+        if (lo == hi) hi += 0.001;
+        double worst = 0;
+        for (int i = 0; i < d / 2; i++) {
+            double extrap = 1.0 / pow(cs[k].base, 2.0 * i / d), interp = extrap / cs[k].s;
+            double ramp = fmin(fmax((i - lo) / (hi - lo), 0.0), 1.0), e = 1.0 - ramp;
+            double want = interp * (1 - e) + extrap * e;
+            worst = fmax(worst, fabs(inv[i] - want) / want);
+        }
+        CHECK(lo == cs[k].low && hi == cs[k].high && low == lo && high == hi,
+              "yarn d%d base %g L %g: correction range low %g high %g (HF %g %g, by hand %d %d)", d, cs[k].base, cs[k].L,
+              low, high, lo, hi, cs[k].low, cs[k].high);
+        CHECK(worst < 1e-13, "yarn d%d base %g L %g s %g: every inv_freq equals HF's (max rel err %.1e)", d, cs[k].base,
+              cs[k].L, cs[k].s, worst);
+        CHECK(fabs(a - (0.1 * log(cs[k].s) + 1)) < 1e-15, "yarn d%d s %g: attention factor %.6f", d, cs[k].s, a);
+    }
+    // the case by hand: i = 31 (the last frequency) is only 11/13 of the way down the ramp, not divided by s
+    Config c; config_defaults(&c);
+    strcpy(c.rope_scaling, "yarn"); c.rope_theta = 1e4; c.rope_factor = 4; c.rope_original_max_seq_len = 65536;
+    double inv[32];
+    rope_inv_freq(&c, 64, inv, NULL, NULL);
+    double th = pow(1e4, -62.0 / 64), r = 11.0 / 13.0;
+    CHECK(fabs(inv[31] - (th / 4 * r + th * (1 - r))) < 1e-15 * th && fabs(inv[20] - pow(1e4, -40.0 / 64)) < 1e-15,
+          "yarn d64 L65536: i 20 keeps theta_i, i 31 = theta/4 * 11/13 + theta * 2/13 (%.6e)", inv[31]);
 }
 
 static void test_linear_and_table(void) {
@@ -111,6 +167,7 @@ static void test_param_table(void) {
 
 int main(void) {
     test_yarn_worked_case();
+    test_yarn_long_original();
     test_linear_and_table();
     test_param_table();
     return tu_finish();

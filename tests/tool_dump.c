@@ -3,6 +3,9 @@
 //   [mpirun -np tp*cp] build/tests/tool_dump -c CONFIG --out FILE [--key value ...]
 //   build/tests/tool_dump --ckpt CKPT.h5 --out FILE [--key value ...]   the checkpoint's config and parameters
 //                                        (instead of the seed's init); keys given override training keys
+//   --steps N (default 1): N AdamW steps on the same batch, at the schedule's learning rates of steps 0..N-1; step k >= 2
+//   adds the records grad@k/NAME (its gradients, at the parameters after step k - 1), step@k/lr and after@k/NAME;
+//   then adam/m/NAME and adam/v/NAME (the moments after the last step) and steps (int32 N)
 // Under mpirun the step runs in the config's layout (tp, cp, cp_comm, cp_a2a, tp_sp; dp = 1): each rank holds its
 // share of the batch, and what is dumped is gathered — the logits and greedy hits by position over the context
 // ranks, the weights over TP, the gradients summed over the context ranks as the trainer sums them.
@@ -28,6 +31,7 @@ int main(int argc, char** argv) {
     config_defaults(&c);
     const char* path = NULL;
     const char* ckpt = NULL;
+    int nsteps = 1;
     grid_mpi_init(&argc, &argv);   // (one process: a singleton, no mpirun needed)
     argc = config_argv(argc, argv, NULL, &argv, err, sizeof err);   // --key=value, dashes for underscores
     if (argc < 0) { fprintf(stderr, "tool_dump: %s\n", err); return 1; }
@@ -46,6 +50,7 @@ int main(int argc, char** argv) {
         if (!strcmp(argv[i], "--ckpt")) continue;
         if (!strcmp(argv[i], "-c")) { if (config_load_file(&c, argv[i + 1], err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; } }
         else if (!strcmp(argv[i], "--out")) path = argv[i + 1];
+        else if (!strcmp(argv[i], "--steps")) { nsteps = atoi(argv[i + 1]); if (nsteps < 1) { fprintf(stderr, "tool_dump: --steps must be >= 1\n"); return 1; } }
         else if (!strncmp(argv[i], "--", 2)) { if (config_set(&c, argv[i] + 2, argv[i + 1], "command line", err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; } }
         else { fprintf(stderr, "tool_dump: unexpected argument '%s'\n", argv[i]); return 1; }
     }
@@ -167,10 +172,32 @@ int main(int argc, char** argv) {
     adamw_step(&opt, &m, &h, adamw_grad_norm(&opt, &m));
     if (root) rec("step/lr", 0, 1, &one, &lr);
     dump_arena(&m, "after", m.params);
+    for (int k = 2; k <= nsteps; k++) {   // further steps on the same batch
+        char pre[32];
+        model_set_batch(&m, ltok, ltgt, lpos);
+        model_zero_grad(&m);
+        model_forward(&m, 1.0f / valid, NULL);
+        model_backward(&m);
+        adamw_reduce_grads(&opt, &m);
+        snprintf(pre, sizeof pre, "grad@%d", k);
+        dump_arena(&m, pre, m.grads);
+        lr = lr_at(&c, k - 1);
+        h = adamw_hyper(&c, lr);
+        adamw_step(&opt, &m, &h, adamw_grad_norm(&opt, &m));
+        snprintf(pre, sizeof pre, "step@%d/lr", k);
+        if (root) rec(pre, 0, 1, &one, &lr);
+        snprintf(pre, sizeof pre, "after@%d", k);
+        dump_arena(&m, pre, m.params);
+    }
+    if (nsteps > 1) {   // the moments (every rank holds all of them: no ZeRO here)
+        dump_arena(&m, "adam/m", opt.m);
+        dump_arena(&m, "adam/v", opt.v);
+        if (root) rec("steps", 1, 1, &one, &nsteps);
+    }
     if (root) {
         fclose(out);
-        printf("tool_dump: wrote %s (loss %.6f over %d targets; tp %d x cp %d%s%s)\n", path, loss, valid, c.tp, c.cp,
-               config_a2a(&c) > 1 ? ", all-to-all" : "", m.sp ? ", sequence parallel" : "");
+        printf("tool_dump: wrote %s (loss %.6f over %d targets; tp %d x cp %d%s%s; %d step%s)\n", path, loss, valid, c.tp,
+               c.cp, config_a2a(&c) > 1 ? ", all-to-all" : "", m.sp ? ", sequence parallel" : "", nsteps, nsteps > 1 ? "s" : "");
     }
     grid_exit(0);
     return 0;
