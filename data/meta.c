@@ -211,7 +211,7 @@ int data_meta_same_tokens(const DataMeta* a, const DataMeta* b, char* why, size_
     return 1;
 }
 
-int data_meta_read(const char* pattern, DataMeta* m, char* err, size_t errlen) {
+static int read_pattern(const char* pattern, DataMeta* m, char* err, size_t errlen) {
     memset(m, 0, sizeof *m);
     m->vocab_size = m->eod_id = m->bos_id = -1;
     if (!pattern || !*pattern) return 0;
@@ -241,6 +241,34 @@ int data_meta_read(const char* pattern, DataMeta* m, char* err, size_t errlen) {
         data_meta_free(&x);
     }
     globfree(&g);
+    if (fail) data_meta_free(m);
+    return fail;
+}
+
+// several sources 'GLOB[@W];GLOB[@W]' (data/shards.h): each one's description, which must all name the same tokens
+int data_meta_read(const char* pattern, DataMeta* m, char* err, size_t errlen) {
+    if (!pattern || !strchr(pattern, ';')) return read_pattern(pattern, m, err, errlen);
+    memset(m, 0, sizeof *m);
+    m->vocab_size = m->eod_id = m->bos_id = -1;
+    int fail = 0;
+    for (const char* p = pattern; p && !fail;) {
+        const char* semi = strchr(p, ';');
+        char part[1024];
+        snprintf(part, sizeof part, "%.*s", (int)(semi ? (size_t)(semi - p) : strlen(p)), p);
+        char* at = strrchr(part, '@');
+        if (at) { char* end; strtod(at + 1, &end); if (end != at + 1 && !*end) *at = 0; }
+        p = semi ? semi + 1 : NULL;
+        DataMeta x;
+        if ((fail = read_pattern(part, &x, err, errlen)) || !x.found) continue;
+        if (!m->found) { *m = x; continue; }
+        char why[512];
+        if (!data_meta_same_tokens(m, &x, why, sizeof why)) {
+            snprintf(err, errlen, "the sources of '%s' describe different tokens (%s: %s and %s): train on one "
+                     "tokenizer's data", pattern, why, m->path, x.path);
+            fail = 1;
+        }
+        data_meta_free(&x);
+    }
     if (fail) data_meta_free(m);
     return fail;
 }

@@ -240,10 +240,15 @@ static void table_stats(Pack* p, const Docs* d, int W) {
     }
 }
 
-static void doc_stats(PackStats* st, const Docs* d, int W, int n_src) {
+static void doc_stats(PackStats* st, const Docs* d, int W, int n_src, int64_t n_tokens) {
     st->docs = d->n; st->n_src = n_src < 8 ? n_src : 8;
+    int64_t T = W - 1, nwin = (n_tokens - 1) / T;
     for (int64_t i = 0; i < d->n; i++) {
         st->docs_short += d->len[i] <= W;
+        if (d->len[i] <= W) {   // whole in stream window k = floor(start / T) when it ends by kT + T
+            int64_t k = d->start[i] / T;
+            st->stream_cut += !(k < nwin && d->start[i] + d->len[i] - 1 <= k * T + T);
+        }
         st->src_tokens[d->src[i] < 8 ? d->src[i] : 7] += (double)(d->len[i] - 1);
     }
 }
@@ -292,7 +297,7 @@ int pack_build(Pack* p, const PackOpts* o, int64_t n_tokens, PackRead rd, void* 
     Table t = { p, 0, 0, 0 };
     rc = o->mode == PACK_DOC_START ? build_doc_start(&t, &d, order, n, W) : build_best_fit(&t, &d, order, n, W, o->buffer > 0 ? o->buffer : 1);
     if (!rc && p->n_win == 0) rc = 1;
-    if (!rc) { doc_stats(&p->st, &d, W, nsrc); table_stats(p, &d, W); }
+    if (!rc) { doc_stats(&p->st, &d, W, nsrc, n_tokens); table_stats(p, &d, W); }
     free(order); docs_free(&d);
     if (rc) { pack_free(p); return pk_fail(err, errlen, "out of memory packing windows"); }
     return 0;
@@ -306,13 +311,9 @@ int pack_stream_stats(PackStats* st, int T, int eod, int64_t n_tokens, PackRead 
     int64_t src0[2] = { 0, n_tokens };
     if (docs_scan(&d, eod, n_tokens, src0, 1, rd, ctx, err, errlen)) { docs_free(&d); return 1; }
     int W = T + 1;
-    doc_stats(st, &d, W, 1);
+    doc_stats(st, &d, W, 1, n_tokens);
     st->windows = (n_tokens - 1) / T; st->slots = st->windows * W; st->used_tokens = st->slots;
-    for (int64_t i = 0; i < d.n; i++) {   // whole in window k = floor(start / T) when it ends by kT + T
-        if (d.len[i] > W) continue;
-        int64_t k = d.start[i] / T, end = d.start[i] + d.len[i] - 1;
-        if (!(k < st->windows && end <= k * T + T)) st->short_cut++;
-    }
+    st->short_cut = st->stream_cut;
     docs_free(&d);
     return 0;
 }

@@ -32,6 +32,7 @@ typedef struct { int64_t start; int32_t len, slot; } PackSeg;   // stream tokens
 typedef struct {
     int64_t docs, docs_short;           // documents; those that fit one window (len <= T + 1)
     int64_t short_cut;                  // short documents that no window holds whole
+    int64_t stream_cut;                 // ... and those stream windows (window i = tokens [iT, iT + T]) would cut
     int64_t windows, slots, pad;        // windows, their slots (windows x (T + 1)), padding slots
     int64_t repeated;                   // slots holding a token a second time (doc_start's cut fillers)
     int64_t used_tokens;                // document tokens placed (with upsampling's repeats)

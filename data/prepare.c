@@ -60,8 +60,10 @@ static const char* USAGE =
 "                      document); a file PATH is one document either way.\n"
 "  --seed S            seed of the train/val assignment, an unsigned integer (default 0)\n"
 "  --shard-tokens N    tokens per shard, 1..2147483647 (default 100000000); the last shard may be shorter\n"
-"  --force             delete existing DIR/train_*.bin, DIR/val_*.bin and DIR/meta.json first (otherwise\n"
-"                      they are an error)\n"
+"  --force             replace existing DIR/train_*.bin, DIR/val_*.bin and DIR/meta.json (otherwise they are\n"
+"                      an error). The new ones are written and verified first (in DIR/.prepare-PID.tmp: the disk\n"
+"                      needs room for both), then swapped in; the old ones are removed only after that, and stay\n"
+"                      as they were when anything fails\n"
 "  -h, --help          this text\n"
 "\n"
 "Prints a line of totals and, per split, a line with documents, tokens and shards, then the shard paths.\n"
@@ -72,6 +74,8 @@ static const char* USAGE =
 
 typedef struct { char** v; int n, cap; } StrList;
 static StrList g_created;                // shards written by this run, removed on failure
+static char* g_staging;                  // the directory they are written in (removed on failure when empty)
+static int g_swapping;                   // swap_in under way (its messages say what became of the old files)
 
 static void die(const char* fmt, ...) {
     char msg[8192];
@@ -80,8 +84,9 @@ static void die(const char* fmt, ...) {
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     for (char* c = msg; *c; c++) if (*c == '\n' || *c == '\r') *c = ' ';
-    fprintf(stderr, "prepare: %s\n", msg);
+    fprintf(stderr, "prepare: %s%s\n", msg, g_staging && !g_swapping ? "; the output directory is as it was" : "");
     for (int i = 0; i < g_created.n; i++) unlink(g_created.v[i]);
+    if (g_staging) rmdir(g_staging);
     exit(1);
 }
 
@@ -300,6 +305,37 @@ static void collect(Corpus* c, const Options* o) {
     }
 }
 
+// the same file reached twice (a PATH given twice, a directory and a path inside it, a hard link): its text would
+// be in the data twice without anyone asking for that
+typedef struct { dev_t dev; ino_t ino; int idx; } FileId;
+static int cmp_fileid(const void* a, const void* b) {
+    const FileId *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
+    return x->idx - y->idx;
+}
+
+static void refuse_duplicates(const Corpus* c) {
+    int n = c->files.n;
+    FileId* ids = xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(FileId));
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        if (stat(c->files.v[i], &st) != 0) die("cannot read '%s': %s", c->files.v[i], strerror(errno));
+        ids[i] = (FileId){st.st_dev, st.st_ino, i};
+    }
+    qsort(ids, (size_t)n, sizeof(FileId), cmp_fileid);
+    for (int i = 1; i < n; i++)
+        if (ids[i].dev == ids[i - 1].dev && ids[i].ino == ids[i - 1].ino)
+        {
+            const char *a = c->files.v[ids[i - 1].idx], *b = c->files.v[ids[i].idx];
+            if (!strcmp(a, b)) die("'%s' would be read twice (given twice, or given and also inside a directory given): its "
+                                   "text would be in the data twice; give each path once", a);
+            die("'%s' and '%s' are the same file: its text would be in the data twice (a path given twice, a directory "
+                "and a path inside it, or a link); give each file once", a, b);
+        }
+    free(ids);
+}
+
 // ----------------------------------------------------------------------------------------------------
 // train/val assignment
 
@@ -334,7 +370,8 @@ static void make_out_dir(const char* dir) {
     if (access(dir, W_OK | X_OK) != 0) die("output directory '%s' is not writable: %s", dir, strerror(errno));
 }
 
-static void clear_old_shards(const char* dir, int force) {
+// the shards and meta.json an earlier run left in dir (names), refused unless --force
+static StrList list_old(const char* dir, int force) {
     DIR* d = opendir(dir);
     if (!d) die("cannot open output directory '%s': %s", dir, strerror(errno));
     StrList old = {0};
@@ -346,13 +383,60 @@ static void clear_old_shards(const char* dir, int force) {
     char* meta = join(dir, "meta.json");                     // last: an error names a shard first
     if (access(meta, F_OK) == 0) strs_add(&old, "meta.json");
     free(meta);
-    for (int i = 0; i < old.n; i++) {
-        char* path = join(dir, old.v[i]);
-        if (!force) die("'%s' already exists (use --force to replace the shards in '%s')", path, dir);
-        if (unlink(path) != 0) die("cannot remove '%s': %s", path, strerror(errno));
-        free(path); free(old.v[i]);
+    if (old.n && !force) {
+        char* path = join(dir, old.v[0]);
+        die("'%s' already exists (use --force to replace the shards in '%s')", path, dir);
     }
-    free(old.v);
+    return old;
+}
+
+// rename from/NAME to to/NAME for names[0..n); 0, or the index that failed (errno set) + 1
+static int move_names(const char* from, const char* to, char** names, int n) {
+    for (int i = 0; i < n; i++) {
+        char* a = join(from, names[i]);
+        char* b = join(to, names[i]);
+        int rc = rename(a, b);
+        free(a); free(b);
+        if (rc) return i + 1;
+    }
+    return 0;
+}
+
+// The new files (names `neu`, in the staging directory) take the place of the old ones (names `old`, in dir):
+// the old ones move into DIR/.prepare-PID.old, the new ones into dir, and only then are the old ones deleted.
+// Any failure on the way moves everything back (the old files as they were) and stops with one line.
+static void swap_in(const char* dir, const char* staging, StrList* old, StrList* neu) {
+    char aside_name[64];
+    snprintf(aside_name, sizeof(aside_name), ".prepare-%d.old", (int)getpid());
+    char* aside = join(dir, aside_name);
+    g_swapping = 1;
+    if (old->n && mkdir(aside, 0755) != 0) die("cannot create '%s': %s", aside, strerror(errno));
+    int k = old->n ? move_names(dir, aside, old->v, old->n) : 0;
+    if (k) {
+        int e = errno;
+        move_names(aside, dir, old->v, k - 1);
+        rmdir(aside);
+        die("cannot move '%s/%s' aside: %s; the existing files are as they were", dir, old->v[k - 1], strerror(e));
+    }
+    k = move_names(staging, dir, neu->v, neu->n);
+    if (k) {
+        int e = errno;
+        move_names(dir, staging, neu->v, k - 1);
+        int back = move_names(aside, dir, old->v, old->n);
+        if (!back) rmdir(aside);
+        die("cannot move the new '%s' into '%s': %s; %s", neu->v[k - 1], dir, strerror(e), back ? "the old files are in "
+            "the directory named in this message's first path with .prepare-*.old (move them back by hand)" :
+            "the existing files are as they were");
+    }
+    g_created.n = 0;                                         // (the new files are in place: never removed now)
+    fsync_path(dir);
+    for (int i = 0; i < old->n; i++) {                       // the old files, replaced as --force asked
+        char* p = join(aside, old->v[i]);
+        if (unlink(p) != 0) fprintf(stderr, "prepare: note: cannot remove the replaced '%s': %s\n", p, strerror(errno));
+        free(p);
+    }
+    if (old->n) rmdir(aside);
+    free(aside);
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -383,10 +467,34 @@ static void w_close_shard(Writer* w) {
     if (!w->f) return;
     w_flush(w);
     int32_t header[SHARD_HEADER_INTS] = {SHARD_MAGIC_U16, SHARD_VERSION, (int32_t)w->n_shard};
-    if (fseek(w->f, 0, SEEK_SET) != 0 || fwrite(header, sizeof(header), 1, w->f) != 1)
+    if (fseek(w->f, 0, SEEK_SET) != 0 || fwrite(header, sizeof(header), 1, w->f) != 1 || fflush(w->f) != 0 ||
+        fsync(fileno(w->f)) != 0)
         die("cannot write '%s': %s", w->path, strerror(errno));
     if (fclose(w->f) != 0) { w->f = NULL; die("cannot write '%s': %s", w->path, strerror(errno)); }
     w->f = NULL;
+}
+
+// read back every shard the writer wrote: header, token count and file size as written
+static void w_verify(const Writer* w, StrList* names) {
+    int64_t total = 0;
+    for (int i = 0; i < w->n_shards; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "%s_%06d.bin", w->split, i);
+        char* path = join(w->dir, name);
+        int32_t header[SHARD_HEADER_INTS];
+        struct stat st;
+        FILE* f = fopen(path, "rb");
+        int ok = f && fread(header, sizeof(header), 1, f) == 1 && fstat(fileno(f), &st) == 0 &&
+                 header[0] == SHARD_MAGIC_U16 && header[1] == SHARD_VERSION && header[2] > 0 &&
+                 (int64_t)st.st_size == (int64_t)sizeof(header) + 2 * (int64_t)header[2];
+        if (f) fclose(f);
+        if (!ok) die("'%s' does not read back as written (a file system error?)", path);
+        total += header[2];
+        strs_add(names, name);
+        free(path);
+    }
+    if (total != w->n_tokens) die("the %s shards in '%s' read back %lld tokens, %lld were written", w->split, w->dir,
+                                  (long long)total, (long long)w->n_tokens);
 }
 
 static void w_open_shard(Writer* w) {
@@ -434,19 +542,19 @@ static void write_split(Writer* w, const Corpus* c, int val) {
     w_close_shard(w);
 }
 
-static void print_split(const Writer* w) {
+static void print_split(const Writer* w, const char* dir) {
     printf("%s: %d document%s, %lld tokens, %d shard%s", w->split, w->n_docs, w->n_docs == 1 ? "" : "s",
            (long long)w->n_tokens, w->n_shards, w->n_shards == 1 ? "" : "s");
     if (w->n_shards == 0) { printf(" (none written)\n"); return; }
     char pat[64];
     snprintf(pat, sizeof(pat), "%s_*.bin", w->split);
-    char* glob = join(w->dir, pat);
+    char* glob = join(dir, pat);
     printf(" (%s)\n", glob);
     free(glob);
     for (int i = 0; i < w->n_shards; i++) {
         char name[64];
         snprintf(name, sizeof(name), "%s_%06d.bin", w->split, i);
-        char* path = join(w->dir, name);
+        char* path = join(dir, name);
         printf("  %s\n", path);
         free(path);
     }
@@ -494,8 +602,9 @@ static void write_meta(const char* dir, const Writer* tr, const Writer* va, int 
     json_str(f, cmd);
     free(cmd);
     fprintf(f, "\n}\n");
-    if (fflush(f) != 0 || ferror(f) | fclose(f)) die("cannot write '%s': %s", tmp, strerror(errno));
+    if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0 || fclose(f) != 0) die("cannot write '%s': %s", tmp, strerror(errno));
     if (rename(tmp, path) != 0) die("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+    strs_add(&g_created, path);
     free(tmp);
     free(path);
 }
@@ -508,24 +617,40 @@ int main(int argc, char** argv) {
     collect(&c, &o);
     if (c.n_docs == 0)
         die("no documents found in the given paths (empty and binary files, symlinks and hidden directories are skipped)");
+    refuse_duplicates(&c);
     assign(&c, o.val_frac, o.seed);
     make_out_dir(o.out);
-    clear_old_shards(o.out, o.force);
+    StrList old = list_old(o.out, o.force);
 
+    // everything is written into a staging directory beside the old files, read back, and only then swapped in
+    char staging_name[64];
+    snprintf(staging_name, sizeof(staging_name), ".prepare-%d.tmp", (int)getpid());
+    char* staging = join(o.out, staging_name);
+    if (mkdir(staging, 0755) != 0) die("cannot create '%s': %s", staging, strerror(errno));
+    g_staging = staging;
     static Writer train, val;                                // static: each holds a 128 KiB buffer
-    w_init(&train, o.out, "train", o.shard_tokens);
-    w_init(&val, o.out, "val", o.shard_tokens);
+    w_init(&train, staging, "train", o.shard_tokens);
+    w_init(&val, staging, "val", o.shard_tokens);
     write_split(&train, &c, 0);
     write_split(&val, &c, 1);
-    write_meta(o.out, &train, &val, argc, argv);
+    write_meta(staging, &train, &val, argc, argv);
+    StrList neu = {0};
+    w_verify(&train, &neu);
+    w_verify(&val, &neu);
+    strs_add(&neu, "meta.json");                             // last: the description comes with the shards
+    fsync_path(staging);
+    swap_in(o.out, staging, &old, &neu);
+    if (rmdir(staging) == 0) g_staging = NULL;
 
     printf("prepare: %d documents from %d files (skipped: binary %d, empty %d, symlinks %d, hidden dirs %d, "
            "other %d)\n", c.n_docs, c.files.n, c.skip_binary, c.skip_empty, c.skip_symlink, c.skip_hidden, c.skip_other);
-    print_split(&train);
-    print_split(&val);
+    print_split(&train, o.out);
+    print_split(&val, o.out);
     free(train.path); free(val.path);
     corpus_free(&c);
     strs_free(&g_created);
+    strs_free(&old); strs_free(&neu);
+    free(staging);
     free(o.paths);
     return fflush(stdout) == 0 ? 0 : 1;
 }

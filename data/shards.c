@@ -236,11 +236,32 @@ static int shard_open(Loader* ld, const char* path, Shard* sh) {
 
 void loader_close(Loader* ld) {
     for (int i = 0; i < ld->n_shards; i++) if (ld->shards[i].fd >= 0) close(ld->shards[i].fd);
+    pack_free(&ld->pack);
     free(ld->shards);
     ld->shards = NULL;
     ld->n_shards = 0;
     ld->n_tokens = 0;
     ld->n_seq = 0;
+}
+
+// one source's shards, appended to ld->shards
+static int open_source(Loader* ld, const char* pattern) {
+    PathList pl = {0};
+    if (list_shards(ld, pattern, &pl) != 0) { paths_free(&pl); return -1; }
+    Shard* sh = realloc(ld->shards, (size_t)(ld->n_shards + pl.n) * sizeof(Shard));
+    if (!sh) { paths_free(&pl); return ld_fail(ld, "out of memory opening '%s'", pattern); }
+    ld->shards = sh;
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < pl.n; i++) {
+        Shard* x = &ld->shards[ld->n_shards];
+        rc = shard_open(ld, pl.v[i], x);
+        if (rc != 0) break;
+        x->first = ld->n_tokens;
+        ld->n_tokens += x->n_tokens;
+        ld->n_shards++;
+    }
+    paths_free(&pl);
+    return rc;
 }
 
 int loader_open(Loader* ld, const char* pattern, int seq_len, int vocab_size, int shuffle, uint64_t seed) {
@@ -251,24 +272,60 @@ int loader_open(Loader* ld, const char* pattern, int seq_len, int vocab_size, in
     ld->vocab_size = vocab_size;
     if (seq_len <= 0) return ld_fail(ld, "seq_len must be > 0 (got %d)", seq_len);
     if (vocab_size <= 0) return ld_fail(ld, "vocab_size must be > 0 (got %d)", vocab_size);
-    PathList pl = {0};
-    if (list_shards(ld, pattern, &pl) != 0) { paths_free(&pl); return -1; }
-    ld->shards = calloc((size_t)pl.n, sizeof(Shard));
-    if (!ld->shards) { paths_free(&pl); return ld_fail(ld, "out of memory opening '%s'", pattern); }
     int rc = 0;
-    for (int i = 0; rc == 0 && i < pl.n; i++) {
-        rc = shard_open(ld, pl.v[i], &ld->shards[i]);
-        if (rc != 0) break;
-        ld->shards[i].first = ld->n_tokens;
-        ld->n_tokens += ld->shards[i].n_tokens;
-        ld->n_shards = i + 1;
-    }
-    paths_free(&pl);
+    const char* p = pattern;
+    do {   // sources separated by ';', each 'PATTERN[@WEIGHT]'
+        const char* semi = strchr(p, ';');
+        size_t n = semi ? (size_t)(semi - p) : strlen(p);
+        if (ld->n_src == LOADER_MAX_SOURCES) { rc = ld_fail(ld, "more than %d sources in '%s'", LOADER_MAX_SOURCES, pattern); break; }
+        char* part = &ld->src_pattern[ld->n_src][0];
+        if (n >= sizeof ld->src_pattern[0]) { rc = ld_fail(ld, "source pattern too long in '%s'", pattern); break; }
+        memcpy(part, p, n); part[n] = 0;
+        double w = 1.0;
+        char* at = strrchr(part, '@');   // 'GLOB@W': a weight when all after the last '@' is a number
+        if (at) {
+            char* end;
+            double x = strtod(at + 1, &end);
+            if (end != at + 1 && !*end) {
+                if (!(x >= 0 && x <= 1000)) { rc = ld_fail(ld, "source '%s': its weight %s must be in [0, 1000]", part, at + 1); break; }
+                w = x;
+                *at = 0;
+            }
+        }
+        if (!part[0]) { rc = ld_fail(ld, "an empty source in '%s'", pattern); break; }
+        ld->weight[ld->n_src] = w;
+        ld->src_first[ld->n_src] = ld->n_tokens;
+        if ((rc = open_source(ld, part)) != 0) break;
+        ld->n_src++;
+        ld->src_first[ld->n_src] = ld->n_tokens;
+        p = semi ? semi + 1 : NULL;
+    } while (p);
     if (rc == 0 && ld->n_tokens < (int64_t)seq_len + 1)
         rc = ld_fail(ld, "'%s' has %lld tokens, fewer than seq_len + 1 = %lld needed for one sequence",
                      pattern, (long long)ld->n_tokens, (long long)seq_len + 1);
     if (rc != 0) { loader_close(ld); return rc; }
     ld->n_seq = (ld->n_tokens - 1) / seq_len;
+    return 0;
+}
+
+int loader_weighted(const Loader* ld) {
+    for (int s = 0; s < ld->n_src; s++) if (ld->weight[s] != 1.0) return 1;
+    return 0;
+}
+
+static int pack_read(void* ctx, int64_t pos, int64_t n, int32_t* out) { return loader_read(ctx, pos, n, out); }
+
+int loader_pack(Loader* ld, int mode, int eod, int buffer, int64_t upsample_len, double upsample_factor) {
+    PackOpts o = { .mode = mode, .T = ld->seq_len, .eod = eod, .buffer = buffer,
+                   .threshold = upsample_len > 0 ? upsample_len : INT64_MAX, .factor = upsample_len > 0 ? upsample_factor : 1.0,
+                   .weight = ld->weight, .src_first = ld->src_first, .n_src = ld->n_src, .seed = ld->seed };
+    char e[600] = "";
+    ld->err[0] = 0;
+    if (pack_build(&ld->pack, &o, ld->n_tokens, pack_read, ld, e, sizeof e)) {
+        if (!e[0] && ld->err[0]) return -1;   // a read error, already in ld->err
+        return ld_fail(ld, "%s", strncmp(e, "data: ", 6) ? e : e + 6);
+    }
+    ld->n_seq = ld->pack.n_win;
     return 0;
 }
 
@@ -328,5 +385,6 @@ int loader_get(Loader* ld, int64_t g, int32_t* tokens) {
     if (g < 0) return ld_fail(ld, "sequence index %lld is negative", (long long)g);
     int64_t epoch = g / ld->n_seq, i = g % ld->n_seq;
     int64_t seq = ld->shuffle ? shuffle_index(ld->seed, epoch, i, ld->n_seq) : i;
+    if (ld->pack.n_win > 0) return pack_window(&ld->pack, seq, pack_read, ld, tokens);
     return loader_read(ld, seq * ld->seq_len, (int64_t)ld->seq_len + 1, tokens);
 }

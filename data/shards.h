@@ -15,6 +15,9 @@
 #pragma once
 #include <stdint.h>
 #include <stddef.h>
+#include "data/pack.h"
+
+#define LOADER_MAX_SOURCES 8
 
 #define SHARD_MAGIC_U16 20240520
 #define SHARD_MAGIC_U32 20240521
@@ -38,14 +41,27 @@ typedef struct {
     int shuffle;
     uint64_t seed;
     int vocab_size;      // tokens >= vocab_size are rejected when read
+    // sources: a pattern 'GLOB@W;GLOB@W' lists several, each with an upsampling weight W (default 1)
+    int n_src;
+    int64_t src_first[LOADER_MAX_SOURCES + 1];   // source s covers stream tokens [src_first[s], src_first[s + 1])
+    double weight[LOADER_MAX_SOURCES];
+    char src_pattern[LOADER_MAX_SOURCES][256];
+    Pack pack;           // pack.n_win > 0: sequences are the packed windows (loader_pack)
     char err[1200];      // last error, one line naming the file / value
 } Loader;
 
-// Open all shards of `pattern` (glob pattern, a directory, or a single file) and validate headers and sizes.
+// Open all shards of `pattern` (glob pattern, a directory, or a single file; or several of them separated by ';',
+// each optionally ending in '@W', a source's upsampling weight for loader_pack) and validate headers and sizes.
 // Returns 0 on success; non-zero with ld->err set (missing, truncated, wrong magic/version, no files,
 // fewer than seq_len + 1 tokens).
 int loader_open(Loader* ld, const char* pattern, int seq_len, int vocab_size, int shuffle, uint64_t seed);
 void loader_close(Loader* ld);
+
+// Replace the stream's windows by packed ones (data/pack.h; mode PACK_DOC_START or PACK_BEST_FIT): n_seq becomes
+// the number of packed windows, and loader_get returns them (PACK_PAD in padding slots). 0 or non-zero + err.
+int loader_pack(Loader* ld, int mode, int eod, int buffer, int64_t upsample_len, double upsample_factor);
+// Source weights other than 1 were given ('@W').
+int loader_weighted(const Loader* ld);
 
 // Fetch global sequence g into tokens[seq_len+1] (int32). Returns 0, or non-zero with ld->err set
 // (read error, token id >= vocab_size naming file and offset).

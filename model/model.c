@@ -267,12 +267,13 @@ void model_set_batch(Model* m, const int* tokens, const int* targets, const int*
 }
 
 void model_set_windows(Model* m, const int32_t* win, size_t stride, const unsigned char* score) {
+    int eod = config_eod(&m->cfg), pad = eod >= 0 ? eod : 0;   // a padding slot's input (data/pack.h: target ignored)
     for (int b = 0; b < m->B; b++) {
         const int32_t* w = win + (size_t)b * stride;
         for (int t = 0; t < m->T; t++) {
             int p = m->lpos[t];
             size_t i = (size_t)b * m->T + t;
-            m->htok[i] = w[p]; m->htgt[i] = !score || score[p] ? w[p + 1] : -1; m->hpos[i] = p;
+            m->htok[i] = w[p] >= 0 ? w[p] : pad; m->htgt[i] = !score || score[p] ? w[p + 1] : -1; m->hpos[i] = p;
         }
     }
     model_set_batch(m, m->htok, m->htgt, m->hpos);

@@ -124,7 +124,8 @@ void model_free(Model* m);
 // document (attention and model_positions keep the positions given).
 void model_set_batch(Model* m, const int* tokens, const int* targets, const int* positions);
 // Set the batch from B windows of seq_len + 1 tokens (window b at win + b * stride): this rank's tokens
-// at its positions p, targets p + 1 (or -1 where score is given and score[p] == 0), positions p.
+// at its positions p, targets p + 1 (or -1 where score is given and score[p] == 0), positions p. A negative
+// window entry (PACK_PAD: padding) is ignored as a target and read as the eod token (0 without one) as an input.
 void model_set_windows(Model* m, const int32_t* win, size_t stride, const unsigned char* score);
 // The batch as last set (host [B*T]): this rank's positions and targets.
 const int* model_positions(const Model* m);
