@@ -89,7 +89,31 @@ print("trained shares", got, "expected", [round(w, 1) for w in want])
 sys.exit(0 if len(got) == 2 and all(abs(g - w) < 0.06 for g, w in zip(got, want)) else 1)
 EOF
 
-# ---- 5. bad input ----
+# ---- 5. the document length distribution (build/eval --doc_lengths) against a count here ----
+if build/eval --doc_lengths --data "$T/a" --seq_len 128 --out "$T/dl" --name a >"$T/dl.out" 2>&1; then
+  if $PY - "$T" >"$T/dl.chk" 2>&1 <<'EOF'; then ok "eval --doc_lengths: $(cat "$T/dl.chk"): $(head -n 2 "$T/dl.out" | tail -n 1 | cut -c1-120)..."; else bad "doc_lengths: $(tail -n 3 "$T/dl.chk")"; fi
+import csv, sys
+import numpy as np
+T = sys.argv[1]
+t = np.fromfile(f"{T}/a/train_000000.bin", np.uint16, offset=1024)
+starts = np.flatnonzero(t == 256); lens = np.diff(np.append(starts, len(t)))
+want = {}
+for L in lens:
+    k = int(L).bit_length() - 1
+    d, n = want.get(k, (0, 0)); want[k] = (d + 1, n + int(L))
+rows = list(csv.DictReader(open(f"{T}/dl/a_doclen.csv")))
+got = {int(r["bucket_lo"]).bit_length() - 1: (int(r["documents"]), int(r["tokens"])) for r in rows}
+assert got == want, (got, want)
+import xml.dom.minidom as m
+assert len(m.parse(f"{T}/dl/a_doclen.svg").getElementsByTagName("rect")) >= 2 * len(rows)
+fit = sum(1 for L in lens if L <= 129)
+line = open(f"{T}/dl.out").read().splitlines()[1]
+assert line.startswith(f"window 128: {fit} documents"), (line, fit)
+print(len(rows), "buckets and", len(lens), "documents as counted here,", fit, "fit a window")
+EOF
+else bad "eval --doc_lengths: $(tail -n 2 "$T/dl.out")"; fi
+
+# ---- 6. bad input ----
 expect_train_err $CONF "pack without an eod token" "pack = best_fit needs the end-of-document token" 1 \
   --train_data "$T/a" --val_data "" --data_meta 0 --vocab_size 300 --pack best_fit
 expect_train_err $CONF "source weights with stream windows" "source weights ('@W'), which need pack = doc_start or best_fit" 1 \
