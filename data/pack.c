@@ -318,6 +318,17 @@ int pack_stream_stats(PackStats* st, int T, int eod, int64_t n_tokens, PackRead 
     return 0;
 }
 
+int pack_doc_lengths(int64_t n_tokens, int eod, PackRead rd, void* ctx, int64_t** lens, int64_t* n, char* err, size_t errlen) {
+    Docs d = {0};
+    int64_t src0[2] = { 0, n_tokens };
+    *lens = NULL; *n = 0;
+    if (docs_scan(&d, eod, n_tokens, src0, 1, rd, ctx, err, errlen)) { docs_free(&d); return 1; }
+    *lens = d.len; *n = d.n;
+    d.len = NULL;
+    docs_free(&d);
+    return 0;
+}
+
 int pack_window(const Pack* p, int64_t w, PackRead rd, void* ctx, int32_t* out) {
     int W = p->T + 1;
     for (int i = 0; i < W; i++) out[i] = PACK_PAD;

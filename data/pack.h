@@ -68,6 +68,9 @@ void pack_free(Pack* p);
 // The same statistics for plain stream windows (window i = tokens [iT, iT + T]) of the documents.
 int pack_stream_stats(PackStats* st, int T, int eod, int64_t n_tokens, PackRead read_fn, void* ctx, char* err,
                       size_t errlen);
+// The lengths of the stream's documents (malloc'd into *lens, *n of them). 0, or 1 with err.
+int pack_doc_lengths(int64_t n_tokens, int eod, PackRead read_fn, void* ctx, int64_t** lens, int64_t* n, char* err,
+                     size_t errlen);
 // Fill window w (0 <= w < n_win) of T + 1 slots: tokens, PACK_PAD elsewhere.
 int pack_window(const Pack* p, int64_t w, PackRead read_fn, void* ctx, int32_t* out);
 // "stream" | "doc_start" | "best_fit" -> PACK_*; -1 when unknown.

@@ -24,6 +24,8 @@
 #include "common/util.h"
 #include "data/meta.h"
 #include "data/shards.h"
+#include "data/pack.h"
+#include "eval/doclen.h"
 #include "eval/passkey.h"
 #include "eval/report.h"
 #include "model/model.h"
@@ -63,6 +65,7 @@ typedef struct {
     int tp, cp; char layout[16]; const char* comm;
     const char* out; const char* name;
     int passkey, trials; long long seed;
+    int doc_lengths;                    // --doc_lengths: the data's document length distribution (no checkpoint)
     int lens[64], nlens; double depths[64]; int ndepths;
 } Args;
 
@@ -109,6 +112,8 @@ static void usage(FILE* f) {
         "  --comm NAME            data transport: auto | mpi | nccl (as the training key comm)\n"
         "  --out DIR              output directory (default out/eval); --name NAME file stem (default ppl)\n"
         "  --force                replace existing output files\n"
+        "  --doc_lengths          the --data's document length distribution instead (no checkpoint): a table,\n"
+        "                         OUT/NAME_doclen.csv and .svg (log2 buckets; with --seq_len, what fits a window)\n"
         "  --passkey              passkey retrieval instead of perplexity (one series; byte-level text: refused\n"
         "                         for a checkpoint trained on data of another tokenizer)\n"
         "  --passkey_lens LIST    context lengths (default 256,512,1024)\n"
@@ -167,7 +172,7 @@ static int parse_args(int argc, char** argv, Args* a) {
     for (int i = 0; i < 5; i++) a->depths[i] = depths[i];
     a->ndepths = 5;
     // --name value or --name=value, dashes for underscores (config_argv); the options without a value:
-    static const char* const FLAGS[] = { "--log_buckets", "--force", "--passkey", "--doc_mask", "--help", "-h", NULL };
+    static const char* const FLAGS[] = { "--log_buckets", "--force", "--passkey", "--doc_mask", "--doc_lengths", "--help", "-h", NULL };
     char err0[512];
     argc = config_argv(argc, argv, FLAGS, &argv, err0, sizeof err0);
     if (argc < 0) { snprintf(msg, sizeof msg, "eval: %s", err0); return 1; }
@@ -178,6 +183,7 @@ static int parse_args(int argc, char** argv, Args* a) {
         if (!strcmp(k, "--force")) { a->force = 1; continue; }
         if (!strcmp(k, "--passkey")) { a->passkey = 1; continue; }
         if (!strcmp(k, "--doc_mask")) { a->doc_mask = 1; continue; }
+        if (!strcmp(k, "--doc_lengths")) { a->doc_lengths = 1; continue; }
         if (!strncmp(k, "--", 2) && i + 1 >= argc) { snprintf(msg, sizeof msg, "eval: option '%s' needs a value (see --help)", k); return 1; }
         const char* v = argv[i + 1];
         int bad = 0;
@@ -257,6 +263,11 @@ static int parse_args(int argc, char** argv, Args* a) {
         }
         if (bad) { snprintf(msg, sizeof msg, "eval: invalid value '%s' for %s (see --help)", v, k); return 1; }
         i++;
+    }
+    if (a->doc_lengths) {
+        if (a->ns || a->passkey) { snprintf(msg, sizeof msg, "eval: --doc_lengths describes --data alone: give no --ckpt or --passkey"); return 1; }
+        if (!a->data) { snprintf(msg, sizeof msg, "eval: --doc_lengths needs --data (the token shards to describe)"); return 1; }
+        return 0;
     }
     if (!a->ns) { snprintf(msg, sizeof msg, "eval: no --ckpt given (a checkpoint file or a directory with 'latest')"); return 1; }
     if (!a->passkey && !a->data) { snprintf(msg, sizeof msg, "eval: no --data given (held-out token shards)"); return 1; }
@@ -786,6 +797,37 @@ static void eval_passkey(const Args* a, const Grid* g) {
     free(acc); free(digits);
 }
 
+static int doclen_read(void* ld, int64_t pos, int64_t n, int32_t* out) { return loader_read(ld, pos, n, out); }
+
+// --doc_lengths: rank 0 scans the data's documents (at the eod of --eod, meta.json or the byte tokenizer's 256)
+static void eval_doc_lengths(const Args* a, const Grid* g) {
+    int fail = 0, eod = a->eod >= 0 ? a->eod : g_meta.found && g_meta.eod_id >= 0 ? g_meta.eod_id : 256;
+    if (g->rank == 0) {
+        Loader ld;
+        int vocab = g_meta.found && g_meta.vocab_size > 0 ? g_meta.vocab_size : 1 << 30;
+        char csv[1200], svg[1200], title[1100], e[1300] = "";
+        int64_t* lens = NULL, n = 0;
+        fail = loader_open(&ld, a->data, 1, vocab, 0, 0);
+        if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
+        else {
+            if (pack_doc_lengths(ld.n_tokens, eod, doclen_read, &ld, &lens, &n, e, sizeof e))
+                { snprintf(msg, sizeof msg, "eval: %s", ld.err[0] ? ld.err : e); fail = 1; }
+            loader_close(&ld);
+        }
+        if (!fail) fail = make_dirs("eval", a->out, msg, sizeof msg) || out_file(a, csv, sizeof csv, "_doclen.csv") ||
+                          out_file(a, svg, sizeof svg, "_doclen.svg");
+        if (!fail) {
+            snprintf(title, sizeof title, "document lengths: %s (eod %d)", a->data, eod);
+            fail = doclen_report(stdout, lens, n, a->seq_len, title, csv, svg, e, sizeof e);
+            if (fail) snprintf(msg, sizeof msg, "eval: %s", e);
+            else printf("wrote %s and %s\n", csv, svg);
+        }
+        free(lens);
+        fflush(stdout);
+    }
+    grid_check(g->world_g, fail, msg);
+}
+
 int main(int argc, char** argv) {
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
@@ -808,6 +850,7 @@ int main(int argc, char** argv) {
         if (fail) snprintf(msg, sizeof msg, "eval: --data: %s", e);
         grid_check(world, fail, msg);
     }
+    if (a.doc_lengths) { eval_doc_lengths(&a, &g); grid_exit(0); }
     if (!a.passkey) {
         int parts = strcmp(a.layout, "zigzag") == 0 ? 2 * a.cp : a.cp;
         if (a.seq_len % parts) {

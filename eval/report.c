@@ -162,6 +162,8 @@ static int utf8_len(const unsigned char* s) {
 }
 
 // XML text / attribute content: & < > " ' escaped; control bytes and invalid UTF-8 become '?'
+static void xml_text(FILE* f, const char* str);
+void report_xml_text(FILE* f, const char* str) { xml_text(f, str); }
 static void xml_text(FILE* f, const char* str) {
     const unsigned char* s = (const unsigned char*)str;
     while (*s) {

@@ -64,6 +64,9 @@ void series_add(Series* s, const Buckets* b, long long pos, double nll, long lon
 void series_add_unit(Series* s, int i, double nll, double n);
 void series_free(Series* s);
 
+// XML text / attribute content for an SVG: & < > " ' escaped; control bytes and invalid UTF-8 become '?'
+void report_xml_text(FILE* f, const char* str);
+
 // a series' RoPE for people: "R (as trained)" when rope equals trained, else "R (override; trained T)"; "" when
 // rope is empty
 void report_rope_text(const char* rope, const char* trained, char* out, size_t n);
