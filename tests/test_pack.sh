@@ -5,7 +5,7 @@
 #  - layout independence: best_fit and doc_start (with doc_mask) give the one-process losses at tp 2, cp 2 (both
 #    layouts) and dp 2, and a resume on another layout continues the losses of the uninterrupted run;
 #  - the printed statistics: best_fit cuts no document shorter than a window, stream windows cut many;
-#  - two sources with weights 1 and 3: the trained mixture equals the weighted token shares;
+#  - two sources with weights 1 and 3: the trained mixture equals the weighted token shares, also in packing.json;
 #  - bad input: pack without an eod, source weights with stream windows, a bad weight.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -85,8 +85,12 @@ def targets(d):   # document tokens minus one per document (the first token of e
 a, b = targets("a"), targets("b")
 got = [float(x) for x in re.findall(r"of the data's tokens -> ([0-9.]+)% of those trained on", line)]
 want = [100 * a / (a + 3 * b), 100 * 3 * b / (a + 3 * b)]
-print("trained shares", got, "expected", [round(w, 1) for w in want])
-sys.exit(0 if len(got) == 2 and all(abs(g - w) < 0.06 for g, w in zip(got, want)) else 1)
+import json
+pj = json.load(open(f"{T}/mix/packing.json"))
+rec = [100 * x["share_trained"] for x in pj["sources"]]
+print("trained shares", got, "expected", [round(w, 1) for w in want], "packing.json", [round(x, 2) for x in rec])
+sys.exit(0 if len(got) == 2 and all(abs(g - w) < 0.06 for g, w in zip(got, want)) and pj["pack"] == "best_fit"
+         and all(abs(a - b) < 0.06 for a, b in zip(rec, got)) else 1)
 EOF
 
 # ---- 5. the document length distribution (build/eval --doc_lengths) against a count here ----

@@ -61,7 +61,7 @@ drop() { grep -vE "$1" || true; }
 stage "0. data"
 if [ "${PASSKEY_ONLY:-0}" != 1 ]; then
 stdlib=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
-src=("$stdlib"/*.py)
+src=(); for f in "$stdlib"/*.py; do [ -L "$f" ] || src+=("$f"); done   # (a link would give a file twice)
 for d in "$stdlib"/*/; do
   case "$(basename "$d")" in test|tests|idlelib|site-packages|dist-packages|__pycache__|lib2to3|config-*|lib-dynload|pydoc_data|encodings|ensurepip) ;;
     *) src+=("$d");; esac
