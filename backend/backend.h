@@ -108,9 +108,10 @@ void be_xent_loss(float* losses, const float* lse, const float* tl, const int* t
 // in place: logits -> dlogits = scale * (softmax - onehot) with the (global) lse; padding columns and
 // rows with an ignored target -> 0
 void be_xent_backward(float* logits, const float* lse, const int* targets, int N, int ld, int nv, int v0, float scale);
-// mx[N] = max over the nv real columns (-inf when nv = 0); hit[i] = 1 when the target's logit tl[i] is the
-// row maximum mx[i] (greedy prediction correct), else 0 (ignored targets: 0)
-void be_row_max(float* mx, const float* logits, int N, int ld, int nv);
+// mx[N] = max over the nv real columns (columns v0.. of the vocabulary) other than the row's target (-inf when
+// none); hit[i] = 1 when the target's logit tl[i] is above every other logit mx[i] (greedy prediction correct;
+// a tie is not a hit), else 0 (ignored targets: 0)
+void be_row_max(float* mx, const float* logits, const int* targets, int N, int ld, int nv, int v0);
 void be_argmax_hit(float* hit, const float* mx, const float* tl, const int* targets, int N);
 // combining per-slice LSEs across ranks: x = exp(x - m) (x = -inf gives 0); lse = m + log(s)
 void be_exp_sub(float* x, const float* m, int N);

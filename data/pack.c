@@ -1,5 +1,6 @@
 // pack.c — document-aware training windows and length upsampling (see pack.h).
 #include "data/pack.h"
+#include "common/util.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -21,13 +22,6 @@ int pack_mode(const char* s) {
          : !strcmp(s, "best_fit") ? PACK_BEST_FIT : -1;
 }
 const char* pack_mode_name(int m) { return m == PACK_DOC_START ? "doc_start" : m == PACK_BEST_FIT ? "best_fit" : "stream"; }
-
-static uint64_t splitmix(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 // ---- documents: starts at eod tokens (and at source boundaries) ----
 typedef struct { int64_t* start; int64_t* len; int* src; int64_t n, cap; } Docs;
@@ -274,7 +268,7 @@ int pack_build(Pack* p, const PackOpts* o, int64_t n_tokens, PackRead rd, void* 
     for (int64_t i = 0; i < d.n && !rc; i++) {
         double m = (o->weight ? o->weight[d.src[i]] : 1.0) * (d.len[i] > o->threshold ? o->factor : 1.0);
         int64_t k = (int64_t)floor(m);
-        double u = (double)(splitmix(o->seed ^ splitmix((uint64_t)i + 0x51ED)) >> 11) * 0x1.0p-53;
+        double u = (double)(mix64(o->seed ^ mix64((uint64_t)i + 0x51ED)) >> 11) * 0x1.0p-53;
         if (u < m - (double)k) k++;
         if (n + k > cap) {
             cap = 2 * (n + k);
@@ -285,9 +279,9 @@ int pack_build(Pack* p, const PackOpts* o, int64_t n_tokens, PackRead rd, void* 
         for (int64_t j = 0; j < k; j++) order[n++] = i;
     }
     if (!rc && up) {   // a seeded permutation (Fisher-Yates) spreads the repeats
-        uint64_t x = splitmix(o->seed ^ 0xD0C5);
+        uint64_t x = mix64(o->seed ^ 0xD0C5);
         for (int64_t i = n - 1; i > 0; i--) {
-            x = splitmix(x);
+            x = mix64(x);
             int64_t j = (int64_t)(x % (uint64_t)(i + 1)), tmp = order[i];
             order[i] = order[j]; order[j] = tmp;
         }

@@ -513,8 +513,8 @@ static double head_forward(Model* m, float grad_scale, float* logits_out) {
             comm_allreduce_sum(m->tp_g, m->xtl, n);
         }
         be_xent_loss(m->losses + r0, m->xlse, m->xtl, tgt, n);
-        if (m->want_hits) {   // greedy correctness: the target logit is the row maximum over the whole vocabulary
-            be_row_max(m->xm, m->logits, n, V, m->nv);
+        if (m->want_hits) {   // greedy correctness: the target logit above every other logit of the vocabulary
+            be_row_max(m->xm, m->logits, tgt, n, V, m->nv, m->v0);
             if (m->tp > 1) comm_allreduce_max(m->tp_g, m->xm, n);
             be_argmax_hit(m->hits + r0, m->xm, m->xtl, tgt, n);
         }

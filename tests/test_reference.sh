@@ -5,8 +5,8 @@
 # parallelism, tp 2 x cp 2 with the all-to-all and sequence parallelism, cp 4 as all-to-all x ring with documents), and
 # tests/configs/long_yarn_tiles.conf (320 tokens: several attention tiles in both dimensions; YaRN ramp 20..33 of
 # head_dim 64) for 3 AdamW steps across the warmup boundary, plain and with document masking. Also runs the
-# reference's own --selftest. A missing tool_dump, a
-# crash or a reference run without a result line counts as a failure, never a skip.
+# reference's own --selftest. A missing tool_dump, a crash or a reference run without a result line counts as a
+# failure, never a skip.
 # Prints every check line (tagged with the config) and ends with the total "N passed, N failed".
 # Overrides (for debugging): TOOL_DUMP=path/to/tool_dump, PYTHON=path/to/python3.
 cd "$(dirname "$0")/.."
@@ -68,7 +68,8 @@ LAYOUTS
 
 # a long sequence (3 x 3 attention tiles), YaRN from 65536 original positions (ramp 20..33 at head_dim 64), and 3
 # AdamW steps across the warmup boundary with clipping (tool_dump --steps 3: every step's gradients and update, the
-# moments, the learning rates); plain causal and with document masking (restarted positions)
+# moments, the learning rates); plain causal, and MHA (2 query tiles of 256 rows, 3 key tiles) with document masking
+# (restarted positions)
 while read -r tag args; do
   [ -n "$tag" ] || continue
   dump="$T/$tag.dump"
@@ -81,7 +82,7 @@ while read -r tag args; do
   rm -f "$dump"
 done <<'LONG'
 long_yarn_3steps --steps 3
-long_yarn_docs_3steps --steps 3 --doc_mask 1 --eod 7 --doc_positions 1
+long_yarn_mha_docs_3steps --steps 3 --doc_mask 1 --eod 7 --doc_positions 1 --n_kv_head 2
 LONG
 
 finish

@@ -269,18 +269,19 @@ void be_xent_backward(float* logits, const float* lse, const int* targets, int N
     }
 }
 
-void be_row_max(float* mx, const float* logits, int N, int ld, int nv) {
+void be_row_max(float* mx, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         const float* x = logits + (size_t)i * ld;
         float m = -INFINITY;
-        for (int j = 0; j < nv; j++) m = x[j] > m ? x[j] : m;
+        int skip = targets[i] - v0;   // the target's own column, when it is in this slice
+        for (int j = 0; j < nv; j++) m = j != skip && x[j] > m ? x[j] : m;
         mx[i] = m;
     }
 }
 
 void be_argmax_hit(float* hit, const float* mx, const float* tl, const int* targets, int N) {
-    for (int i = 0; i < N; i++) hit[i] = targets[i] >= 0 && tl[i] >= mx[i] ? 1.0f : 0.0f;
+    for (int i = 0; i < N; i++) hit[i] = targets[i] >= 0 && tl[i] > mx[i] ? 1.0f : 0.0f;
 }
 
 void be_exp_sub(float* x, const float* m, int N) {

@@ -961,23 +961,24 @@ void be_xent_backward(float* logits, const float* lse, const int* targets, int N
     CU_LAUNCHED("be_xent_backward");
 }
 
-__global__ void row_max_k(float* mx, const float* logits, int ld, int nv) {
+__global__ void row_max_k(float* mx, const float* logits, const int* targets, int ld, int nv, int v0) {
     const float* x = logits + (size_t)blockIdx.x * ld;
     float m = -INFINITY;
-    for (int j = threadIdx.x; j < nv; j += blockDim.x) m = fmaxf(m, x[j]);
+    int skip = targets[blockIdx.x] - v0;   // the target's own column, when it is in this slice
+    for (int j = threadIdx.x; j < nv; j += blockDim.x) if (j != skip) m = fmaxf(m, x[j]);
     m = block_max(m);
     if (threadIdx.x == 0) mx[blockIdx.x] = m;
 }
-void be_row_max(float* mx, const float* logits, int N, int ld, int nv) {
+void be_row_max(float* mx, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
     PROF(PROF_XENT);
     if (N <= 0) return;
-    LAUNCH(row_max_k, N, 256, 0, mx, logits, ld, nv);
+    LAUNCH(row_max_k, N, 256, 0, mx, logits, targets, ld, nv, v0);
     CU_LAUNCHED("be_row_max");
 }
 
 __global__ void argmax_hit_k(float* hit, const float* mx, const float* tl, const int* targets, int N) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < N) hit[i] = targets[i] >= 0 && tl[i] >= mx[i] ? 1.0f : 0.0f;
+    if (i < N) hit[i] = targets[i] >= 0 && tl[i] > mx[i] ? 1.0f : 0.0f;
 }
 void be_argmax_hit(float* hit, const float* mx, const float* tl, const int* targets, int N) {
     PROF(PROF_XENT);
