@@ -387,12 +387,49 @@ fail:
     return 1;
 }
 
+// ckpt_NNNNNNNN.h5: the name the trainer gives a checkpoint (the first len characters of s: exactly that)
+static int trainer_name(const char* s, size_t len) {
+    if (len != 16 || strncmp(s, "ckpt_", 5) || strncmp(s + 13, ".h5", 3)) return 0;
+    for (int i = 5; i < 13; i++) if (s[i] < '0' || s[i] > '9') return 0;
+    return 1;
+}
+
+// the run ids of checkpoint files, by (path, inode, size, mtime): each file is read once (this run's own saves
+// not at all)
+static struct { char name[CFG_STR + 300]; ino_t ino; off_t size; struct timespec mt; char id[40]; int bad; } memo[64];
+static int n_memo;
+static void memo_put(const char* p, const struct stat* st, const char* id, int bad) {
+    int k = -1;
+    for (int i = 0; i < n_memo && k < 0; i++) if (!strcmp(memo[i].name, p)) k = i;
+    if (k < 0) k = n_memo < 64 ? n_memo++ : (int)(st->st_ino % 64);
+    snprintf(memo[k].name, sizeof memo[k].name, "%s", p);
+    memo[k].ino = st->st_ino; memo[k].size = st->st_size; memo[k].mt = st->st_mtim;
+    snprintf(memo[k].id, sizeof memo[k].id, "%s", id);
+    memo[k].bad = bad;
+}
+
+// does checkpoint file p carry run id `id`?
+static int same_run(const char* p, const char* id) {
+    struct stat st;
+    if (stat(p, &st)) return 0;
+    for (int i = 0; i < n_memo; i++)
+        if (!strcmp(memo[i].name, p) && memo[i].ino == st.st_ino && memo[i].size == st.st_size &&
+            memo[i].mt.tv_sec == st.st_mtim.tv_sec && memo[i].mt.tv_nsec == st.st_mtim.tv_nsec)
+            return !memo[i].bad && !strcmp(memo[i].id, id);
+    char got[40] = "";
+    int bad = ckpt_file_run_id(p, got, sizeof got);
+    memo_put(p, &st, bad ? "" : got, bad);
+    return !bad && !strcmp(got, id);
+}
+
 // rank 0: publish tmp as final, point `latest` at it, then drop old checkpoints. On a failure nothing that
 // existed before changes (the new file is removed, `latest` still names the previous checkpoint).
 static int publish(const char* out_dir, const char* tmp, const char* final, const char* name, int keep_last,
-                   char* err, size_t errlen) {
+                   const char* run_id, char* err, size_t errlen) {
     if (rename(tmp, final)) { ERR("checkpoint: cannot rename '%s' to '%s': %s", tmp, final, strerror(errno)); unlink(tmp); return 1; }
     fsync_path(out_dir);
+    struct stat fst;
+    if (!stat(final, &fst)) memo_put(final, &fst, run_id, 0);   // (this run wrote it: no need to read its id)
     char lt[CFG_STR + 32], lf[CFG_STR + 32];
     snprintf(lt, sizeof lt, "%s/latest.tmp", out_dir);
     snprintf(lf, sizeof lf, "%s/latest", out_dir);
@@ -412,23 +449,25 @@ static int publish(const char* out_dir, const char* tmp, const char* final, cons
     char* names[4096]; int n = 0;
     struct dirent* de;
     while ((de = readdir(d)) && n < 4096) {
-        if (strncmp(de->d_name, "ckpt_", 5)) continue;
-        if (ends_with(de->d_name, ".h5.tmp")) {   // a killed save's leftover
+        size_t l = strlen(de->d_name);
+        if (l == 20 && trainer_name(de->d_name, 16) && !strcmp(de->d_name + 16, ".tmp")) {   // a killed save's leftover
             char p[CFG_STR + 300];
             snprintf(p, sizeof p, "%s/%s", out_dir, de->d_name);
             unlink(p);
             continue;
         }
-        if (ends_with(de->d_name, ".h5")) names[n++] = strdup(de->d_name);
+        if (l == 16 && trainer_name(de->d_name, 16)) names[n++] = strdup(de->d_name);
     }
     closedir(d);
     qsort(names, n, sizeof(char*), cmp_str);
-    for (int i = 0; i < n; i++) {
-        if (keep_last > 0 && i < n - keep_last && strcmp(names[i], name)) {
-            char p[CFG_STR + 300];
-            snprintf(p, sizeof p, "%s/%s", out_dir, names[i]);
-            unlink(p);
-        }
+    // keep_last counts and deletes only this run's checkpoints: the trainer's names, carrying this run's id (one
+    // that lacks it or carries another is never deleted, nor counted)
+    int ours = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        char p[CFG_STR + 300];
+        snprintf(p, sizeof p, "%s/%s", out_dir, names[i]);
+        int mine = !strcmp(names[i], name) || (keep_last > 0 && run_id[0] && same_run(p, run_id));
+        if (mine && ++ours > keep_last && keep_last > 0) unlink(p);
         free(names[i]);
     }
     return 0;
@@ -465,7 +504,7 @@ int ckpt_save(const char* out_dir, int keep_last, const Model* m, const AdamW* o
     }
     pass_close(&ps);
     int rc = 0;
-    if (g->rank == 0) rc = publish(out_dir, tmp, final, name, keep_last, err, errlen);
+    if (g->rank == 0) rc = publish(out_dir, tmp, final, name, keep_last, st->run_id, err, errlen);
     return agree(g, rc, err, errlen);
 }
 
@@ -478,8 +517,12 @@ int ckpt_resolve(const char* spec, const char* out_dir, char* path, size_t n, ch
     else if (stat(spec, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(dir, sizeof dir, "%s", spec);
     else {
         if (stat(spec, &st)) { ERR("checkpoint: '%s' does not exist", spec); return 1; }
-        snprintf(path, n, "%s", spec);
-        return 0;
+        const char* base = strrchr(spec, '/');
+        if (!S_ISREG(st.st_mode) || strcmp(base ? base + 1 : spec, "latest")) { snprintf(path, n, "%s", spec); return 0; }
+        // the pointer file OUT_DIR/latest itself: the checkpoint it names, as for OUT_DIR
+        if (!base) snprintf(dir, sizeof dir, ".");
+        else if (base == spec) snprintf(dir, sizeof dir, "/");
+        else snprintf(dir, sizeof dir, "%.*s", (int)(base - spec), spec);
     }
     char lf[CFG_STR + 32], name[512] = "";
     snprintf(lf, sizeof lf, "%s/latest", dir);

@@ -91,11 +91,17 @@ int h5_attr_read_str(hid_t obj, const char* name, char* buf, size_t n) {
         if (mt >= 0) H5Tclose(mt);
     }
     if (vlen == 0 && sz > 0 && sz <= (1u << 20)) {
+        // by its stored length: read as NULLPAD of the stored size into a buffer one longer, so that a string that
+        // fills its size without a terminating NUL (h5py's np.bytes_) keeps its last character; after the first NUL
+        // only padding may follow
         char* tmp = calloc(sz + 1, 1);
         hid_t mt = H5Tcopy(H5T_C_S1);
-        if (tmp && mt >= 0 && H5Tset_size(mt, sz) >= 0 && H5Aread(a, mt, tmp) >= 0 && strlen(tmp) < n) {
-            memcpy(buf, tmp, strlen(tmp) + 1);
-            rc = 0;
+        H5T_cset_t cs = H5Tget_cset(ft);
+        if (tmp && mt >= 0 && H5Tset_size(mt, sz) >= 0 && H5Tset_strpad(mt, H5T_STR_NULLPAD) >= 0 &&
+            (cs < 0 || H5Tset_cset(mt, cs) >= 0) && H5Aread(a, mt, tmp) >= 0) {
+            size_t l = strlen(tmp), j = l;
+            while (j < sz && tmp[j] == 0) j++;
+            if (j == sz && l < n) { memcpy(buf, tmp, l + 1); rc = 0; }
         }
         if (mt >= 0) H5Tclose(mt);
         free(tmp);

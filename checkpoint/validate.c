@@ -265,14 +265,18 @@ static int check_structure(const char* who, const char* path, char* err, size_t 
 
 // ---- containment: the check runs in a child process ---------------------------------------------------
 
-int ckpt_check_file(const char* who, const char* path, char* err, size_t errlen) {
+typedef int (*ContainedJob)(const char* who, const char* path, char* out, size_t outlen);
+
+// job(who, path, out) in a child process: 0 with its result in out (a string, may be empty), or 1 with one line
+// in out (the job's message, or how the child died or that it ran out of time)
+static int contained(ContainedJob job, const char* who, const char* path, char* err, size_t errlen) {
     const char* te = getenv("RINGLM_CKPT_CHECK_TIMEOUT_S");
     double timeout = te && atof(te) > 0 ? atof(te) : 120;
     int pfd[2];
     fflush(stdout); fflush(stderr);
-    if (pipe(pfd)) return check_structure(who, path, err, errlen);   // no child possible: check in-process
+    if (pipe(pfd)) return job(who, path, err, errlen);   // no child possible: run in-process
     pid_t pid = fork();
-    if (pid < 0) { close(pfd[0]); close(pfd[1]); return check_structure(who, path, err, errlen); }
+    if (pid < 0) { close(pfd[0]); close(pfd[1]); return job(who, path, err, errlen); }
     if (pid == 0) {   // the child: no MPI, no output but the pipe; _exit skips every handler of the parent
         close(pfd[0]);
         signal(SIGPIPE, SIG_IGN);
@@ -286,9 +290,10 @@ int ckpt_check_file(const char* who, const char* path, char* err, size_t errlen)
             rlim_t lim = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (4ULL << 30);
             if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > lim) { rl.rlim_cur = lim; setrlimit(RLIMIT_AS, &rl); }
         }
-        char e[2048] = "\x06";   // ACK: the file passed (said on the pipe too: the parent may not see the status)
-        int rc = check_structure(who, path, e, sizeof e);
-        ssize_t k = write(pfd[1], e, strlen(e)); (void)k;
+        char e[2048] = "\x06";   // ACK + result: the job succeeded (said on the pipe too: the parent may not see the status)
+        int rc = job(who, path, e + 1, sizeof e - 1);
+        const char* said = rc ? e + 1 : e;
+        ssize_t k = write(pfd[1], said, strlen(said)); (void)k;
         close(pfd[1]);
         _exit(rc ? 3 : 0);
     }
@@ -322,11 +327,39 @@ int ckpt_check_file(const char* who, const char* path, char* err, size_t errlen)
     }
     // the verdict is what the child said on the pipe: the ACK byte, or its one line; nothing means it died
     // (its status tells how, unless someone else reaped it)
-    if (!strcmp(buf, "\x06") && (waited < 0 || (WIFEXITED(status) && WEXITSTATUS(status) == 0))) return 0;
+    if (buf[0] == '\x06' && (waited < 0 || (WIFEXITED(status) && WEXITSTATUS(status) == 0))) {
+        snprintf(err, errlen, "%s", buf + 1);
+        return 0;
+    }
     if (got && buf[0] != '\x06') { snprintf(err, errlen, "%s", buf); return 1; }
     if (waited < 0) ERR("%s: '%s' has corrupt HDF5 metadata: the HDF5 library died reading it", who, path);
     else if (WIFSIGNALED(status))
         ERR("%s: '%s' has corrupt HDF5 metadata: the HDF5 library crashed reading it (signal %d)", who, path, WTERMSIG(status));
     else ERR("%s: '%s' has corrupt HDF5 metadata: the HDF5 library failed reading it (exit status %d)", who, path, WEXITSTATUS(status));
     return 1;
+}
+
+int ckpt_check_file(const char* who, const char* path, char* err, size_t errlen) {
+    char out[2048];
+    if (contained(check_structure, who, path, out, sizeof out)) { snprintf(err, errlen, "%s", out); return 1; }
+    return 0;
+}
+
+static int read_run_id(const char* who, const char* path, char* out, size_t n) {
+    hid_t fapl = h5_fapl(NULL);
+    hid_t f = fapl < 0 ? H5I_INVALID_HID : H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (fapl >= 0) H5Pclose(fapl);
+    if (f < 0) { snprintf(out, n, "%s: '%s' cannot be opened as HDF5", who, path); return 1; }
+    int rc = h5_attr_read_str(f, "run_id", out, n);
+    if (rc == -1) out[0] = 0;
+    else if (rc) snprintf(out, n, "%s: '%s' has a malformed run_id", who, path);
+    H5Fclose(f);
+    return rc == -2;
+}
+
+int ckpt_file_run_id(const char* path, char* id, size_t n) {
+    char out[2048];
+    if (contained(read_run_id, "checkpoint", path, out, sizeof out) || strlen(out) >= n) return 1;
+    snprintf(id, n, "%s", out);
+    return 0;
 }

@@ -39,3 +39,8 @@ int ckpt_read_state(hid_t f, const char* who, const char* path, CkptState* s, ch
 // or uint16 (bf16), 1-D or 2-D, with a one-value uint64 `checksum` when it has one, and storage that covers
 // its elements and lies inside the file. 0, or 1 with err.
 int ckpt_check_file(const char* who, const char* path, char* err, size_t errlen);
+
+// Serial: the root attribute run_id of the checkpoint file `path` into id, read in a child process (as
+// ckpt_check_file; the file may be anyone's): 0 (id = "" when the file has none), or 1 when the file cannot be
+// opened or its run_id is malformed.
+int ckpt_file_run_id(const char* path, char* id, size_t n);

@@ -173,7 +173,8 @@ void rundir_later(const char* dir, long long step, RunLater* l) {
     if (d) closedir(d);
 }
 
-static int cut_metrics(const char* dir, long long step, char* err, size_t errlen) {
+// all = 1: every line goes aside (a fresh run with --force), else the records past `step`
+static int cut_metrics(const char* dir, long long step, int all, char* err, size_t errlen) {
     char p[PATH_MAX + 32], t[PATH_MAX + 48], s[PATH_MAX + 48], line[8192];
     snprintf(p, sizeof p, "%s/metrics.jsonl", dir);
     snprintf(t, sizeof t, "%s/metrics.jsonl.tmp", dir);
@@ -183,22 +184,41 @@ static int cut_metrics(const char* dir, long long step, char* err, size_t errlen
     FILE* keep = fopen(t, "w");
     FILE* aside = fopen(s, "a");
     int bad = !keep || !aside;
-    while (!bad && fgets(line, sizeof line, in)) bad = fputs(line, record_step(line) > step ? aside : keep) < 0;
+    int cont = 0, out = 0;   // cont: the piece read continues a line longer than the buffer (same destination)
+    while (!bad && fgets(line, sizeof line, in)) {
+        if (!cont) out = all || record_step(line) > step;
+        bad = fputs(line, out ? aside : keep) < 0;
+        size_t l = strlen(line);
+        cont = l && line[l - 1] != '\n';
+    }
+    if (!bad && cont) bad = fputc('\n', out ? aside : keep) == EOF;   // a cut-off last line: ended here
     fclose(in);
     if (keep && (fflush(keep) || fsync(fileno(keep)))) bad = 1;
     if (aside && (fflush(aside) || fsync(fileno(aside)))) bad = 1;
-    if (keep) fclose(keep);
-    if (aside) fclose(aside);
+    if (keep && fclose(keep)) bad = 1;
+    if (aside && fclose(aside)) bad = 1;
     if (bad || rename(t, p)) {
-        ERR("train: cannot set aside the records of metrics.jsonl past step %lld in '%s': %s", step, dir, strerror(errno));
+        if (all) ERR("train: cannot set aside the records of '%s' (to metrics.superseded.jsonl): %s", p, strerror(errno));
+        else ERR("train: cannot set aside the records of metrics.jsonl past step %lld in '%s': %s", step, dir, strerror(errno));
         unlink(t);
         return 1;
     }
     return 0;
 }
 
+// rename DIR/NAME to DIR/NAME.superseded (.superseded.2, ... when taken: one set aside before is kept too)
+static int set_aside(const char* dir, const char* name, char* err, size_t errlen) {
+    char a[PATH_MAX + 300], b[PATH_MAX + 320];
+    snprintf(a, sizeof a, "%s/%s", dir, name);
+    snprintf(b, sizeof b, "%s/%s.superseded", dir, name);
+    struct stat st;
+    for (int i = 2; i < 100000 && lstat(b, &st) == 0; i++) snprintf(b, sizeof b, "%s/%s.superseded.%d", dir, name, i);
+    if (rename(a, b)) { ERR("train: cannot rename '%s' to '%s': %s", a, b, strerror(errno)); return 1; }
+    return 0;
+}
+
 int rundir_supersede(const char* dir, long long step, const char* resumed, char* err, size_t errlen) {
-    if (cut_metrics(dir, step, err, errlen)) return 1;
+    if (cut_metrics(dir, step, 0, err, errlen)) return 1;
     char latest[256] = "", p[PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/latest", dir);
     FILE* f = fopen(p, "r");
@@ -212,13 +232,7 @@ int rundir_supersede(const char* dir, long long step, const char* resumed, char*
     int bad = 0;
     while (d && !bad && (e = readdir(d))) {
         if (ckpt_number(e->d_name) <= step || (in_dir && !strcmp(e->d_name, rname))) continue;   // (not the resumed one)
-        char a[PATH_MAX + 300], b[PATH_MAX + 320];
-        snprintf(a, sizeof a, "%s/%s", dir, e->d_name);
-        snprintf(b, sizeof b, "%s/%s.superseded", dir, e->d_name);
-        struct stat st;
-        for (int i = 2; i < 1000 && stat(b, &st) == 0; i++)   // one set aside before: keep it too
-            snprintf(b, sizeof b, "%s/%s.superseded.%d", dir, e->d_name, i);
-        if (rename(a, b)) { ERR("train: cannot rename '%s' to '%s': %s", a, b, strerror(errno)); bad = 1; }
+        bad = set_aside(dir, e->d_name, err, errlen);
     }
     if (d) closedir(d);
     if (bad) return 1;
@@ -231,8 +245,58 @@ int rundir_supersede(const char* dir, long long step, const char* resumed, char*
                 ERR("train: cannot point '%s' at %s: %s", p, rname, strerror(errno));
                 return 1;
             }
-        } else if (unlink(p)) { ERR("train: cannot remove '%s': %s", p, strerror(errno)); return 1; }
+        } else if (set_aside(dir, "latest", err, errlen)) return 1;   // (renamed, like the checkpoints)
     }
     fsync_path(dir);
     return 0;
+}
+
+// ---- what a fresh run finds ---------------------------------------------------------------------------------
+void rundir_found(const char* dir, RunFound* fd) {
+    memset(fd, 0, sizeof *fd);
+    fd->ckpt_min = -1;
+    char p[PATH_MAX + 32], line[8192];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/metrics.jsonl", dir);
+    if (stat(p, &st) == 0) {
+        fd->has_metrics = 1;
+        fd->metrics_bytes = (long long)st.st_size;
+        FILE* f = fopen(p, "r");
+        while (f && fgets(line, sizeof line, f)) if (record_step(line) >= 0) fd->metrics++;
+        if (f) fclose(f);
+    }
+    snprintf(p, sizeof p, "%s/latest", dir);
+    if (lstat(p, &st) == 0) {
+        fd->latest = 1;
+        FILE* f = fopen(p, "r");
+        if (!f || !fgets(fd->latest_name, sizeof fd->latest_name, f)) fd->latest_name[0] = 0;
+        if (f) fclose(f);
+        fd->latest_name[strcspn(fd->latest_name, "\r\n")] = 0;
+    }
+    DIR* d = opendir(dir);
+    struct dirent* e;
+    while (d && (e = readdir(d))) {
+        long long n = ckpt_number(e->d_name);
+        if (n < 0) continue;
+        fd->ckpts++;
+        if (fd->ckpt_min < 0 || n < fd->ckpt_min) fd->ckpt_min = n;
+        if (n > fd->ckpt_max) fd->ckpt_max = n;
+    }
+    if (d) closedir(d);
+}
+
+int rundir_set_aside(const char* dir, char* err, size_t errlen) {
+    if (cut_metrics(dir, -1, 1, err, errlen)) return 1;
+    DIR* d = opendir(dir);
+    struct dirent* e;
+    int bad = 0;
+    while (d && !bad && (e = readdir(d)))
+        if (ckpt_number(e->d_name) >= 0) bad = set_aside(dir, e->d_name, err, errlen);
+    if (d) closedir(d);
+    char p[PATH_MAX + 32];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/latest", dir);
+    if (!bad && lstat(p, &st) == 0) bad = set_aside(dir, "latest", err, errlen);
+    fsync_path(dir);
+    return bad;
 }

@@ -35,5 +35,15 @@ void rundir_later(const char* dir, long long step, RunLater* l);
 // Set aside what rundir_later found: the metrics.jsonl records past `step` move (in order) to the end of
 // metrics.superseded.jsonl; the later checkpoints are renamed ckpt_N.h5.superseded (.superseded.2, ... when
 // that name is taken); and when `latest` named one of them it is pointed at `resumed` (a checkpoint file in
-// dir: its name), or removed when resumed is elsewhere. 0, or 1 + err.
+// dir: its name), or renamed latest.superseded when resumed is elsewhere. 0, or 1 + err.
 int rundir_supersede(const char* dir, long long step, const char* resumed, char* err, size_t errlen);
+
+// What a fresh run finds in OUT_DIR from an earlier run: checkpoints named as the trainer names them
+// (ckpt_NNNNNNNN.h5: count, smallest and largest N), `latest` (and the name it holds), metrics.jsonl (whether it
+// exists, its size, its records).
+typedef struct { long long ckpts, ckpt_min, ckpt_max, metrics, metrics_bytes; int has_metrics, latest; char latest_name[256]; } RunFound;
+void rundir_found(const char* dir, RunFound* f);
+// A fresh run with --force: set aside (never delete) what rundir_found found: every line of metrics.jsonl moves to
+// the end of metrics.superseded.jsonl, the checkpoints are renamed ckpt_N.h5.superseded and `latest`
+// latest.superseded (.superseded.2, ... when taken). 0, or 1 + err.
+int rundir_set_aside(const char* dir, char* err, size_t errlen);

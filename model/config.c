@@ -4,6 +4,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <fcntl.h>
 #include <ctype.h>
 
 #define ERR(...) snprintf(err, errlen, __VA_ARGS__)
@@ -60,6 +63,10 @@ static const Key KEYS[] = {
     K(sample_prompt, T_STR, 0, "", "the samples' prompt: text for the byte tokenizer (vocab_size 257), or ids:1,2,3 for any (empty: the eod token, the start of a document)"),
     K(sample_temperature, T_FLOAT, 0, "0.8", "the samples' temperature (0: greedy), drawn with a seed fixed for the run"),
     K(data_meta, T_BOOL, 0, "1", "1: take vocab_size and eod from the meta.json beside the training shards (build/prepare, tools/prepare_hf write it) and refuse values that contradict it; 0: ignore it"),
+    K(pack, T_STR, 0, "stream", "training windows: stream (consecutive slices of the token stream) | doc_start (each window starts at a document; a longer one continues in the next; the tail takes the following documents) | best_fit (best-fit decreasing over pack_buffer documents: no document shorter than a window is cut; padding is never trained on)"),
+    K(pack_buffer, T_INT, 0, "4096", "best_fit: documents packed together per round (more: less padding)"),
+    K(upsample_len, T_I64, 0, "0", "length upsampling (with pack doc_start or best_fit): documents longer than this many tokens are used upsample_factor times (0: off)"),
+    K(upsample_factor, T_FLOAT, 0, "1", "how many times a document longer than upsample_len is used (a fraction f: one more use with probability f)"),
     K(tp, T_INT, 0, "1", "tensor-parallel degree (ranks that split every layer's heads and MLP)"),
     K(cp, T_INT, 0, "1", "context-parallel degree: ranks in a ring that split each sequence"),
     K(cp_layout, T_STR, 0, "zigzag", "ring layout: zigzag (balanced causal work) | contiguous"),
@@ -245,24 +252,66 @@ static char* trim(char* s) {
     return s;
 }
 
+#define CONFIG_MAX_BYTES (1 << 20)   // a config file is a few hundred bytes: anything near this is not one
+#define CONFIG_MAX_LINE 4095
+
 int config_load_file(Config* c, const char* path, char* err, size_t errlen) {
-    FILE* f = fopen(path, "r");
-    if (!f) { ERR("config: cannot open '%s': %s", path, strerror(errno)); return 1; }
-    char line[4096], origin[1200];
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);   // (O_NONBLOCK: a FIFO must not block the open)
+    if (fd < 0) { ERR("config: cannot open '%s': %s", path, strerror(errno)); return 1; }
+    struct stat st;
+    if (fstat(fd, &st)) { ERR("config: cannot read '%s': %s", path, strerror(errno)); close(fd); return 1; }
+    struct stat nul;   // /dev/null: the usual way to say "no config file" (an empty one)
+    if (S_ISCHR(st.st_mode) && !stat("/dev/null", &nul) && S_ISCHR(nul.st_mode) && st.st_rdev == nul.st_rdev) { close(fd); return 0; }
+    if (!S_ISREG(st.st_mode)) {
+        ERR("config: '%s' is %s, not a config file (plain `key = value` lines)", path, S_ISDIR(st.st_mode) ? "a directory" :
+            S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : S_ISFIFO(st.st_mode) ? "a pipe" : "not a regular file");
+        close(fd);
+        return 1;
+    }
+    if (st.st_size > CONFIG_MAX_BYTES) {
+        ERR("config: '%s' is %lld bytes, more than a config file can be (%d at most): is it the right file?", path,
+            (long long)st.st_size, CONFIG_MAX_BYTES);
+        close(fd);
+        return 1;
+    }
+    static char text[CONFIG_MAX_BYTES + 2];
+    size_t len = 0;
+    for (;;) {   // the whole file (it may grow while read: at most the limit + 1 byte, which is then an error)
+        ssize_t k = read(fd, text + len, CONFIG_MAX_BYTES + 1 - len);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) { ERR("config: cannot read '%s': %s", path, strerror(errno)); close(fd); return 1; }
+        if (k == 0 || (len += (size_t)k) > CONFIG_MAX_BYTES) break;
+    }
+    close(fd);
+    if (len > CONFIG_MAX_BYTES) { ERR("config: '%s' is more than %d bytes: is it the right file?", path, CONFIG_MAX_BYTES); return 1; }
+    text[len] = 0;
+    char line[CONFIG_MAX_LINE + 1], origin[1200];
     int lineno = 0, rc = 0;
-    while (!rc && fgets(line, sizeof line, f)) {
+    for (size_t pos = 0; !rc && pos < len;) {
+        const char* nl = memchr(text + pos, '\n', len - pos);
+        size_t l = (nl ? (size_t)(nl - text) : len) - pos;
         lineno++;
+        if (memchr(text + pos, 0, l)) {
+            ERR("config: %s:%d holds a NUL byte (a binary file, or a corrupt one?)", path, lineno);
+            return 1;
+        }
+        if (l > CONFIG_MAX_LINE) {
+            ERR("config: %s:%d is %zu characters long (at most %d): is it the right file?", path, lineno, l, CONFIG_MAX_LINE);
+            return 1;
+        }
+        memcpy(line, text + pos, l);
+        line[l] = 0;
+        pos += l + 1;
         char* hash = strchr(line, '#');
         if (hash) *hash = 0;
         char* s = trim(line);
         if (!*s) continue;
         snprintf(origin, sizeof origin, "%s:%d", path, lineno);
         char* eq = strchr(s, '=');
-        if (!eq) { ERR("config: %s: expected 'key = value', got '%s'", origin, s); rc = 1; break; }
+        if (!eq) { ERR("config: %s: expected 'key = value', got '%.200s'", origin, s); rc = 1; break; }
         *eq = 0;
         rc = config_set(c, trim(s), trim(eq + 1), origin, err, errlen);
     }
-    fclose(f);
     return rc;
 }
 
@@ -352,6 +401,16 @@ int config_validate(const Config* c, char* err, size_t errlen) {
     if (c->lr_cooldown < 0) FAIL("lr_cooldown = %d must be >= 0 (0: max_steps / 5)", c->lr_cooldown);
     if (c->sample_every < 0 || c->sample_tokens < 1)
         FAIL("sample_every = %d must be >= 0 and sample_tokens = %d >= 1", c->sample_every, c->sample_tokens);
+    if (strcmp(c->pack, "stream") && strcmp(c->pack, "doc_start") && strcmp(c->pack, "best_fit"))
+        FAIL("pack = '%s' must be stream, doc_start or best_fit", c->pack);
+    if (c->pack_buffer < 1) FAIL("pack_buffer = %d must be >= 1", c->pack_buffer);
+    if (c->upsample_len < 0) FAIL("upsample_len = %lld must be >= 0 (0: off)", c->upsample_len);
+    if (!(c->upsample_factor >= 0 && c->upsample_factor <= 1000)) FAIL("upsample_factor = %g must be in [0, 1000]", c->upsample_factor);
+    if ((c->upsample_len > 0 || c->upsample_factor != 1) && !strcmp(c->pack, "stream"))
+        FAIL("upsample_len / upsample_factor need pack = doc_start or best_fit (stream windows do not see documents)");
+    if (strcmp(c->pack, "stream") && config_eod(c) < 0)
+        FAIL("pack = %s needs the end-of-document token: set eod (vocab_size = %d is not the byte tokenizer's 257), or "
+             "train on data whose meta.json names it", c->pack, c->vocab_size);
     if (c->sample_temperature < 0) FAIL("sample_temperature = %g must be >= 0 (0: greedy)", c->sample_temperature);
     if (c->doc_positions && !c->doc_mask) FAIL("doc_positions = 1 needs doc_mask = 1");
     if (c->doc_mask && config_eod(c) < 0)

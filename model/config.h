@@ -25,6 +25,10 @@ typedef struct {
     char sample_prompt[CFG_STR];    // its prompt: text (byte tokenizer) or ids:1,2,3; empty: the eod token
     float sample_temperature;
     int data_meta;                  // 1: vocab_size and eod default to the training data's meta.json (data/meta.h)
+    char pack[16];                  // stream | doc_start | best_fit (data/pack.h)
+    int pack_buffer;                // best_fit: documents per round
+    long long upsample_len;         // documents longer than this are used upsample_factor times (0: off)
+    float upsample_factor;
     int doc_mask, doc_positions;    // attention inside documents only; RoPE positions restart at each document
     int eod;                        // end-of-document token (-1: 256 for vocab 257, else none): config_eod()
     // ---- parallelism (how ranks split the work; never changes the model or the data order) ----

@@ -13,7 +13,7 @@
 #    tokenizers trained locally, prepare_hf's shards decode to build/prepare's documents, its DIR/meta.json
 #    (build/prepare's format) holds what the shards, the tokenizer.json's bytes, the tokenizers library and the
 #    command line say, an existing one is refused without --force and replaced with it, an error once the shards
-#    are written leaves neither shards nor meta.json, hf_export finds the tokenizer of a run trained on
+#    are written leaves the previous shards and meta.json as they were (and nothing of the run), hf_export finds the tokenizer of a run trained on
 #    prepare_hf data through it; random HF Llama models
 #    (GQA/MQA/MHA, YaRN in both key forms, linear, tied/untied, sharded) imported give HF's logits and
 #    per-position losses in float32 and float64 (1e-4), also through build/eval on a ring; an imported model
@@ -318,16 +318,17 @@ ERR_RC=1 ERR_ALSO='cmp -s "$T/hm/meta.json" "$T/hd.meta" && [ "$(ls -A "$T/hm")"
   "${PH[@]}" --tokenizer "$T/tok/llama" --out "$T/hm" "$T/wc"
 check "prepare_hf --force over the existing meta.json" "${PH[@]}" --tokenizer "$T/tok/llama" --out "$T/hm" --force --val-frac 0.5 "$T/wc"
 meta_check "meta.json replaced with --force" "$T/hm" "$T/tok/llama/tokenizer.json" '<s>' '<s>' --tokenizer "$T/tok/llama" --out "$T/hm" --force --val-frac 0.5 "$T/wc"
-# an error after the shards are written (meta.json's temporary file cannot be created): nothing of the run is left
-# (and with --force neither the old shards nor the old meta.json, as build/prepare)
-mkdir "$T/hm/.meta.json.tmp"
-ERR_RC=1 ERR_ALSO='[ "$(ls -A "$T/hm")" = .meta.json.tmp ]' \
-  expect_err "prepare_hf: an error once the shards are written leaves no shard and no meta.json" "prepare_hf: cannot create '$T/hm/.meta.json.tmp'" 1 \
-  "${PH[@]}" --tokenizer "$T/tok/llama" --out "$T/hm" --force --val-frac 0.5 "$T/wc"
-mkdir -p "$T/hn/.meta.json.tmp"
-ERR_RC=1 ERR_ALSO='[ "$(ls -A "$T/hn")" = .meta.json.tmp ]' \
-  expect_err "prepare_hf: the same into a new directory" "prepare_hf: cannot create '$T/hn/.meta.json.tmp'" 1 \
-  "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/hn" --shard-tokens 1000 "$C/src"
+# an error once the shards are written (writing meta.json fails: RINGLM_TEST_HF_FAIL simulates a full disk there):
+# with --force the previous shards and meta.json stay as they were and nothing of the run is left (no temporary
+# directory); into a new directory, not even the directory
+HM_LS=$(ls -A "$T/hm" | tr '\n' ' '); (cd "$T/hm" && sha256sum -- *) > "$T/hm.sum"
+ERR_RC=1 ERR_ALSO='(cd "$T/hm" && sha256sum --quiet -c "$T/hm.sum") && [ "$(ls -A "$T/hm" | tr "\n" " ")" = "$HM_LS" ]' \
+  expect_err "prepare_hf --force: an error once the shards are written leaves the previous shards and meta.json as they were" \
+  "prepare_hf: cannot write '$T/hm/.prepare_hf.new.|/meta.json': No space left on device|'$T/hm' is as it was (the previous shards and meta.json untouched)" 1 \
+  env RINGLM_TEST_HF_FAIL=prepare_hf:meta "${PH[@]:1}" --tokenizer "$T/tok/llama" --out "$T/hm" --force --val-frac 0.5 "$T/wc"
+ERR_RC=1 ERR_ALSO='[ ! -e "$T/hn" ]' \
+  expect_err "prepare_hf: the same into a new directory leaves nothing" "prepare_hf: cannot write '$T/hn/.prepare_hf.new.|; nothing was written" 1 \
+  env RINGLM_TEST_HF_FAIL=prepare_hf:meta "${PH[@]:1}" --tokenizer "$T/tok/bpe" --out "$T/hn" --shard-tokens 1000 "$C/src"
 expect_err "prepare_hf with no documents" "no documents found" 1 "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/hx" "$C/src/.hidden/../empty.txt"
 expect_err "prepare_hf with a missing tokenizer" "tokenizer '$T/nope.json' does not exist" 1 "${PH[@]}" --tokenizer "$T/nope.json" --out "$T/hx" "$C/src"
 

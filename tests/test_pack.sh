@@ -3,7 +3,8 @@
 #  - padding is never trained on: the first step's loss over best_fit windows (one 65-token document + 64 padding
 #    slots each) equals build/eval's mean NLL of the same documents under the same initial weights;
 #  - layout independence: best_fit and doc_start (with doc_mask) give the one-process losses at tp 2, cp 2 (both
-#    layouts) and dp 2, and a resume on another layout continues the losses of the uninterrupted run;
+#    layouts) and dp 2, and a resume on another layout continues the losses of the uninterrupted run; a resume with
+#    another packing is refused (--force continues, with a note);
 #  - the printed statistics: best_fit cuts no document shorter than a window, stream windows cut many;
 #  - two sources with weights 1 and 3: the trained mixture equals the weighted token shares, also in packing.json;
 #  - bad input: pack without an eod, source weights with stream windows, a bad weight.
@@ -64,6 +65,15 @@ timeout 300 build/train -c $CONF "${A[@]}" --pack best_fit --out_dir "$T/res" --
 timeout 300 $(launch 2) build/train -c $CONF "${A[@]}" --pack best_fit --out_dir "$T/res" --cp 2 --resume latest >"$T/res.out" 2>&1 \
   && check "best_fit: 2 steps on 1 rank + 2 resumed on cp 2 = 4 uninterrupted" same_losses best_fit_1 res 1e-5 \
   || bad "resume: $(tail -n 2 "$T/res.out")"
+
+# a resume with another packing: refused (the table differs), --force continues with a note
+cp -r "$T/res" "$T/res2"
+ERR_ALSO='[ "$(grep -c loss "$T/res2/metrics.jsonl")" = 4 ]' expect_err "resume with pack doc_start from a best_fit checkpoint" \
+  "was trained on packed windows (pack = best_fit|this run asks for pack = doc_start|--force" 1 \
+  build/train -c $CONF "${A[@]}" --pack doc_start --out_dir "$T/res2" --resume "$T/res2/ckpt_00000002.h5" --max_steps 6
+if build/train -c $CONF "${A[@]}" --pack doc_start --out_dir "$T/res2" --resume latest --max_steps 6 --force >"$T/res2.out" 2>&1 \
+   && grep -q "note: --force: the packing or its data changed" "$T/res2.out"; then ok "--force: the resume continues on the new table, with a note"
+else bad "--force resume: $(tail -n 2 "$T/res2.out")"; fi
 
 # ---- 3. statistics ----
 line=$(grep '^packing: best_fit' "$T/best_fit_1.out")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Preemption: SIGUSR1 or SIGTERM (to the trainer, or to the launch wrapper tools/preemptible around mpirun) makes
 # every rank finish the current step, save a checkpoint and exit 0; `--resume latest` then continues bit-identically.
+# Also with steps longer than mpirun's own teardown, the signal sent to the wrapper's whole process group (Ctrl-C).
 cd "$(dirname "$0")/.."
 source tests/lib.sh
 build/prepare --out "$T/data" --val-frac 0 model attention >/dev/null || { bad prepare; finish; }
@@ -42,4 +43,26 @@ if [ -n "$s" ] && [ "$s" -lt 1000 ] && [ "$(cat "$T/mpi/latest")" = "$(printf 'c
 else bad "SIGTERM to tools/preemptible mpirun: stop step '$s', latest $(cat "$T/mpi/latest" 2>/dev/null): $(tail -3 "$T/mpi.out")"; fi
 "${MPI[@]}" -np 2 build/train "${A[@]}" --cp 2 --out_dir "$T/mpi" --resume latest --max_steps $((s + 3)) >"$T/mpi2.out" 2>&1 \
   && grep -q "^done: $((s + 3)) steps" "$T/mpi2.out" && ok "resumed from the SIGTERM checkpoint for 3 more steps" || bad "resume after SIGTERM"
+
+# A step longer than Open MPI's own teardown (SIGTERM and SIGKILL 1 s apart after mpirun is signalled; the test hook
+# RINGLM_TEST_STEP_SLOW_MS makes each step 2.5 s), the signal sent to the launcher's whole process group, as a
+# terminal's Ctrl-C or a scheduler's kill of the group does: tools/preemptible keeps mpirun in a session of its own,
+# so only the wrapper is hit; the ranks finish the step, save a verified checkpoint, exit 0.
+slow_stop() {  # NAME SIGNAL
+  local name=$1 sig=$2 od="$T/$1" job sid s i rc t0 t1
+  RINGLM_TEST_STEP_SLOW_MS=2500 in_session "$T/$name.sid" tools/preemptible "${MPI[@]}" -np 2 build/train "${A[@]}" --cp 2 \
+    --max_steps 100 --out_dir "$od" >"$od.out" 2>&1 &
+  job=$!
+  for ((i = 0; i < 600; i++)); do [ -s "$od/metrics.jsonl" ] && break; sleep 0.1; done
+  sid=$(cat "$T/$name.sid"); t0=$(date +%s.%N)
+  kill -"$sig" -- -"$sid"
+  wait $job; rc=$?; t1=$(date +%s.%N)
+  s=$(sed -nE 's/^stopping after step ([0-9]+) on signal 10.*/\1/p' "$od.out")
+  if [ $rc -eq 0 ] && [ -n "$s" ] && [ "$(cat "$od/latest" 2>/dev/null)" = "$(printf 'ckpt_%08d.h5' "$s")" ]; then
+    check "SIG$sig to the process group of tools/preemptible mpirun, 2.5 s steps: stopped after step $s, $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b - a}') s later, exit 0, the checkpoint verifies" \
+      $PY tests/ckpt_check.py verify "$od/$(cat "$od/latest")" "$s"
+  else bad "SIG$sig to the process group, 2.5 s steps: exit $rc, stop step '$s', latest '$(cat "$od/latest" 2>/dev/null)': $(grep -v '^step' "$od.out" | tail -3)"; fi
+  end_session "$(cat "$T/$name.sid")"
+}
+slow_stop slowint INT
 finish

@@ -1,59 +1,97 @@
 #!/usr/bin/env bash
-# demo.sh — the end-to-end showcase behind `make demo` (about 3.5 minutes on 2 cores):
+# demo.sh — the end-to-end showcase behind `make demo` (about 3.5-4 minutes on 2 cores):
 #  1. prepare long documents from source trees already on this machine (each Python standard-library
-#     package and this repository are one document each: "a whole codebase is one document");
-#  2. train a small long-context model (configs/demo_long.conf: 2048-token context, YaRN) on 4 local ranks
-#     as tp = 2 x cp = 2, checkpointing as it goes;
-#  3. resume the run from its checkpoint on a different layout (tp = 1 x cp = 4) and train further;
-#  4. evaluate perplexity by position over windows of the held-out stream (both checkpoints at the trained
-#     context; the final one at 2x the context with two YaRN factors) and passkey retrieval, writing CSV
-#     tables and SVG plots;
-#  5. print where every result is.
+#     package and this repository's source directories are one document each: "a whole codebase is one
+#     document"); build/prepare writes meta.json beside the shards (vocab_size, end-of-document token);
+#  2. train a small long-context model (configs/demo_long.conf: 2048-token context, YaRN x4 over an "original"
+#     1024, document masking: attention stays inside each document) on 4 local ranks as tp = 2 x cp = 2,
+#     checkpointing as it goes;
+#  3. resume the run from its checkpoint on a different layout (tp = 1 x cp = 4) and train further (one cosine
+#     schedule over both parts: --lr_horizon, so the learning rate does not jump at the resume);
+#  4. evaluate, writing CSV tables and SVG plots:
+#     - perplexity by position at the trained context, both checkpoints, log-spaced buckets (the fall over the
+#       first tokens of context is the visible part of the curve); packed windows of the held-out stream,
+#       document-masked as in training, each token booked at the number of tokens of its own document it sees;
+#     - the final checkpoint at 4x the trained context (8192) on the held-out documents of at least 8193 tokens,
+#       scored from their start, in 512-token buckets (this plot is about the long positions): plain RoPE vs
+#       YaRN x4 as trained (built for 4 x 1024 = 4096 positions) vs YaRN x8 (8192 positions); one --ckpt per
+#       command, each --rope (and its --label) right after the --ckpt it belongs to;
+#     - passkey retrieval;
+#  5. print where every result is, with the key numbers read back from the CSV tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
 DATA=${DATA:-out/demo_data}
 OUT=${OUT:-out/demo}
-STEPS1=${STEPS1:-100}
-STEPS2=${STEPS2:-150}
+STEPS1=${STEPS1:-200}
+STEPS2=${STEPS2:-300}
 MPI=(mpirun -q --oversubscribe -np 4); [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+T0=$SECONDS
 
 stdlib=$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
 docs=()
 for d in "$stdlib"/*/; do case "$(basename "$d")" in test|tests|idlelib|site-packages|dist-packages|__pycache__|lib2to3|config-*) ;; *) docs+=("$d");; esac; done
 docs+=(model attention comm checkpoint eval data train)
-if [ ! -f "$DATA/train_000000.bin" ]; then
+if [ ! -f "$DATA/train_000000.bin" ] || [ ! -f "$DATA/meta.json" ]; then
   echo "== 1. preparing data: ${#docs[@]} source trees, one document each"
-  build/prepare --out "$DATA" --doc-per dir --val-frac 0.2 --seed 3 "${docs[@]}"
+  build/prepare --out "$DATA" --doc-per dir --val-frac 0.2 --seed 3 --force "${docs[@]}"
 else
   echo "== 1. reusing prepared data in $DATA (delete it to rebuild)"
 fi
 rm -rf "$OUT"
 
-echo "== 2. training on 4 ranks: tp 2 x cp 2, $STEPS1 steps (configs/demo_long.conf)"
+echo "== 2. training on 4 ranks: tp 2 x cp 2, $STEPS1 steps (configs/demo_long.conf, doc_mask = 1)"
 "${MPI[@]}" build/train -c configs/demo_long.conf --train_data "$DATA/train_*.bin" --val_data "$DATA/val_*.bin" \
-  --out_dir "$OUT" --tp 2 --cp 2 --max_steps "$STEPS1" --ckpt_every 50 --verify_attention 50 --log_every 10
+  --out_dir "$OUT" --tp 2 --cp 2 --max_steps "$STEPS1" --lr_horizon "$STEPS2" --ckpt_every 100 --verify_attention 100 \
+  --log_every 20
 first=$(cat "$OUT/latest")
 
 echo "== 3. resuming $OUT/$first on a different layout: tp 1 x cp 4, to step $STEPS2"
 "${MPI[@]}" build/train -c configs/demo_long.conf --train_data "$DATA/train_*.bin" --val_data "$DATA/val_*.bin" \
-  --out_dir "$OUT" --tp 1 --cp 4 --max_steps "$STEPS2" --ckpt_every 50 --resume latest --log_every 10
+  --out_dir "$OUT" --tp 1 --cp 4 --max_steps "$STEPS2" --lr_horizon "$STEPS2" --ckpt_every 100 --resume latest \
+  --log_every 20
 final=$(cat "$OUT/latest")
 
 echo "== 4. perplexity by position and passkey retrieval (4 ranks, cp 4)"
-"${MPI[@]}" build/eval --ckpt "$OUT/$first" --ckpt "$OUT/$final" --label "step $STEPS1 (tp2 x cp2)" \
-  --label "step $STEPS2 (resumed at cp4)" --data "$DATA/val_*.bin" --seq_len 2048 --bucket 128 --eod -1 --docs 48 --cp 4 \
-  --out "$OUT/eval" --name ppl_2048
-"${MPI[@]}" build/eval --ckpt "$OUT/$final" --rope yarn:4:1024 --rope yarn:8:1024 --data "$DATA/val_*.bin" \
-  --seq_len 4096 --log_buckets --eod -1 --docs 16 --cp 4 --out "$OUT/eval" --name ppl_4096_yarn
+"${MPI[@]}" build/eval --ckpt "$OUT/$first" --label "step $STEPS1 (tp2 x cp2)" --ckpt "$OUT/$final" \
+  --label "step $STEPS2 (resumed at cp4)" --data "$DATA/val_*.bin" --seq_len 2048 --log_buckets --doc_mask --docs 96 \
+  --cp 4 --out "$OUT/eval" --name ppl_2048
+# the trained RoPE is configs/demo_long.conf's: yarn, factor 4, original 1024
+"${MPI[@]}" build/eval --ckpt "$OUT/$final" --rope none --label "plain RoPE (none)" \
+  --rope yarn:4:1024 --label "YaRN x4 (as trained)" --rope yarn:8:1024 --label "YaRN x8" \
+  --data "$DATA/val_*.bin" --seq_len 8192 --bucket 512 --docs 0 --cp 4 --out "$OUT/eval" --name ppl_8192_yarn
 "${MPI[@]}" build/eval --passkey --ckpt "$OUT/$final" --passkey_lens 256,512,1024 --passkey_depths 0,0.5,1 \
   --passkey_trials 2 --cp 4 --out "$OUT/eval" --name demo
 
+# key numbers, read back from the CSV tables: perplexity per byte over ranges of positions (token-weighted
+# mean loss of the buckets inside each range)
+summary() {   # CSV, then ranges LO:HI
+  /usr/bin/python3 - "$@" <<'PY'
+import csv, math, sys
+path, ranges = sys.argv[1], [tuple(map(int, r.split(":"))) for r in sys.argv[2:]]
+rows = list(csv.DictReader(open(path)))
+series = list(dict.fromkeys(r["series"] for r in rows))
+w = max(len(s) for s in series + ["perplexity over positions"])
+print("                   %-*s %s" % (w, "perplexity over positions", "".join("%14s" % ("[%d, %d)" % r) for r in ranges)))
+for s in series:
+    out = []
+    for lo, hi in ranges:
+        b = [r for r in rows if r["series"] == s and int(r["bucket_lo"]) >= lo and int(r["bucket_hi"]) <= hi]
+        n = sum(int(r["tokens"]) for r in b)
+        out.append("%14.2f" % math.exp(sum(float(r["mean_nll"]) * int(r["tokens"]) for r in b) / n) if n else "%14s" % "-")
+    print("                   %-*s %s" % (w, s, "".join(out)))
+PY
+}
+
 echo
-echo "== 5. results"
-echo "  data:          $DATA/ (llm.c uint16 token shards; byte tokenizer + end-of-document token)"
+echo "== 5. results ($(( SECONDS - T0 )) s)"
+echo "  data:          $DATA/ (llm.c uint16 token shards + meta.json; byte tokenizer, end-of-document token 256)"
 echo "  training log:  $OUT/metrics.jsonl (one JSON object per step), resolved config $OUT/config.txt"
 echo "  checkpoints:   $OUT/ckpt_*.h5 (HDF5; 'h5dump -A' or h5py to inspect), newest named in $OUT/latest"
-echo "  perplexity:    $OUT/eval/ppl_2048.svg / .csv  (two checkpoints, by position at the trained context)"
-echo "                 $OUT/eval/ppl_4096_yarn.svg / .csv  (2x the trained context, YaRN x4 vs x8)"
+echo "  perplexity:    $OUT/eval/ppl_2048.svg / .csv  (two checkpoints at the trained context; packed windows,"
+echo "                 document-masked; falls over the first tokens of context, then levels off)"
+summary "$OUT/eval/ppl_2048.csv" 0:1 1:8 8:128 128:2048
+echo "                 $OUT/eval/ppl_8192_yarn.svg / .csv  (4x the trained context, held-out documents from their"
+echo "                 start: plain RoPE rises past 1024, YaRN x4 as trained past its 4 x 1024, YaRN x8 stays low)"
+summary "$OUT/eval/ppl_8192_yarn.csv" 0:1024 1024:4096 4096:8192
 echo "  passkey:       $OUT/eval/demo_passkey.svg / .csv"

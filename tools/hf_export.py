@@ -38,12 +38,20 @@ tokenizer.json or a directory holding one, a SHA-256 that differs, or shard dire
 tokenizers are reported in one line and the export goes on without a tokenizer.
 The ids of bos/eos in config.json: --bos_token_id / --eos_token_id, else the tokenizer's BOS / EOS tokens, else
 256 for the byte tokenizer's vocabulary of 257 (build/prepare's document token), else none.
+
+Writing: everything is written into a temporary directory inside DIR (DIR/.hf_export.new.*), fsynced and verified
+(every safetensors file parsed back and every tensor's checksum recomputed, every JSON file read back, every copied
+tokenizer file compared with its source), and only then swapped in: the previous export's files (with --force) are
+moved aside into DIR/.hf_export.old.*, the new ones renamed into DIR, and the old ones removed last. A failure at
+any point before (disk full, read-only directory, a bad input) is one line and leaves DIR as it was: the previous
+export intact, no temporary directory. Inputs (the tokenizer, even one inside DIR) are read before the swap. With
+--force the disk needs room for both exports until the swap.
 """
 import glob
 import hashlib
 import json
 import os
-import shutil
+import re
 import sys
 
 import numpy as np
@@ -125,9 +133,9 @@ def tokenizer_from_meta(cfg):
         if not os.path.isfile(mp):
             continue
         try:
-            meta = json.load(open(mp, encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            return None, f"{mp} is not readable JSON ({e.__class__.__name__}); exported without a tokenizer (give --tokenizer)"
+            meta = H.load_json(mp, mp)
+        except H.Fail as e:
+            return None, f"{e}; exported without a tokenizer (give --tokenizer)"
         name = meta.get("tokenizer") if isinstance(meta, dict) else None
         if not isinstance(name, str) or not name or name == "bytes":   # "bytes": build/prepare's byte tokenizer
             continue
@@ -139,9 +147,15 @@ def tokenizer_from_meta(cfg):
                               "one here; exported without a tokenizer (give --tokenizer)")
             continue
         want = meta.get("tokenizer_sha256")
+        if want is not None and (not isinstance(want, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", want)):
+            return None, (f"{mp}: 'tokenizer_sha256' must be 64 hexadecimal digits, not {H.show(want)}; exported without "
+                          "a tokenizer (give --tokenizer)")
         if want:
             tj, _ = H.tokenizer_files(path)
-            got = sha256_file(tj)
+            try:
+                got = sha256_file(tj)
+            except OSError as e:
+                return None, f"{H.os_error(e, 'cannot read ' + tj)}; exported without a tokenizer (give --tokenizer)"
             if got != str(want).lower():
                 return None, (f"{mp} names the tokenizer '{name}', but {tj} has SHA-256 {got[:12]}..., not meta.json's "
                               f"{str(want)[:12]}... (changed since the data was prepared?); exported without a tokenizer "
@@ -167,7 +181,7 @@ def yarn_note(conf):
 
 
 def write_json(path, obj):
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=2)
         f.write("\n")
 
@@ -187,6 +201,18 @@ def main():
     ap.add_argument("--force", action="store_true", help="replace an existing export in --out")
     a = ap.parse_args()
     limit = H.parse_size(a.max_shard_size)
+    # --out: a directory (or nothing yet) that holds no export unless --force; checked before the work
+    if os.path.lexists(a.out) and not os.path.isdir(a.out):
+        raise H.Fail(f"--out '{a.out}' exists and is not a directory")
+    old = []
+    if os.path.isdir(a.out):
+        try:
+            old = sorted(n for n in os.listdir(a.out) if (n.endswith(".safetensors") or n in OUTPUT_FILES)
+                         and not os.path.isdir(os.path.join(a.out, n)))
+        except OSError as e:
+            raise H.Fail(H.os_error(e, f"cannot list '{a.out}'"))
+        if old and not a.force:
+            raise H.Fail(f"'{a.out}' already holds an export ({old[0]}); pass --force to replace it")
     path = H.resolve_ckpt(a.ckpt)
     cfg, tensors, attrs = H.read_ckpt(path)          # verifies every /model checksum
     V = int(cfg["vocab_size"])
@@ -212,15 +238,37 @@ def main():
             raise H.Fail(f"--{name} {i} is not a token of the model (vocab_size {V})")
     conf = hf_config(cfg, a.dtype, bos, eos)
 
-    try:
-        os.makedirs(a.out, exist_ok=True)
-    except OSError as e:
-        raise H.Fail(f"cannot create '{a.out}': {e.strerror}")
-    old = sorted(n for n in os.listdir(a.out) if n.endswith(".safetensors") or n in OUTPUT_FILES)
-    if old and not a.force:
-        raise H.Fail(f"'{a.out}' already holds an export ({old[0]}); pass --force to replace it")
-    for n in old:
-        os.remove(os.path.join(a.out, n))
+    # the tokenizer files, read now (they may lie in --out, which the swap replaces)
+    tok_files = {}                                   # name -> bytes to write
+    copied = []
+    if tinfo:
+        for n in TOKENIZER_FILES:
+            p = tinfo["json"] if n == "tokenizer.json" else os.path.join(tinfo["dir"], n)
+            if not os.path.isfile(p):
+                continue
+            try:
+                with open(p, "rb") as f:
+                    data = f.read()
+            except OSError as e:
+                raise H.Fail(H.os_error(e, f"cannot read '{p}'"))
+            if n == "tokenizer_config.json":
+                tc = H.parse_json(data, f"'{p}'")        # (tokenizer_info has checked it is an object)
+                if isinstance(tc, dict) and tc.get("model_input_names") != MODEL_INPUT_NAMES:
+                    what = "added" if "model_input_names" not in tc else f"was {tc['model_input_names']}"
+                    tc["model_input_names"] = MODEL_INPUT_NAMES
+                    tok_files[n] = (json.dumps(tc, indent=2) + "\n").encode()
+                    copied.append(f"{n} (model_input_names {MODEL_INPUT_NAMES} {what})")
+                    continue
+            tok_files[n] = data
+            copied.append(n)
+        if "tokenizer_config.json" not in tok_files:
+            tc = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": conf["max_position_embeddings"],
+                  "clean_up_tokenization_spaces": False, "model_input_names": MODEL_INPUT_NAMES}
+            for key, t in (("bos_token", tinfo["bos"] or tinfo["prefix"]), ("eos_token", tinfo["eos"] or tinfo["suffix"])):
+                if t:
+                    tc[key] = t[0]
+            tok_files["tokenizer_config.json"] = (json.dumps(tc, indent=2) + "\n").encode()
+            copied.append("tokenizer_config.json (written)")
 
     def convert(t, bf16):                             # the stored array (fp32 or bf16 bits) in the output dtype
         x = t.load()
@@ -233,7 +281,7 @@ def main():
            for n, t in tensors.items()]               # the parameter table's order; read one at a time
     shards, cur, size = [], [], 0
     for n, t in out:
-        nbytes = int(np.prod(t.shape)) * (2 if bf16 else 4)
+        nbytes = H.numel(t.shape) * (2 if bf16 else 4)
         if cur and size + nbytes > limit:
             shards.append(cur)
             cur, size = [], 0
@@ -241,45 +289,58 @@ def main():
         size += nbytes
     shards.append(cur)
     meta = {"format": "pt", "ringlm_checkpoint": os.path.basename(path), "ringlm_step": str(attrs.get("step", 0))}
-    total = 0
-    if len(shards) == 1:
-        files = ["model.safetensors"]
-        total = H.st_write(os.path.join(a.out, files[0]), shards[0], meta)
-    else:
-        files = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
-        wmap = {}
+    files = (["model.safetensors"] if len(shards) == 1 else
+             [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
+    blk = 4096                                    # (every file takes whole blocks)
+    need = (sum(-(-sum(H.numel(t.shape) * (2 if bf16 else 4) + 200 for _, t in sh) // blk) * blk for sh in shards)
+            + 4 * blk + sum(-(-len(b) // blk) * blk for b in tok_files.values()))
+
+    # write into a temporary directory inside --out, verify, then swap
+    created = H.make_dirs(a.out, "the output directory")
+    note = ("; nothing was written" if created else
+            f"; '{a.out}' is as it was" + (" (the previous export untouched)" if old else ""))
+    free = H.free_bytes(a.out)
+    if free is not None and free < need:
+        if created:
+            os.rmdir(a.out)
+        raise H.Fail(f"not enough space in '{a.out}': the export needs about {H.mib(need)}, {H.mib(free)} are free "
+                     f"(disk full){note}")
+    st = H.Staging(a.out, "hf_export", created, note)
+    total, sums, wmap, written = 0, {}, {}, {}
+    try:
         for fn, sh in zip(files, shards):
-            total += H.st_write(os.path.join(a.out, fn), sh, meta)
+            n_bytes, s = H.st_write(st.path(fn), sh, meta)
+            total += n_bytes
+            sums.update(s)
             wmap.update({n: fn for n, _ in sh})
-        write_json(os.path.join(a.out, "model.safetensors.index.json"), {"metadata": {"total_size": total}, "weight_map": wmap})
-    write_json(os.path.join(a.out, "config.json"), conf)
-    gen = {"_from_model_config": True}
-    gen.update({k: v for k, v in (("bos_token_id", bos), ("eos_token_id", eos)) if v is not None})
-    write_json(os.path.join(a.out, "generation_config.json"), gen)
-    copied = []
-    if tinfo:
-        for n in TOKENIZER_FILES:
-            p = tinfo["json"] if n == "tokenizer.json" else os.path.join(tinfo["dir"], n)
-            if not os.path.isfile(p):
-                continue
-            if n == "tokenizer_config.json":
-                tc = json.load(open(p, encoding="utf-8"))    # (tokenizer_info has read it as JSON)
-                if isinstance(tc, dict) and tc.get("model_input_names") != MODEL_INPUT_NAMES:
-                    what = "added" if "model_input_names" not in tc else f"was {tc['model_input_names']}"
-                    tc["model_input_names"] = MODEL_INPUT_NAMES
-                    write_json(os.path.join(a.out, n), tc)
-                    copied.append(f"{n} (model_input_names {MODEL_INPUT_NAMES} {what})")
-                    continue
-            shutil.copyfile(p, os.path.join(a.out, n))
-            copied.append(n)
-        if not any(c.startswith("tokenizer_config.json") for c in copied):
-            tc = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": conf["max_position_embeddings"],
-                  "clean_up_tokenization_spaces": False, "model_input_names": MODEL_INPUT_NAMES}
-            for key, t in (("bos_token", tinfo["bos"] or tinfo["prefix"]), ("eos_token", tinfo["eos"] or tinfo["suffix"])):
-                if t:
-                    tc[key] = t[0]
-            write_json(os.path.join(a.out, "tokenizer_config.json"), tc)
-            copied.append("tokenizer_config.json (written)")
+        jsons = {"config.json": conf}
+        gen = {"_from_model_config": True}
+        gen.update({k: v for k, v in (("bos_token_id", bos), ("eos_token_id", eos)) if v is not None})
+        jsons["generation_config.json"] = gen
+        if len(files) > 1:
+            jsons["model.safetensors.index.json"] = {"metadata": {"total_size": total}, "weight_map": wmap}
+        for n, obj in jsons.items():
+            write_json(st.path(n), obj)
+        for n, data in tok_files.items():
+            with open(st.path(n), "wb") as f:
+                f.write(data)
+            written[n] = hashlib.sha256(data).hexdigest()
+        H.fault("hf_export:write")
+    except OSError as e:
+        raise H.Fail(H.os_error(e, f"cannot write the export into '{a.out}'"))
+    # verify: every file as a reader will see it
+    for fn in files:
+        got = H.st_read(st.path(fn))
+        for n, t in got.items():
+            if H.xsum64(t.raw) != sums.get(n):
+                raise H.Fail(f"the export did not verify after writing: {fn}: {n} reads back differently")
+    for n, obj in jsons.items():
+        if H.load_json(st.path(n)) != obj:
+            raise H.Fail(f"the export did not verify after writing: {n} reads back differently")
+    for n, h in written.items():
+        if sha256_file(st.path(n)) != h:
+            raise H.Fail(f"the export did not verify after writing: {n} reads back differently")
+    note = st.swap(old, files + list(jsons) + list(tok_files))
     rs = conf["rope_scaling"]
     if rs and rs["rope_type"] == "yarn":
         print(f"hf_export: {yarn_note(conf)}")
@@ -289,9 +350,11 @@ def main():
           + (f" x{rs['factor']:g}" if rs else "")
           + (f" from {rs['original_max_position_embeddings']}" if rs and "original_max_position_embeddings" in rs else "")
           + f"; max_position_embeddings {conf['max_position_embeddings']}; bos {bos}, eos {eos}"
-          + (f"; tokenizer files: {', '.join(copied)}" if copied else ""))
+          + (f"; tokenizer files: {', '.join(copied)}" if copied else "")
+          + (f"; replaced the previous export ({len(old)} files)" if old else "")
+          + (f"; note: {note}" if note else ""))
     return 0
 
 
 if __name__ == "__main__":
-    H.main_guard(main)
+    H.main_guard(main, "hf_export")

@@ -66,7 +66,11 @@ int main(int argc, char** argv) {
         else if (!strcmp(a, "--memory_gib")) { if (!positive(a, v, &mem)) return 1; mem *= GIB; }
         else if (!strcmp(a, "--link_gbs")) { if (!positive(a, v, &link)) return 1; }
         else if (!strcmp(a, "--tflops")) { if (!positive(a, v, &tflops)) return 1; }
-        else if (!strcmp(a, "--dp")) { if (!positive(a, v, &dp) || dp != (int)dp) { fprintf(stderr, "plan: --dp '%s' must be a positive integer\n", v); return 1; } }
+        else if (!strcmp(a, "--dp")) {
+            char* e;
+            dp = strtod(v, &e);
+            if (e == v || *e || !(dp >= 1) || dp > 1e9 || dp != (int)dp) { fprintf(stderr, "plan: --dp '%s' must be a positive integer\n", v); return 1; }
+        }
         else if (!strncmp(a, "--", 2)) { if (config_set(&c, a + 2, v, "command line", err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; } }
         else { fprintf(stderr, "plan: unexpected argument '%s'\n", a); return 1; }
     }

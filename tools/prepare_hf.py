@@ -23,16 +23,37 @@ ringlm's uint32 variant (magic 20240521). DIR/meta.json describes them, in build
 "ringlm-data-1"; "tokenizer": the absolute path of the tokenizer.json used; "tokenizer_sha256": the SHA-256 of its
 bytes; "vocab_size": the tokenizer's vocabulary size, the least a model's vocab_size can be; "eod_id": the
 separator; "bos_id": the tokenizer's BOS id or null; "dtype": "uint16" or "uint32"; "documents", "tokens",
-"shards": {"train": N, "val": N}; "command": this command line, shell-quoted). It is written last (a temporary
-file in DIR, renamed), so it exists only beside a complete set of shards: build/train and build/eval take
+"shards": {"train": N, "val": N}; "command": this command line, shell-quoted): build/train and build/eval take
 vocab_size and eod from it (and refuse values given to them that contradict it), tools/hf_export finds the
-tokenizer through it. Existing shards or DIR/meta.json are an error unless --force (which deletes them first).
-Prints the totals, one line per split, the tokenizer, the separator and what meta.json records. Errors: one line
-on stderr, exit status 1, and nothing of this run is left (no shard, no meta.json).
+tokenizer through it. Existing shards or DIR/meta.json are an error unless --force. Prints the totals, one line
+per split, the tokenizer, the separator and what meta.json records.
+
+Writing: the shards and meta.json are written into a temporary directory inside DIR (DIR/.prepare_hf.new.*), read
+back (every shard's header, token count and size; meta.json), and only then swapped in: with --force the previous
+shards and meta.json are moved aside (DIR/.prepare_hf.old.*), the new ones renamed into DIR, and the old ones
+removed last. Errors (bad input, disk full, read-only directory) are one line on stderr, exit status 1, and leave
+DIR as it was: the previous shards and meta.json untouched, no temporary directory, no shard of this run (a DIR
+this run created is removed again). With --force the disk needs room for both sets until the swap.
+
+Memory: the corpus is streamed. The walk keeps only the file names (each file is read once to check that it is
+UTF-8 text, then again to encode it); documents are encoded one batch at a time (at most 64 documents, about
+RINGLM_PREPARE_CHUNK characters) and written as they are encoded. A document longer than RINGLM_PREPARE_CHUNK
+characters (default 262144) is read in blocks and encoded in pieces of about that length, each with 4096
+characters of context on either side: cut points are chosen where the tokenizer splits the text the same way
+with different context (before a newline that follows a letter or digit, else a newline, else a space, checked by
+encoding the surroundings twice), and at every cut the two pieces' encodings of the overlap must agree token for
+token. Where they do (every tokenizer whose pre-tokenizer splits text into pieces shorter than the context: GPT-2
+and Llama 3 style byte-level BPE, SentencePiece-style Metaspace and Llama 2's normalizer, WordLevel, WordPiece),
+the ids are exactly those of encoding the whole document at once. A cut where they do not is joined at a token
+boundary both pieces share (the text is never duplicated or lost) and counted: the summary then says how many of
+the cuts may tokenize differently from whole-document encoding. Peak memory is thus bounded by the chunk size,
+independent of the corpus and of any document's length (measured: README, "Extend an existing model").
 """
 import argparse
+import codecs
 import fnmatch
 import hashlib
+import itertools
 import json
 import os
 import shlex
@@ -46,8 +67,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_common as H  # noqa: E402
 
 SNIFF = 8192
+BLOCK = 1 << 20                       # bytes read at a time
 MAGIC16, MAGIC32, VERSION, HEADER_INTS = 20240520, 20240521, 1, 256
-created = []
+BATCH_DOCS = 64
+
+
+def env_int(name, default, lo, hi):
+    v = os.environ.get(name)
+    if v is None:
+        return default
+    if not v.isdigit() or not lo <= int(v) <= hi:
+        raise H.Fail(f"${name} must be an integer in [{lo}, {hi}], not '{v}'")
+    return int(v)
 
 
 # ----------------------------------------------------------------------------------------------- documents
@@ -66,41 +97,71 @@ def doc_u(seed, key):
     return (mix64(fnv1a64(key) ^ mix64(seed)) >> 11) * 2.0 ** -53
 
 
-class Corpus:
-    def __init__(self):
-        self.docs = []            # [key (bytes), [file paths]]
-        self.skip = dict(binary=0, empty=0, symlinks=0, hidden_dirs=0, other=0, not_utf8=0)
+def encode_batch(tok, texts):
+    """tokenizers' encode_batch (no special tokens); the library's errors (a tokenizer.json it loads but cannot encode
+    with, e.g. a WordLevel model without unk_token) become one line."""
+    try:
+        return tok.encode_batch(texts, add_special_tokens=False)
+    except (KeyboardInterrupt, SystemExit, MemoryError):
+        raise
+    except BaseException as e:
+        msg = " ".join(str(e).split()) or e.__class__.__name__
+        raise H.Fail(f"the tokenizer cannot encode the text: {msg[:160]}")
 
-    def text_of(self, path):
-        """The file's text, or None (counted as skipped) when it is empty, binary or not UTF-8."""
+
+def read_error(path, e):
+    return H.Fail(H.os_error(e, f"cannot read '{os.fsdecode(path)}'"))
+
+
+class Corpus:
+    """The documents of the walk, as file names: docs = [[key (bytes), [(path, size)]]]; no text is kept."""
+
+    def __init__(self):
+        self.docs = []
+        self.skip = dict(binary=0, empty=0, symlinks=0, hidden_dirs=0, other=0, not_utf8=0)
+        self.files = []
+
+    def is_text(self, path):
+        """The file's size when it is UTF-8 text; None (counted as skipped) when it is empty, binary (a NUL byte in
+        the first 8 KiB) or not UTF-8. Read in blocks: the text is not kept."""
         try:
             with open(path, "rb") as f:
-                data = f.read()
+                head = f.read(SNIFF)
+                if not head:
+                    self.skip["empty"] += 1
+                    return None
+                if b"\0" in head:
+                    self.skip["binary"] += 1
+                    return None
+                dec = codecs.getincrementaldecoder("utf-8")()
+                size = len(head)
+                try:
+                    dec.decode(head)
+                    while True:
+                        b = f.read(BLOCK)
+                        if not b:
+                            break
+                        size += len(b)
+                        dec.decode(b)
+                    dec.decode(b"", final=True)
+                except UnicodeDecodeError:
+                    self.skip["not_utf8"] += 1
+                    return None
+                return size
         except OSError as e:
-            raise H.Fail(f"cannot read '{os.fsdecode(path)}': {e.strerror}")
-        if not data:
-            self.skip["empty"] += 1
-            return None
-        if b"\0" in data[:SNIFF]:
-            self.skip["binary"] += 1
-            return None
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            self.skip["not_utf8"] += 1
-            return None
+            raise read_error(path, e)
 
     def walk(self, d, key, per_file, into):
         try:
             names = sorted(os.listdir(d))            # bytes paths: sorted bytewise, as build/prepare
         except OSError as e:
-            raise H.Fail(f"cannot open directory '{os.fsdecode(d)}': {e.strerror}")
+            raise H.Fail(H.os_error(e, f"cannot open directory '{os.fsdecode(d)}'"))
         for n in names:
             p, k = os.path.join(d, n), key + b"/" + n
             try:
                 st = os.lstat(p)
             except OSError as e:
-                raise H.Fail(f"cannot read '{os.fsdecode(p)}': {e.strerror}")
+                raise read_error(p, e)
             if stat.S_ISLNK(st.st_mode):
                 self.skip["symlinks"] += 1
             elif stat.S_ISDIR(st.st_mode):
@@ -111,12 +172,13 @@ class Corpus:
             elif not stat.S_ISREG(st.st_mode):
                 self.skip["other"] += 1
             else:
-                t = self.text_of(p)
-                if t is not None:
+                size = self.is_text(p)
+                if size is not None:
+                    self.files.append(p)
                     if per_file:
-                        self.docs.append([k, [t]])
+                        self.docs.append([k, [(p, size)]])
                     else:
-                        into.append(t)
+                        into.append((p, size))
 
     def collect(self, paths, per_dir):
         for p in paths:
@@ -124,20 +186,58 @@ class Corpus:
             try:
                 st = os.stat(bp)
             except OSError as e:
-                raise H.Fail(f"cannot read '{p}': {e.strerror}")
+                raise read_error(bp, e)
             real = os.path.realpath(bp)
             key = os.path.basename(real) or real
             if stat.S_ISREG(st.st_mode):
-                t = self.text_of(bp)
-                if t is not None:
-                    self.docs.append([key, [t]])
+                size = self.is_text(bp)
+                if size is not None:
+                    self.files.append(bp)
+                    self.docs.append([key, [(bp, size)]])
             elif stat.S_ISDIR(st.st_mode):
-                texts = []
-                self.walk(bp, key, not per_dir, texts)
-                if per_dir and texts:
-                    self.docs.append([key, texts])
+                files = []
+                self.walk(bp, key, not per_dir, files)
+                if per_dir and files:
+                    self.docs.append([key, files])
             else:
                 raise H.Fail(f"'{p}' is not a regular file or a directory")
+
+    def refuse_duplicates(self):
+        """The same file reached twice (a PATH given twice, a directory and a path inside it, a hard link) would put
+        its text in the data twice: refused, as build/prepare refuses it."""
+        seen = {}
+        for p in self.files:
+            try:
+                st = os.stat(p)
+            except OSError as e:
+                raise read_error(p, e)
+            q = seen.setdefault((st.st_dev, st.st_ino), p)
+            if q is not p:
+                a, b = os.fsdecode(q), os.fsdecode(p)
+                if a == b:
+                    raise H.Fail(f"'{a}' would be read twice (given twice, or given and also inside a directory given): "
+                                 "its text would be in the data twice; give each path once")
+                raise H.Fail(f"'{a}' and '{b}' are the same file: its text would be in the data twice (a path given "
+                             "twice, a directory and a path inside it, or a link); give each file once")
+
+
+def text_blocks(files):
+    """A document's text (its files' UTF-8 text, concatenated), as str blocks of at most BLOCK bytes each."""
+    for p, _ in files:
+        dec = codecs.getincrementaldecoder("utf-8")()
+        try:
+            with open(p, "rb") as f:
+                while True:
+                    b = f.read(BLOCK)
+                    t = dec.decode(b, final=not b)
+                    if t:
+                        yield t
+                    if not b:
+                        break
+        except UnicodeDecodeError:
+            raise H.Fail(f"'{os.fsdecode(p)}' is no longer UTF-8 text (was it changed while prepare_hf ran?)")
+        except OSError as e:
+            raise read_error(p, e)
 
 
 def assign(docs, frac, seed):
@@ -152,29 +252,177 @@ def assign(docs, frac, seed):
     return val
 
 
+# ----------------------------------------------------------------------------------------------- long documents
+class Toks:
+    """The tokens of one encoded piece: start and end offsets (characters of the document) and ids, as arrays."""
+
+    def __init__(self, enc, at):
+        o = enc.offsets
+        offs = np.fromiter(itertools.chain.from_iterable(o), dtype=np.int64, count=2 * len(o)).reshape(-1, 2)
+        self.starts, self.ends = offs[:, 0] + at, offs[:, 1] + at
+        self.ids = np.array(enc.ids, dtype=np.int64)
+
+    def within(self, lo, hi):
+        m = (self.starts >= lo) & (self.starts < hi)
+        return self.starts[m], self.ends[m], self.ids[m]
+
+    def boundaries(self, lo, hi):
+        """The positions in [lo, hi] where a token starts and no other token reaches across."""
+        if not len(self.starts):
+            return np.zeros(0, np.int64)
+        o = np.argsort(self.starts, kind="stable")
+        st, en = self.starts[o], self.ends[o]
+        ok = np.ones(len(st), bool)
+        ok[1:] = np.maximum.accumulate(en)[:-1] <= st[1:]
+        b = np.unique(st[ok])
+        return b[(b >= lo) & (b <= hi)]
+
+    def spans(self, c):
+        """Does a token reach across position c (start before it, end after it)?"""
+        return bool(np.any((self.starts < c) & (self.ends > c)))
+
+
+def agree(a, b, lo, hi, c):
+    """Do two encodings give the same tokens starting in [lo, hi), and does no token of either reach across c?"""
+    x, y = a.within(lo, hi), b.within(lo, hi)
+    return all(np.array_equal(u, v) for u, v in zip(x, y)) and not a.spans(c) and not b.spans(c)
+
+
+class LongDoc:
+    """Encodes a long document piece by piece (see the module docstring, "Memory"); stats counts the cuts and
+    those where the pieces' encodings did not agree."""
+
+    def __init__(self, tok, chunk, ctx, stats):
+        self.tok, self.chunk, self.ctx, self.stats = tok, chunk, ctx, stats
+
+    def encode(self, texts):
+        return encode_batch(self.tok, texts)
+
+    def probe(self, buf, base, c):
+        """Does the tokenizer split at c alike with its context mostly left and mostly right of it?"""
+        x = self.ctx
+        i = c - base
+        ea, eb = self.encode([buf[i - 2 * x:i + x], buf[i - x:i + 2 * x]])
+        return agree(Toks(ea, c - 2 * x), Toks(eb, c - x), c - x // 2, c + x // 2, c)
+
+    def cut(self, buf, base, lo, hi):
+        """A cut point in [lo, hi] (absolute positions), the best candidate the probe accepts."""
+        for cls in ("\n+alnum", "\n", " +alnum"):
+            ch = cls[0]
+            i, n, scanned = hi - base, 0, 0
+            while n < 4 and scanned < 4096:
+                j = buf.rfind(ch, lo - base, i + 1)
+                if j <= lo - base:
+                    break
+                i, scanned = j - 1, scanned + 1
+                if cls.endswith("alnum") and not buf[j - 1].isalnum():
+                    continue
+                n += 1
+                if self.probe(buf, base, base + j):
+                    return base + j
+        for k in range(4):                           # no whitespace near: any position the probe accepts
+            if self.probe(buf, base, hi - 61 * k):
+                return hi - 61 * k
+        return hi
+
+    def splice(self, prev, cur, c, emit_from, cur_end):
+        """Where to join the previous piece's tokens and this one's at the cut c: (p1, p2, exact): emit the previous
+        piece's tokens starting before p1, then text[p1:p2] encoded on its own (when p1 < p2), then this piece's from
+        p2 (up to its own cut, cur_end). Exact when both agree around c; else a boundary both share, or a boundary
+        of each (p1 of the previous piece at or before c, p2 of this one at or after it): every character is
+        encoded once either way."""
+        h = self.ctx // 2
+        if agree(prev, cur, c - h, c + h, c):
+            return c, c, True
+        bp, bc = prev.boundaries(max(emit_from, c - h), c + h), cur.boundaries(c - h, c + h)
+        common = np.intersect1d(bp, bc)
+        if len(common):
+            p = int(common[np.argmin(np.abs(common - c))])
+            return p, p, False
+        b1 = prev.boundaries(emit_from, c)
+        p1 = int(b1.max()) if len(b1) else emit_from
+        b2 = cur.boundaries(c, cur_end)
+        p2 = int(b2.min()) if len(b2) else cur_end        # a token longer than the piece: encoded on its own
+        return p1, p2, False
+
+    def ids(self, blocks):
+        """The ids of the document whose text the iterator BLOCKS yields, in arrays, piece by piece."""
+        chunk, ctx = self.chunk, self.ctx
+        buf, base, eof = "", 0, False
+
+        def fill(upto):
+            nonlocal buf, eof
+            parts = [buf]
+            n = base + len(buf)
+            while not eof and n < upto:
+                try:
+                    t = next(blocks)
+                except StopIteration:
+                    eof = True
+                    break
+                parts.append(t)
+                n += len(t)
+            buf = "".join(parts)
+
+        prev, emit_from, c = None, 0, 0
+        while True:
+            t = c + chunk
+            fill(t + 2 * ctx + 1)
+            end = base + len(buf)
+            last = eof and end <= t + 2 * ctx
+            nc = end if last else self.cut(buf, base, c + chunk // 2, t)
+            a = c - ctx if c else 0
+            b = end if last else nc + ctx
+            (enc,) = self.encode([buf[a - base:b - base]])
+            cur = Toks(enc, a)
+            del enc
+            if prev is not None:
+                self.stats["cuts"] += 1
+                p1, p2, exact = self.splice(prev, cur, c, emit_from, nc)
+                self.stats["inexact"] += not exact
+                yield prev.within(emit_from, p1)[2]
+                if p1 < p2:
+                    (e,) = self.encode([buf[p1 - base:p2 - base]])
+                    yield np.array(e.ids, dtype=np.int64)
+                emit_from = p2
+            prev = cur
+            if last:
+                yield prev.within(emit_from, end + 1)[2]
+                return
+            c = nc
+            keep = min(emit_from, c - 2 * ctx)
+            buf, base = buf[keep - base:], keep
+
+
 # ----------------------------------------------------------------------------------------------- shards
 class Writer:
-    def __init__(self, out, split, max_tokens, wide):
-        self.out, self.split, self.max, self.wide = out, split, max_tokens, wide
+    def __init__(self, out, staging, split, max_tokens, wide):
+        self.out, self.dir, self.split, self.max, self.wide = out, staging, split, max_tokens, wide
         self.dtype = np.uint32 if wide else np.uint16
-        self.f, self.n_shard, self.n_shards, self.n_tokens, self.n_docs, self.paths = None, 0, 0, 0, 0, []
+        self.f, self.n_shard, self.n_shards, self.n_tokens, self.n_docs, self.names = None, 0, 0, 0, 0, []
 
     def _close(self):
         if self.f:
-            self.f.seek(0)
-            self.f.write(struct.pack("<256i", MAGIC32 if self.wide else MAGIC16, VERSION, self.n_shard, *[0] * 253))
-            self.f.close()
-            self.f = None
+            f, self.f = self.f, None
+            path = os.path.join(self.dir, self.names[-1])
+            try:
+                with f:
+                    f.seek(0)
+                    f.write(struct.pack("<256i", MAGIC32 if self.wide else MAGIC16, VERSION, self.n_shard, *[0] * 253))
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:
+                raise H.Fail(H.os_error(e, f"cannot write '{path}'"))
 
     def _open(self):
-        path = os.path.join(self.out, f"{self.split}_{self.n_shards:06d}.bin")
+        name = f"{self.split}_{self.n_shards:06d}.bin"
+        path = os.path.join(self.dir, name)
         try:
             self.f = open(path, "wb")
+            self.f.write(b"\0" * (4 * HEADER_INTS))
         except OSError as e:
-            raise H.Fail(f"cannot create '{path}': {e.strerror}")
-        created.append(path)
-        self.f.write(b"\0" * (4 * HEADER_INTS))
-        self.paths.append(path)
+            raise H.Fail(H.os_error(e, f"cannot create '{path}'"))
+        self.names.append(name)
         self.n_shards += 1
         self.n_shard = 0
 
@@ -186,7 +434,11 @@ class Writer:
                 self._close()
                 self._open()
             n = min(len(a) - i, self.max - self.n_shard)
-            self.f.write(a[i:i + n].astype("<u4" if self.wide else "<u2").tobytes())
+            try:
+                self.f.write(a[i:i + n].astype("<u4" if self.wide else "<u2").tobytes())
+                H.fault("prepare_hf:shard")
+            except OSError as e:
+                raise H.Fail(H.os_error(e, f"cannot write '{os.path.join(self.dir, self.names[-1])}'"))
             self.n_shard += n
             self.n_tokens += n
             i += n
@@ -194,17 +446,35 @@ class Writer:
     def finish(self):
         self._close()
 
+    def verify(self):
+        """Every shard reads back as written: magic, version, token count and file size; the counts sum up."""
+        total, item = 0, 4 if self.wide else 2
+        for name in self.names:
+            path = os.path.join(self.dir, name)
+            try:
+                with open(path, "rb") as f:
+                    h = struct.unpack("<3i", f.read(12))
+                    size = os.fstat(f.fileno()).st_size
+            except (OSError, struct.error):
+                h, size = (0, 0, 0), -1
+            if h[0] != (MAGIC32 if self.wide else MAGIC16) or h[1] != VERSION or h[2] <= 0 or \
+                    size != 4 * HEADER_INTS + item * h[2]:
+                raise H.Fail(f"'{path}' does not read back as written (a file system error?)")
+            total += h[2]
+        if total != self.n_tokens:
+            raise H.Fail(f"the {self.split} shards read back {total} tokens, {self.n_tokens} were written")
+
     def line(self):
         s = (f"{self.split}: {self.n_docs} document{'' if self.n_docs == 1 else 's'}, {self.n_tokens} tokens, "
              f"{self.n_shards} shard{'' if self.n_shards == 1 else 's'}")
         if not self.n_shards:
             return s + " (none written)"
-        return s + f" ({os.path.join(self.out, self.split + '_*.bin')})\n" + "".join(f"  {p}\n" for p in self.paths).rstrip("\n")
+        paths = [os.path.join(self.out, n) for n in self.names]
+        return s + f" ({os.path.join(self.out, self.split + '_*.bin')})\n" + "".join(f"  {p}\n" for p in paths).rstrip("\n")
 
 
-def write_meta(out, tokenizer, sha256, vocab_size, eod_id, bos_id, wide, tr, va):
-    """DIR/meta.json as build/prepare writes it (data/prepare.c write_meta: same keys, order and layout), written
-    to DIR/.meta.json.tmp and renamed, so it only ever describes a complete set of shards."""
+def meta_text(tokenizer, sha256, vocab_size, eod_id, bos_id, wide, tr, va):
+    """DIR/meta.json as build/prepare writes it (data/prepare.c write_meta: same keys, order and layout)."""
     def j(v):   # a JSON value; non-ASCII text as UTF-8, as build/prepare writes it
         return json.dumps(v, ensure_ascii=False)
 
@@ -215,26 +485,18 @@ def write_meta(out, tokenizer, sha256, vocab_size, eod_id, bos_id, wide, tr, va)
               ("dtype", j("uint32" if wide else "uint16")), ("documents", pair(tr.n_docs, va.n_docs)),
               ("tokens", pair(tr.n_tokens, va.n_tokens)), ("shards", pair(tr.n_shards, va.n_shards)),
               ("command", j(shlex.join(sys.argv)))]
-    text = "{\n" + ",\n".join(f'  "{k}": {v}' for k, v in fields) + "\n}\n"
-    path, tmp = os.path.join(out, "meta.json"), os.path.join(out, ".meta.json.tmp")
+    return "{\n" + ",\n".join(f'  "{k}": {v}' for k, v in fields) + "\n}\n"
+
+
+def write_file(path, data):
     try:
-        f = open(tmp, "wb")
-    except OSError as e:
-        raise H.Fail(f"cannot create '{tmp}': {e.strerror}")
-    created.append(tmp)
-    try:
-        with f:
-            f.write(text.encode("utf-8", "surrogateescape"))   # a path or argument that is not UTF-8: its bytes
+        with open(path, "wb") as f:
+            f.write(data)
+            H.fault("prepare_hf:meta")
             f.flush()
             os.fsync(f.fileno())
     except OSError as e:
-        raise H.Fail(f"cannot write '{tmp}': {e.strerror}")
-    try:
-        os.replace(tmp, path)
-    except OSError as e:
-        raise H.Fail(f"cannot rename '{tmp}' to '{path}': {e.strerror}")
-    created.append(path)                         # an error after this point (printing) still removes it
-    return path
+        raise H.Fail(H.os_error(e, f"cannot write '{path}'"))
 
 
 def parse_size(s, what):
@@ -247,9 +509,30 @@ def parse_size(s, what):
     return v
 
 
+def load_tokenizer(info):
+    """(tokenizers.Tokenizer without the special added tokens and the post-processor, raw bytes of tokenizer.json)."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise H.Fail("the Python package 'tokenizers' is missing: run 'bash tools/hf_env.sh' (a virtual environment "
+                     "build/hfenv with transformers 4.46.3, tokenizers and safetensors; the tools use it by themselves)")
+    # the text is encoded by a copy without the special added tokens (and without the post-processor): a special
+    # token's text inside a document ("<|endoftext|>", "<s>") is text, never a forged separator
+    j = dict(info["data"])
+    j["added_tokens"] = [t for t in j.get("added_tokens") or [] if not t.get("special")]
+    j["post_processor"] = None
+    try:
+        return Tokenizer.from_str(json.dumps(j))
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # the library raises plain Exceptions (and pyo3's PanicException) for malformed files
+        msg = " ".join(str(e).split()) or e.__class__.__name__
+        raise H.Fail(f"'{info['json']}' cannot be loaded by tokenizers: {msg[:160]}")
+
+
 def main():
-    ap = argparse.ArgumentParser(prog="tools/prepare_hf", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
+    ap = H.ArgParser(prog="tools/prepare_hf", description=__doc__.split("\n\n")[0],
+                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("paths", nargs="*", metavar="PATH", help="text files and directories")
     ap.add_argument("--tokenizer", help="a tokenizer.json or a directory holding one (required)")
     ap.add_argument("--out", help="output directory (created; required)")
@@ -279,30 +562,25 @@ def main():
     if not a.seed.isdigit() or int(a.seed) >= 2**64:
         raise H.Fail(f"--seed expects an unsigned integer, got '{a.seed}'")
     seed, max_tokens = int(a.seed), parse_size(a.shard_tokens, "--shard-tokens")
+    chunk = env_int("RINGLM_PREPARE_CHUNK", 1 << 18, 1024, 1 << 30)
+    ctx = max(64, min(4096, chunk // 16))
 
-    info = H.tokenizer_info(a.tokenizer)
-    sep_tok, sep_id, why = H.separator(info, a.sep)
+    # the tokenizer: read once (hashed and encoded with these bytes: meta.json's SHA-256 is of them)
+    tj, _ = H.tokenizer_files(a.tokenizer)
     try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        raise H.Fail("the Python package 'tokenizers' is missing: run 'bash tools/hf_env.sh' (a virtual environment "
-                     "build/hfenv with transformers 4.46.3, tokenizers and safetensors; the tools use it by themselves)")
-    # the text is encoded by a copy without the special added tokens (and without the post-processor): a special
-    # token's text inside a document ("<|endoftext|>", "<s>") is text, never a forged separator
-    try:
-        with open(info["json"], "rb") as f:
-            raw = f.read()                          # hashed and encoded with: meta.json's SHA-256 is of these bytes
+        with open(tj, "rb") as f:
+            raw = f.read(H.TOKENIZER_MAX + 1)
     except OSError as e:
-        raise H.Fail(f"cannot read '{info['json']}': {e.strerror}")
+        raise read_error(tj, e)
+    if len(raw) > H.TOKENIZER_MAX:
+        raise H.Fail(f"'{tj}' is larger than {H.TOKENIZER_MAX >> 20} MiB")
     sha256 = hashlib.sha256(raw).hexdigest()
-    try:
-        j = json.loads(raw.decode("utf-8"))
-        j["added_tokens"] = [t for t in j.get("added_tokens") or [] if not t.get("special")]
-        j["post_processor"] = None
-        tok = Tokenizer.from_str(json.dumps(j))
-    except Exception as e:  # the library raises plain Exceptions for malformed files
-        raise H.Fail(f"'{info['json']}' cannot be loaded by tokenizers: {str(e).splitlines()[0][:120]}")
+    info = H.tokenizer_info(a.tokenizer, raw)
+    sep_tok, sep_id, why = H.separator(info, a.sep)
+    tok = load_tokenizer(info)
     vocab_size = max(info["vocab_size"], tok.get_vocab_size(with_added_tokens=True))
+    if vocab_size > 2**31 - 1:
+        raise H.Fail(f"'{tj}': a vocabulary of {vocab_size} tokens exceeds ringlm's vocab_size limit of 2147483647")
     wide = vocab_size > 65536
 
     c = Corpus()
@@ -310,42 +588,80 @@ def main():
     if not c.docs:
         raise H.Fail("no documents found in the given paths (empty, binary and non-UTF-8 files, symlinks and hidden "
                      "directories are skipped)")
+    c.refuse_duplicates()
     val = assign(c.docs, frac, seed)
-    try:
-        os.makedirs(a.out, exist_ok=True)
-    except OSError as e:
-        raise H.Fail(f"cannot create output directory '{a.out}': {e.strerror}")
-    if not os.access(a.out, os.W_OK | os.X_OK):
-        raise H.Fail(f"output directory '{a.out}' is not writable")
-    old = sorted(n for n in os.listdir(a.out) if fnmatch.fnmatch(n, "train_*.bin") or fnmatch.fnmatch(n, "val_*.bin"))
-    if os.path.lexists(os.path.join(a.out, "meta.json")):
-        old.append("meta.json")                                 # last: an error names a shard first
-    for n in old:
-        p = os.path.join(a.out, n)
-        if not a.force:
-            raise H.Fail(f"'{p}' already exists (use --force to replace the shards in '{a.out}')")
-        try:
-            os.remove(p)
-        except OSError as e:
-            raise H.Fail(f"cannot remove '{p}': {e.strerror}")
 
-    writers = {0: Writer(a.out, "train", max_tokens, wide), 1: Writer(a.out, "val", max_tokens, wide)}
-    n_files = sum(len(t) for _, t in c.docs)
+    # the output directory: previous shards and meta.json only with --force; everything is staged inside it
+    if os.path.lexists(a.out) and not os.path.isdir(a.out):
+        raise H.Fail(f"--out '{a.out}' exists and is not a directory")
+    old = []
+    if os.path.isdir(a.out):
+        try:
+            old = sorted(n for n in os.listdir(a.out) if fnmatch.fnmatch(n, "train_*.bin") or fnmatch.fnmatch(n, "val_*.bin"))
+        except OSError as e:
+            raise H.Fail(H.os_error(e, f"cannot open output directory '{a.out}'"))
+        if os.path.lexists(os.path.join(a.out, "meta.json")):
+            old.append("meta.json")                             # last: an error names a shard first
+        if old and not a.force:
+            raise H.Fail(f"'{os.path.join(a.out, old[0])}' already exists (use --force to replace the shards in '{a.out}')")
+    created = H.make_dirs(a.out, "output directory")
+    if not os.access(a.out, os.W_OK | os.X_OK):
+        if created:
+            os.rmdir(a.out)
+        raise H.Fail(f"output directory '{a.out}' is not writable")
+    stage = H.Staging(a.out, "prepare_hf", created, "; nothing was written" if created else
+                      f"; '{a.out}' is as it was" + (" (the previous shards and meta.json untouched)" if old else ""))
+
+    writers = {0: Writer(a.out, stage.dir, "train", max_tokens, wide), 1: Writer(a.out, stage.dir, "val", max_tokens, wide)}
+    stats = {"cuts": 0, "inexact": 0, "long": 0}
+    longdoc = LongDoc(tok, chunk, ctx, stats)
     for split in (0, 1):
         w = writers[split]
-        idx = [i for i in range(len(c.docs)) if val[i] == split]
-        for b in range(0, len(idx), 64):                       # encode_batch runs the tokenizer's threads
-            batch = [c.docs[i] for i in idx[b:b + 64]]
-            for (key, texts), enc in zip(batch, tok.encode_batch(["".join(t) for _, t in batch], add_special_tokens=False)):
+        batch, chars = [], 0
+
+        def flush():
+            for enc in encode_batch(tok, batch):
                 w.put([sep_id])
                 w.put(enc.ids)
                 w.n_docs += 1
+            batch.clear()
+        for i, (key, files) in enumerate(c.docs):
+            if val[i] != split:
+                continue
+            if sum(size for _, size in files) <= chunk:          # bytes >= characters: the whole text fits a batch
+                text = "".join(text_blocks(files))
+                batch.append(text)
+                chars += len(text)
+                if len(batch) >= BATCH_DOCS or chars >= chunk:
+                    flush()
+                    chars = 0
+                continue
+            flush()
+            chars = 0
+            stats["long"] += 1
+            w.put([sep_id])
+            for ids in longdoc.ids(text_blocks(files)):
+                w.put(ids)
+            w.n_docs += 1
+        flush()
         w.finish()
+    for w in writers.values():
+        w.verify()
     tok_path = os.path.abspath(info["json"])
-    meta = write_meta(a.out, tok_path, sha256, vocab_size, sep_id, info["bos"][1] if info["bos"] else None, wide,
-                      writers[0], writers[1])
+    text = meta_text(tok_path, sha256, vocab_size, sep_id, info["bos"][1] if info["bos"] else None, wide,
+                     writers[0], writers[1]).encode("utf-8", "surrogateescape")
+    write_file(stage.path("meta.json"), text)
+    try:
+        with open(stage.path("meta.json"), "rb") as f:
+            ok = f.read() == text
+    except OSError:
+        ok = False
+    if not ok:
+        raise H.Fail(f"'{stage.path('meta.json')}' does not read back as written (a file system error?)")
+    note = stage.swap(old, writers[0].names + writers[1].names + ["meta.json"])
+    meta = os.path.join(a.out, "meta.json")
     sk = c.skip
-    print(f"prepare_hf: {len(c.docs)} documents from {n_files} files (skipped: binary {sk['binary']}, empty "
+    print(f"prepare_hf: {len(c.docs)} documents from {len(c.files)} files (skipped: binary {sk['binary']}, empty "
           f"{sk['empty']}, not UTF-8 {sk['not_utf8']}, symlinks {sk['symlinks']}, hidden dirs {sk['hidden_dirs']}, "
           f"other {sk['other']})")
     print(writers[0].line())
@@ -353,22 +669,17 @@ def main():
     print(f"tokenizer: {tok_path} (sha256 {sha256[:12]}...), vocabulary {vocab_size}; "
           f"{'uint32 shards (magic 20240521)' if wide else 'uint16 shards'}")
     print(f"separator: {sep_tok!r} id {sep_id} before every document ({why})")
+    if stats["long"]:
+        print(f"long documents: {stats['long']} longer than {chunk} characters, encoded in pieces; "
+              + (f"all {stats['cuts']} cuts agree with whole-document encoding" if not stats["inexact"] else
+                 f"{stats['inexact']} of {stats['cuts']} cuts may tokenize differently from whole-document encoding "
+                 "(the tokenizer splits there differently with different context; no text is lost or repeated)"))
     print(f"meta: {meta} records vocab_size {vocab_size} and eod {sep_id}; build/train and build/eval take them from "
-          "it (a vocab_size or eod given to them that contradicts it is refused)")
+          "it (a vocab_size or eod given to them that contradicts it is refused)"
+          + (f"; replaced the previous shards and meta.json ({len(old)} files)" if old else "")
+          + (f"; note: {note}" if note else ""))
     return 0
 
 
-def guarded():
-    try:
-        return main()
-    except BaseException:
-        for p in created:
-            try:
-                os.remove(p)
-            except OSError:
-                pass
-        raise
-
-
 if __name__ == "__main__":
-    H.main_guard(guarded)
+    H.main_guard(main, "prepare_hf")

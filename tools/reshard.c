@@ -595,7 +595,16 @@ static int check_target(const Ckpt* k, const Opts* o) {
 // written first (and a stale one removed), be CKPT
 static int check_out(const Opts* o) {
     struct stat si, so, st;
-    char tmp[4096];
+    char tmp[4096], dir[4096];
+    size_t lo = strlen(o->out);
+    if (o->out[lo - 1] == '/' || (!stat(o->out, &so) && S_ISDIR(so.st_mode)))
+        return FAIL("reshard: --out '%s' names a directory; give the new checkpoint's file name, e.g. --out %s%sckpt.h5", o->out,
+                    o->out, o->out[lo - 1] == '/' ? "" : "/");
+    const char* slash = strrchr(o->out, '/');   // the directory it goes in must exist
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - o->out) : 1, slash ? (slash == o->out ? "/" : o->out) : ".");
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode))
+        return FAIL("reshard: --out '%s': the directory '%s' %s; create it first", o->out, dir,
+                    stat(dir, &st) ? "does not exist" : "is not a directory");
     snprintf(tmp, sizeof tmp, "%s.tmp", o->out);
     if (!strcmp(tmp, o->in) || (!stat(o->in, &si) && !stat(tmp, &st) && si.st_dev == st.st_dev && si.st_ino == st.st_ino))
         return FAIL("reshard: --out '%s' would be written as '%s', which is the input checkpoint; choose another --out", o->out, tmp);
@@ -603,7 +612,6 @@ static int check_out(const Opts* o) {
     if (!stat(o->in, &si) && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
         return FAIL("reshard: --out '%s' is the input checkpoint; write somewhere else", o->out);
     if (!o->force) return FAIL("reshard: '%s' exists; pass --force to replace it", o->out);
-    if (S_ISDIR(so.st_mode)) return FAIL("reshard: '%s' is a directory", o->out);
     return 0;
 }
 

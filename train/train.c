@@ -25,6 +25,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <time.h>
 #include <omp.h>
 #include <signal.h>
@@ -36,9 +38,10 @@ static void usage(FILE* f) {
         "config file as `key = value` or overridden on the command line as `--key value` or `--key=value`;\n"
         "on the command line dashes may stand for underscores (--max-steps 20 is --max_steps 20).\n"
         "  -c FILE                     config file (plain `key = value` lines, '#' comments)\n"
-        "  --force                     reuse an out_dir that already holds metrics.jsonl (it is replaced); resume\n"
-        "                              into another run's out_dir (its records and checkpoints are set aside) or\n"
-        "                              mid-epoch at another seq_len with shuffle; never overrides a live run's lock\n"
+        "  --force                     start over in an out_dir that holds an earlier run, or resume into another\n"
+        "                              run's out_dir: its metrics records move to metrics.superseded.jsonl, its\n"
+        "                              checkpoints and latest are renamed *.superseded (nothing is deleted); resume\n"
+        "                              mid-epoch at another seq_len, seed or shuffle; never overrides a live run's lock\n"
         "  --init_from PATH            start a new run from a checkpoint's parameters only (a file, or a run\n"
         "                              directory's latest): step 0, fresh AdamW moments, new data cursor and\n"
         "                              schedule. Model keys not given are the checkpoint's; only rope_scaling,\n"
@@ -226,6 +229,12 @@ static int parse_args(int argc, char** argv, Config* c, int* force, int* help) {
     if (config_validate(c, msg, sizeof msg)) return 1;
     if (!(c->timeout_s >= 0)) { snprintf(msg, sizeof msg, "train: timeout_s = %g must be >= 0 (0: no watchdog)", c->timeout_s); return 1; }
     if (!c->train_data[0]) { snprintf(msg, sizeof msg, "train: train_data is not set (a shard pattern, directory or file)"); return 1; }
+    if (c->val_data[0] && c->val_batches < 1) {
+        snprintf(msg, sizeof msg, "train: val_batches = %d validates nothing (each validation uses val_batches x batch_size "
+                 "sequences): give val_batches >= 1, or set val_data = \"\" (--val_data '') to train without validation",
+                 c->val_batches);
+        return 1;
+    }
     return 0;
 }
 
@@ -239,7 +248,10 @@ typedef struct {
     Model m;
     AdamW opt;
     TrainState ts;
-    FILE* metrics;                  // rank 0
+    int metrics_fd;                 // rank 0: OUT_DIR/metrics.jsonl (-1: not open), written one whole record at a time
+    long long metrics_end;          // its size after the last complete record
+    int metrics_failed;             // rank 0: a write of it failed (msg says how); the run stops after the step
+    char metrics_path[CFG_STR + 64];
     int32_t* win;                   // [batch_size, seq_len + 1] windows of the step (every rank fetches all)
     double flops_tok;
 } Run;
@@ -349,6 +361,44 @@ static RingStep ring_step_stats(const RingStats* st, const Group* cp) {
     return s;
 }
 
+// ---- metrics.jsonl (rank 0): every record is appended whole; a write that fails stops the run ----------------
+// the failure of a write (`what`) at `step` (err: errno, or 0): msg, and a cut-off record removed again
+static void metrics_fail(Run* r, int step, const char* what, int err) {
+    if (r->metrics_failed) return;
+    r->metrics_failed = 1;
+    char tail[600] = "";
+    if (r->metrics_fd >= 0) {   // a partial record would be the file's last line: cut it off again
+        struct stat st;
+        if (fstat(r->metrics_fd, &st) == 0 && (long long)st.st_size > r->metrics_end) {
+            if (ftruncate(r->metrics_fd, (off_t)r->metrics_end) == 0)
+                snprintf(tail, sizeof tail, "; the cut-off record was removed: the last line is step %d's", step - 1);
+            else snprintf(tail, sizeof tail, "; its last line is a cut-off record of step %d (removing it failed too: %s)",
+                          step, strerror(errno));
+        }
+    }
+    snprintf(msg, sizeof msg, "train: cannot write '%s' (%s, step %d)%s%s%s", r->metrics_path, what, step, err ? ": " : "",
+             err ? strerror(err) : "", tail);
+}
+
+static void metrics_append(Run* r, int step, const char* rec, size_t len) {
+    size_t done = 0;
+    int err = 0;
+    while (!r->metrics_failed && done < len) {
+        ssize_t k = write(r->metrics_fd, rec + done, len - done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { err = k < 0 ? errno : ENOSPC; break; }
+        done += (size_t)k;
+    }
+    if (done == len) r->metrics_end += (long long)len;
+    else metrics_fail(r, step, "the record", err);
+}
+
+// rank 0: metrics.jsonl on disk (at checkpoints and at the end, after `step` steps); a failure is a failed write
+static void metrics_sync(Run* r, int step) {
+    if (r->metrics_fd >= 0 && !r->metrics_failed && fdatasync(r->metrics_fd) && errno != EINVAL)
+        metrics_fail(r, step, "fdatasync", errno);
+}
+
 // rank 0: the step line (every log_every steps, the last, validations and a stop) and the metrics record
 static void log_step(Run* r, int step, const StepResult* s, const RingStep* rs, int have_ring, long long cursor, int stop) {
     const Config* c = &r->c;
@@ -362,7 +412,10 @@ static void log_step(Run* r, int step, const StepResult* s, const RingStep* rs, 
         printf("\n");
         fflush(stdout);
     }
-    FILE* f = r->metrics;
+    char* rec = NULL;
+    size_t len = 0;
+    FILE* f = open_memstream(&rec, &len);   // the whole record first: it is written with one write, or not at all
+    if (!f) { metrics_fail(r, step + 1, "formatting the record", errno); return; }
     fprintf(f, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.3f, "
             "\"gflops\": %.4f, \"step_ms\": %.3f, \"tokens_seen\": %lld",
             step + 1, s->loss, s->lr, s->gnorm, tps, gflops, s->dt * 1e3, cursor * (long long)T);
@@ -378,7 +431,9 @@ static void log_step(Run* r, int step, const StepResult* s, const RingStep* rs, 
     if (!isnan(s->vloss)) fprintf(f, ", \"val_loss\": %.9g", s->vloss);
     if (s->vr.checked) fprintf(f, ", \"verify_max_abs\": %.3e, \"verify_max_rel\": %.3e", s->vr.max_abs, s->vr.max_rel);
     fprintf(f, "}\n");
-    fflush(f);
+    if (fclose(f)) { free(rec); metrics_fail(r, step + 1, "formatting the record", errno); return; }
+    metrics_append(r, step + 1, rec, len);
+    free(rec);
 }
 
 // ---- samples of the model's text during training (sample_every): every rank of a replica runs the decoder (its
@@ -474,15 +529,111 @@ static int sample_ready(const Run* r) {
     return 1;
 }
 
-// a checkpoint of the state after `step` steps (collective; a failure ends the job with one line)
-static void save(Run* r, int step, long long cursor) {
+// a checkpoint of the state after `step` steps (collective): 0, or 1 with err (the same on every rank)
+static int try_save(Run* r, int step, long long cursor, char* err, size_t errlen) {
     r->ts.data_meta = g_meta.found ? g_meta.text : NULL;
     r->ts.step = step; r->ts.cursor = cursor; r->ts.tokens_seen = cursor * (long long)r->c.seq_len;
     double t1 = now_s();
-    int fail = ckpt_save(r->c.out_dir, r->c.keep_last, &r->m, &r->opt, &r->g, &r->ts, msg, sizeof msg);
+    int fail = ckpt_save(r->c.out_dir, r->c.keep_last, &r->m, &r->opt, &r->g, &r->ts, err, errlen);
     if (fail) ckpt_shutdown();   // (the same on every rank) HDF5 winds down now, not inside MPI's finalize
+    if (!fail && r->rank0) { printf("saved checkpoint %s/ckpt_%08d.h5 (%.2f s)\n", r->c.out_dir, step, now_s() - t1); fflush(stdout); }
+    if (!fail && r->rank0) metrics_sync(r, step);   // the records up to the checkpoint are on disk with it
+    return fail;
+}
+
+// the same; a failure ends the job with one line
+static void save(Run* r, int step, long long cursor) {
+    int fail = try_save(r, step, cursor, msg, sizeof msg);
     grid_check(r->g.world_g, fail, msg);
-    if (r->rank0) { printf("saved checkpoint %s/ckpt_%08d.h5 (%.2f s)\n", r->c.out_dir, step, now_s() - t1); fflush(stdout); }
+}
+
+// every rank, after the step `step` was logged: when rank 0 could not write metrics.jsonl, save a checkpoint of
+// this step (unless one was saved) and stop with one line, exit status 1
+static void check_metrics(Run* r, int step, long long cursor, int saved) {
+    if (!(int)ctl_max(r->g.world_g, r->rank0 && r->metrics_failed)) return;
+    static char e[2048];
+    int fail = saved ? 0 : try_save(r, step, cursor, e, sizeof e);
+    if (r->rank0) {
+        size_t l = strlen(msg);
+        char lt[300] = "";
+        if (fail) {
+            char p[CFG_STR + 16];
+            snprintf(p, sizeof p, "%s/latest", r->c.out_dir);
+            FILE* f = fopen(p, "r");
+            if (!f || !fgets(lt, sizeof lt, f)) snprintf(lt, sizeof lt, "no checkpoint");
+            if (f) fclose(f);
+            lt[strcspn(lt, "\r\n")] = 0;
+        }
+        if (!fail)
+            snprintf(msg + l, sizeof msg - l, "; stopped after saving checkpoint ckpt_%08d.h5 (metrics.jsonl will lack the "
+                     "record of step %d): make room (or fix the file system), then continue with --resume latest", step, step);
+        else
+            snprintf(msg + l, sizeof msg - l, "; stopped, and the checkpoint of step %d could not be saved either (%s); "
+                     "'latest' names %s: make room, then continue with --resume latest", step, e, lt);
+    }
+    grid_check(r->g.world_g, r->rank0, msg);
+}
+
+// pack != stream: the training windows become packed documents (data/pack.h), the same table on every rank;
+// rank 0 prints the packing's statistics and the token mixture of the sources (kept in pack_note for packing.json)
+static char pack_note[2048];
+static int pack_train(Run* r) {
+    const Config* c = &r->c;
+    int mode = pack_mode(c->pack);
+    Loader* ld = &r->train;
+    if (mode == PACK_STREAM) {
+        if (loader_weighted(ld)) {
+            snprintf(msg, sizeof msg, "train: train_data gives source weights ('@W'), which need pack = doc_start or "
+                     "best_fit (stream windows do not see documents)");
+            return 1;
+        }
+        return 0;
+    }
+    double t0 = now_s();
+    if (loader_pack(ld, mode, config_eod(c), c->pack_buffer, c->upsample_len, c->upsample_factor)) {
+        snprintf(msg, sizeof msg, "train: %s", ld->err);
+        return 1;
+    }
+    const PackStats* st = &ld->pack.st;
+    int k = snprintf(pack_note, sizeof pack_note, "{\"pack\": \"%s\", \"pack_buffer\": %d, \"upsample_len\": %lld, "
+                     "\"upsample_factor\": %.9g, \"windows\": %lld, \"window_slots\": %d, \"documents\": %lld, "
+                     "\"documents_shorter_than_window\": %lld, \"short_cut\": %lld, \"short_cut_stream\": %lld, "
+                     "\"padding\": %.6f, \"repeated\": %.6f, \"sources\": [", c->pack, c->pack_buffer,
+                     c->upsample_len, c->upsample_factor, (long long)st->windows, c->seq_len + 1, (long long)st->docs,
+                     (long long)st->docs_short, (long long)st->short_cut, (long long)st->stream_cut,
+                     st->slots ? (double)st->pad / (double)st->slots : 0.0,
+                     st->slots ? (double)st->repeated / (double)st->slots : 0.0);
+    double data = 0, used = 0;
+    for (int s = 0; s < st->n_src; s++) { data += st->src_tokens[s]; used += st->src_used[s]; }
+    for (int s = 0; s < st->n_src && k < (int)sizeof pack_note - 200; s++)
+        k += snprintf(pack_note + k, sizeof pack_note - k, "%s{\"pattern\": \"%s\", \"weight\": %.9g, \"share_data\": %.6f, "
+                      "\"share_trained\": %.6f}", s ? ", " : "", ld->src_pattern[s], ld->weight[s],
+                      data > 0 ? st->src_tokens[s] / data : 0, used > 0 ? st->src_used[s] / used : 0);
+    snprintf(pack_note + k, sizeof pack_note - k, "]}");
+    if (r->rank0) {
+        printf("packing: %s: %lld windows of %d tokens from %lld documents (%.2f s); of the %lld documents that fit a "
+               "window, %lld are cut (%.1f%%; stream windows would cut %lld, %.1f%%); padding %.2f%% of the slots "
+               "(never trained on)", c->pack, (long long)st->windows, c->seq_len + 1,
+               (long long)st->docs, now_s() - t0, (long long)st->docs_short, (long long)st->short_cut,
+               st->docs_short ? 100.0 * st->short_cut / st->docs_short : 0.0, (long long)st->stream_cut,
+               st->docs_short ? 100.0 * st->stream_cut / st->docs_short : 0.0,
+               st->slots ? 100.0 * st->pad / st->slots : 0.0);
+        if (st->repeated) printf(", repeated %.2f%% (the cut beginnings of documents that start the next window)",
+                                 100.0 * st->repeated / st->slots);
+        printf("\n");
+        if (st->n_src > 1 || c->upsample_len > 0) {
+            printf("mixture:");
+            for (int s = 0; s < st->n_src; s++)
+                printf("%s %s (weight %g): %.1f%% of the data's tokens -> %.1f%% of those trained on", s ? ";" : "",
+                       ld->src_pattern[s], ld->weight[s], data > 0 ? 100.0 * st->src_tokens[s] / data : 0,
+                       used > 0 ? 100.0 * st->src_used[s] / used : 0);
+            if (c->upsample_len > 0)
+                printf("; documents longer than %lld tokens used %g times", c->upsample_len, c->upsample_factor);
+            printf(" (%.3g epochs of the data per pass)\n", data > 0 ? used / data : 0);
+        }
+        fflush(stdout);
+    }
+    return 0;
 }
 
 // ---- setup -----------------------------------------------------------------------------------------------
@@ -506,6 +657,8 @@ static void setup_layout(Run* r, const Group* world) {
     fail = loader_open(&r->train, c->train_data, c->seq_len, c->vocab_size, c->shuffle, (uint64_t)c->seed);
     if (fail) snprintf(msg, sizeof msg, "train: %s", r->train.err);
     grid_check(world, fail, msg);
+    fail = pack_train(r);
+    grid_check(world, fail, msg);
     r->have_val = c->val_data[0] != 0;
     fail = r->have_val && loader_open(&r->val, c->val_data, c->seq_len, c->vocab_size, 0, 0);
     if (fail) snprintf(msg, sizeof msg, "train: %s", r->val.err);
@@ -516,6 +669,50 @@ static void setup_layout(Run* r, const Group* world) {
 static int run_force;            // --force
 static int other_run;            // resuming into an out_dir that holds another run (only with --force)
 
+// rank 0, a fresh run (not a resume): an out_dir holding an earlier run's checkpoints, `latest` or step records
+// is refused (a new run would overwrite its checkpoints of the same steps, and keep_last and `latest` would act on
+// them); --force sets them aside when the outputs are opened (fresh_aside). 1 + msg when refused.
+static int fresh_aside;          // --force: open_outputs sets the earlier run's files aside (rundir_set_aside)
+static int check_fresh_out_dir(Run* r, int force, const char* metrics_path) {
+    const char* od = r->c.out_dir;
+    RunFound fd;
+    rundir_found(od, &fd);
+    if (!fd.ckpts && !fd.latest && (!fd.has_metrics || fd.metrics_bytes == 0)) {
+        if (fd.has_metrics) {   // a run that completed no step (and saved nothing)
+            printf("note: out_dir '%s' holds a run that completed no step (empty metrics.jsonl, no checkpoint): this "
+                   "run replaces it\n", od);
+            fflush(stdout);
+        }
+        return 0;
+    }
+    char what[1024] = "", aside[256];
+    int k = 0;
+    if (fd.ckpts == 1) k += snprintf(what + k, sizeof what - k, "checkpoint ckpt_%08lld.h5", fd.ckpt_max);
+    else if (fd.ckpts) k += snprintf(what + k, sizeof what - k, "%lld checkpoints ckpt_%08lld.h5 .. ckpt_%08lld.h5",
+                                     fd.ckpts, fd.ckpt_min, fd.ckpt_max);
+    if (fd.latest) k += snprintf(what + k, sizeof what - k, "%s'latest' (-> %s)", k ? ", " : "",
+                                 fd.latest_name[0] ? fd.latest_name : "nothing");
+    snprintf(aside, sizeof aside, "%s%s%s", fd.has_metrics ? "its records move to metrics.superseded.jsonl" : "",
+             fd.has_metrics && (fd.ckpts || fd.latest) ? ", " : "",
+             fd.ckpts || fd.latest ? "its checkpoints and latest are renamed *.superseded" : "");
+    if (force) {
+        fresh_aside = 1;
+        printf("note: --force: out_dir '%s' holds an earlier run (%s%s%lld metrics records): %s; nothing is deleted\n",
+               od, what, k ? ", " : "", fd.metrics, aside);
+        fflush(stdout);
+        return 0;
+    }
+    if (fd.has_metrics)
+        snprintf(msg, sizeof msg, "train: '%s' exists from an earlier run (%lld bytes of step records%s%s); choose another "
+                 "out_dir, resume it with --resume latest, or pass --force to start over here (%s)", metrics_path,
+                 fd.metrics_bytes, k ? ", " : "", what, aside);
+    else
+        snprintf(msg, sizeof msg, "train: out_dir '%s' holds %s of another run (no metrics.jsonl): a new run would "
+                 "overwrite or delete them; choose another out_dir, resume with --resume latest, or pass --force to start "
+                 "over here (%s)", od, what, aside);
+    return 1;
+}
+
 // out_dir: created, locked for this run (rank 0 holds OUT_DIR/train.lock until it exits) and checked now;
 // nothing else in it is written until the checkpoint (if any) has loaded, so a refused resume leaves every
 // existing file untouched
@@ -523,26 +720,11 @@ static void check_out_dir(Run* r, int force, const char* metrics_path) {
     int fail = 0;
     run_force = force;
     if (r->rank0) {
-        struct stat st;
         char note[1200];
         fail = make_dirs("train: out_dir", r->c.out_dir, msg, sizeof msg) || rundir_lock(r->c.out_dir, note, sizeof note, msg, sizeof msg);
         grid_on_exit(rundir_unlock);   // (before any rank exits: mpirun may kill the rest as soon as one has)
         if (!fail && note[0]) { printf("note: %s\n", note); fflush(stdout); }
-        if (!fail && !force && !r->c.resume[0] && stat(metrics_path, &st) == 0) {
-            char lp[CFG_STR + 16];
-            struct stat lst;
-            snprintf(lp, sizeof lp, "%s/latest", r->c.out_dir);
-            if (st.st_size == 0 && stat(lp, &lst) != 0) {   // a run that completed no step (and saved nothing)
-                printf("note: out_dir '%s' holds a run that completed no step (empty metrics.jsonl, no checkpoint): this "
-                       "run replaces it\n", r->c.out_dir);
-                fflush(stdout);
-            } else {
-                snprintf(msg, sizeof msg, "train: '%s' exists from an earlier run (%lld bytes of step records%s); choose "
-                         "another out_dir, resume it with --resume latest, or pass --force to replace it", metrics_path,
-                         (long long)st.st_size, stat(lp, &lst) == 0 ? ", checkpoints" : "");
-                fail = 1;
-            }
-        }
+        if (!fail && !r->c.resume[0]) fail = check_fresh_out_dir(r, force, metrics_path);
     }
     grid_check(r->g.world_g, fail, msg);
 }
@@ -580,12 +762,15 @@ static int convert_cursor(Run* r, char* note, size_t n) {
     const Config* c = &r->c;
     long long T0 = r->ts.seq_len > 0 ? r->ts.seq_len : c->seq_len, T = c->seq_len, cur = r->ts.cursor;
     long long D0 = r->ts.data_tokens > 0 ? r->ts.data_tokens : r->train.n_tokens, D = r->train.n_tokens;
-    long long n0 = (D0 - 1) / T0, n1 = r->train.n_seq;
+    long long n0 = r->train.pack.n_win > 0 ? r->train.n_seq : (D0 - 1) / T0, n1 = r->train.n_seq;
     int k = 0;
     note[0] = 0;
     if (n0 < 1) n0 = 1;
     long long e = cur / n0, done = cur % n0;
-    if (T0 != T && cur > 0) {
+    if (T0 != T && cur > 0 && r->train.pack.n_win > 0) {   // (check_data_order refused this without --force)
+        k += snprintf(note + k, n - k, "seq_len %lld -> %lld with packed windows: the data cursor %lld continues at that "
+                      "window index of the new table", T0, T, cur);
+    } else if (T0 != T && cur > 0) {
         if (c->shuffle && done && !run_force) {
             snprintf(msg, sizeof msg, "train: the checkpoint was trained at seq_len %lld, this run asks for %lld: with "
                      "shuffle = 1 the epoch under way (epoch %lld, %lld of %lld sequences done) cannot continue in another "
@@ -613,9 +798,75 @@ static int convert_cursor(Run* r, char* note, size_t n) {
     return 0;
 }
 
+// rank 0: the data order of the checkpoint's run (shuffle, seed) against this run's. Mid-epoch a changed order
+// cannot continue the epoch (some sequences would come twice, others not until the next epoch): 1 + msg, unless
+// --force (then a note). At an epoch boundary the next epoch simply takes the new order (a note).
+static int check_data_order(Run* r, const char* cpath) {
+    const Config* c = &r->c;
+    static Config old;
+    char e[1024];
+    if (ckpt_read_config(cpath, &old, e, sizeof e)) { snprintf(msg, sizeof msg, "train: %s", e); return 1; }
+    // the packed windows (data/pack.h) are a table made from the data, seq_len and these keys: another table does
+    // not continue the saved cursor's order
+    int packed = r->train.pack.n_win > 0 || strcmp(old.pack, "stream");
+    if (packed && r->ts.cursor > 0 && (strcmp(old.pack, c->pack) || old.pack_buffer != c->pack_buffer ||
+        old.upsample_len != c->upsample_len || old.upsample_factor != c->upsample_factor || old.seq_len != c->seq_len ||
+        strcmp(old.train_data, c->train_data))) {
+        if (!run_force) {
+            snprintf(msg, sizeof msg, "train: the checkpoint '%s' was trained on packed windows (pack = %s, pack_buffer %d, "
+                     "upsample_len %lld, upsample_factor %g, seq_len %d, train_data '%s') and this run asks for pack = %s, "
+                     "pack_buffer %d, upsample_len %lld, upsample_factor %g, seq_len %d, train_data '%s': another table of "
+                     "windows does not continue the saved order; resume with the checkpoint's values, or pass --force to "
+                     "continue at the same window index of the new table", cpath, old.pack, old.pack_buffer,
+                     old.upsample_len, old.upsample_factor, old.seq_len, old.train_data, c->pack, c->pack_buffer,
+                     c->upsample_len, c->upsample_factor, c->seq_len, c->train_data);
+            return 1;
+        }
+        printf("note: --force: the packing or its data changed since the checkpoint (pack %s -> %s): the data cursor %lld "
+               "continues at the same window index of the new table\n", old.pack, c->pack, r->ts.cursor);
+    }
+    int shuffle_changed = !old.shuffle != !c->shuffle, seed_changed = c->shuffle && old.shuffle && old.seed != c->seed;
+    if (!shuffle_changed && !seed_changed) return 0;
+    long long T0 = r->ts.seq_len > 0 ? r->ts.seq_len : c->seq_len;
+    long long D0 = r->ts.data_tokens > 0 ? r->ts.data_tokens : r->train.n_tokens;
+    long long n0 = packed ? r->train.n_seq : (D0 - 1) / T0, cur = r->ts.cursor;
+    if (n0 < 1) n0 = 1;
+    long long ep = cur / n0, done = cur % n0;
+    char was[128], now[128], fix[128];
+    if (shuffle_changed) {
+        snprintf(was, sizeof was, "shuffle = %d", old.shuffle);
+        snprintf(now, sizeof now, "shuffle = %d", c->shuffle);
+        snprintf(fix, sizeof fix, "--shuffle %d", old.shuffle);
+    } else {
+        snprintf(was, sizeof was, "shuffle = 1, seed = %lld", old.seed);
+        snprintf(now, sizeof now, "seed = %lld", c->seed);
+        snprintf(fix, sizeof fix, "--seed %lld", old.seed);
+    }
+    if (!done) {
+        if (cur == 0) return 0;   // (no data consumed yet)
+        printf("note: the checkpoint's run had %s, this run has %s: the checkpoint is at the end of epoch %lld, and "
+               "the next epoch takes this run's order\n", was, now, ep - 1);
+        return 0;
+    }
+    if (!run_force) {
+        snprintf(msg, sizeof msg, "train: the checkpoint '%s' was trained with %s and this run asks for %s: the epoch "
+                 "under way (epoch %lld, %lld of %lld sequences done) cannot continue in another order (some of its "
+                 "sequences would come twice, others not until the next epoch); resume with %s, or pass --force to "
+                 "continue at the same position of the epoch in the new order", cpath, was, now, ep, done, n0, fix);
+        return 1;
+    }
+    printf("note: --force: the checkpoint's run had %s, this run has %s: epoch %lld (%lld of %lld sequences done) "
+           "continues at the same position in the new order; some of its sequences come twice, others not until the "
+           "next epoch\n", was, now, ep, done, n0);
+    return 0;
+}
+
 // after a checkpoint has loaded: the checks and notes of a resume (see README, "Reliability")
 static void resume_checks(Run* r, const char* cpath) {
     int fail = r->rank0 && check_run_id(r, cpath);
+    grid_check(r->g.world_g, fail, msg);
+    fail = r->rank0 && check_data_order(r, cpath);
+    if (r->rank0) fflush(stdout);
     grid_check(r->g.world_g, fail, msg);
     if (r->c.max_steps <= r->ts.step) {   // (every rank decides the same)
         if (r->rank0) printf("nothing to train: the checkpoint is at step %lld and max_steps = %d; no step was run and "
@@ -704,14 +955,56 @@ static void open_outputs(Run* r, const char* metrics_path) {
     int fail = 0;
     if (r->rank0) {
         char path[CFG_STR + 64];
-        if (!(r->metrics = fopen(metrics_path, r->c.resume[0] ? "a" : "w"))) {
-            snprintf(msg, sizeof msg, "train: cannot write '%s': %s", metrics_path, strerror(errno));
+        if (fresh_aside) fail = rundir_set_aside(r->c.out_dir, msg, sizeof msg);
+        snprintf(r->metrics_path, sizeof r->metrics_path, "%s", metrics_path);
+        if (!fail) {
+            r->metrics_fd = open(metrics_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (r->c.resume[0] ? 0 : O_TRUNC), 0644);
+            off_t end = r->metrics_fd < 0 ? -1 : lseek(r->metrics_fd, 0, SEEK_END);
+            char last = '\n';
+            if (end > 0 && pread(r->metrics_fd, &last, 1, end - 1) != 1) last = '\n';
+            if (end > 0 && last != '\n') {   // a record cut off by a run killed while writing it: end its line
+                if (write(r->metrics_fd, "\n", 1) == 1) {
+                    end++;
+                    printf("note: '%s' ended in a cut-off record (a run stopped while writing it): its line is ended, the "
+                           "records continue on the next\n", metrics_path);
+                } else end = -1;
+            }
+            if (end < 0) {
+                snprintf(msg, sizeof msg, "train: cannot write '%s': %s", metrics_path, strerror(errno));
+                fail = 1;
+            }
+            r->metrics_end = end;
+        }
+        // config.txt: the whole file or the previous one (written beside it, then renamed)
+        char tmp[CFG_STR + 80];
+        snprintf(path, sizeof path, "%s/config.txt", r->c.out_dir);
+        snprintf(tmp, sizeof tmp, "%s/config.txt.tmp", r->c.out_dir);
+        FILE* cf = fail ? NULL : fopen(tmp, "w");
+        if (cf) config_write(&r->c, cf);
+        int e = errno, cfail = !fail && (!cf || ferror(cf) || fflush(cf) || fsync(fileno(cf)));
+        if (cfail) e = errno;
+        if (cf && fclose(cf) && !cfail) { e = errno; cfail = 1; }
+        if (cf && !cfail && rename(tmp, path)) { e = errno; cfail = 1; }
+        if (cfail) {
+            snprintf(msg, sizeof msg, "train: cannot write '%s': %s", cf ? tmp : path, strerror(e));
+            if (cf) unlink(tmp);
             fail = 1;
         }
-        snprintf(path, sizeof path, "%s/config.txt", r->c.out_dir);
-        FILE* cf = fail ? NULL : fopen(path, "w");
-        if (!fail && !cf) { snprintf(msg, sizeof msg, "train: cannot write '%s': %s", path, strerror(errno)); fail = 1; }
-        if (cf) { config_write(&r->c, cf); fclose(cf); }
+        // packing.json: the packing's statistics and the sources' mixture (pack != stream), the same way
+        if (!fail && pack_note[0]) {
+            snprintf(path, sizeof path, "%s/packing.json", r->c.out_dir);
+            snprintf(tmp, sizeof tmp, "%s/packing.json.tmp", r->c.out_dir);
+            FILE* pf = fopen(tmp, "w");
+            int pfail = !pf || fprintf(pf, "%s\n", pack_note) < 0 || fflush(pf) || fsync(fileno(pf));
+            e = errno;
+            if (pf && fclose(pf) && !pfail) { e = errno; pfail = 1; }
+            if (pf && !pfail && rename(tmp, path)) { e = errno; pfail = 1; }
+            if (pfail) {
+                snprintf(msg, sizeof msg, "train: cannot write '%s': %s", pf ? tmp : path, strerror(e));
+                if (pf) unlink(tmp);
+                fail = 1;
+            }
+        }
         // the run id: a resumed run keeps its checkpoint's (or the out_dir's, for older files); a new run gets one
         char dir_id[40];
         int have = rundir_read_id(r->c.out_dir, dir_id, sizeof dir_id);
@@ -791,6 +1084,7 @@ int main(int argc, char** argv) {
     static Run run;
     Run* r = &run;
     int force = 0, help = 0;
+    r->metrics_fd = -1;
     int fail = parse_args(argc, argv, &r->c, &force, &help);
     if (help) { if (group_rank(world) == 0) usage(stdout); grid_exit(0); }
     grid_check(world, fail, msg);
@@ -846,10 +1140,21 @@ int main(int argc, char** argv) {
         if (r->rank0 && stop) printf("stopping after step %d on signal %d: checkpoint saved; continue with --resume latest\n",
                                      step + 1, stop);
         if (r->rank0) log_step(r, step, &s, &rs, have_ring, cursor, stop);
+        check_metrics(r, step + 1, cursor, saved_at == step + 1);
         if (sampling && ((step + 1) % c->sample_every == 0 || step + 1 == c->max_steps)) train_sample(r, step + 1);
         if (stop) break;
     }
     if (saved_at != done_steps && c->save_final) save(r, done_steps, cursor);   // the final checkpoint (max_steps 0: the fresh model)
+    if (r->rank0 && r->metrics_fd >= 0) {   // the records on disk, checked
+        metrics_sync(r, done_steps);
+        if (close(r->metrics_fd) && !r->metrics_failed) metrics_fail(r, done_steps, "close", errno);
+        r->metrics_fd = -1;
+    }
+    if (r->rank0 && r->metrics_failed && (saved_at == done_steps || c->save_final)) {
+        size_t l = strlen(msg);
+        snprintf(msg + l, sizeof msg - l, "; the checkpoint of the last step, ckpt_%08d.h5, is saved", done_steps);
+    }
+    grid_check(r->g.world_g, r->rank0 && r->metrics_failed, msg);
     if (r->rank0 && done_steps > step0) {
         printf("done: %d steps, final loss %.6f, mean %.0f tok/s, outputs in %s/\n", done_steps, last_loss,
                (double)(done_steps - step0) * c->batch_size * T / t_total, c->out_dir);
@@ -863,12 +1168,14 @@ int main(int argc, char** argv) {
         // under ZeRO-1 each rank holds only its own shard of the reduced gradient: assemble the whole
         if (r->opt.zg) comm_allgather(r->opt.zg, r->m.grads, r->opt.shard);
         FILE* f = r->rank0 ? dump_open(c->dump_weights) : NULL;
-        if (r->rank0 && !f) fprintf(stderr, "train: cannot write dump_weights '%s': %s\n", c->dump_weights, strerror(errno));
+        int e = errno, dfail = r->rank0 && !f;
         dump_arena(f, &r->m, "param", r->m.params);
         dump_arena(f, &r->m, "grad", r->m.grads);
-        if (f) fclose(f);
+        if (f && (ferror(f) || fflush(f))) { e = errno; dfail = 1; }
+        if (f && fclose(f) && !dfail) { e = errno; dfail = 1; }
+        if (dfail) snprintf(msg, sizeof msg, "train: cannot write dump_weights '%s': %s", c->dump_weights, strerror(e));
+        grid_check(r->g.world_g, dfail, msg);
     }
-    if (r->metrics) fclose(r->metrics);
     adamw_free(&r->opt);
     model_free(&r->m);
     loader_close(&r->train);

@@ -4,8 +4,11 @@
 # Grid: world = NODES x RANKS_PER_NODE = dp x cp x tp. Tensor parallelism stays inside a node (tp ranks are
 # consecutive; --map-by ppr:RANKS_PER_NODE:node keeps them on one node); the ring (cp) and the data-parallel
 # replicas span nodes. Resume is automatic: when OUT_DIR holds a completed checkpoint ('latest') the run continues
-# from it, on any number of nodes (the checkpoint is resharded at load). SIGTERM or Ctrl-C to this script reaches
-# the ranks as SIGUSR1 (tools/preemptible): they finish the step, save a checkpoint and exit 0.
+# from it, on any number of nodes (the checkpoint is resharded at load); a run stopped before its first checkpoint
+# starts over by itself (launch_resume). SIGTERM or Ctrl-C to this script (or its process group) reaches the ranks as
+# SIGUSR1 (tools/preemptible, which keeps mpirun out of this script's process group): they finish the step, save a
+# checkpoint and exit 0, however long the step. Never signal mpirun itself: on a SIGTERM of its own Open MPI kills
+# the ranks about 2 s later and exits 1.
 #
 #   HOSTFILE=hosts.txt NODES=2 RANKS_PER_NODE=8 TP=4 CP=4 bash configs/launch/mpirun_cpu.sh [more train keys]
 #   NODES=1 RANKS_PER_NODE=4 TP=1 CP=4 CONFIG=configs/tiny.conf bash configs/launch/mpirun_cpu.sh  (one machine)

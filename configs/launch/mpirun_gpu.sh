@@ -4,8 +4,9 @@
 #
 # Grid: world = NODES x GPUS_PER_NODE = dp x cp x tp. Tensor parallelism inside a node (NVLink), the ring or the
 # all-to-all (cp) and the data-parallel replicas across nodes; every rank uses device local_rank. Resume is
-# automatic (OUT_DIR/latest), on any node count. SIGTERM or Ctrl-C to this script reaches the ranks as SIGUSR1
-# (tools/preemptible): they finish the step, save a checkpoint and exit 0; run the script again to continue.
+# automatic (OUT_DIR/latest), on any node count. SIGTERM or Ctrl-C to this script (or its process group) reaches the
+# ranks as SIGUSR1 (tools/preemptible): they finish the step, save a checkpoint and exit 0; run the script again to
+# continue. Never signal mpirun itself: on a SIGTERM of its own Open MPI kills the ranks about 2 s later and exits 1.
 # NCCL / UCX settings: configs/launch/gpu_env.sh (defaults; the environment wins).
 #
 #   HOSTFILE=hosts.txt NODES=4 GPUS_PER_NODE=8 TP=2 CP=16 bash configs/launch/mpirun_gpu.sh [more train keys]
