@@ -651,7 +651,7 @@ static int read_datasets(hid_t f, const char* path, Pass* ps, int kinds, char* e
                     rc = 1; break;
                 }
                 if (ps->nonfinite[kind * t->n + i]) {
-                    ERR("checkpoint: '%s': %s/%s holds %lld inf or NaN values (saved from a diverged run)", path, GROUP[kind],
+                    ERR("checkpoint: '%s': %s/%s holds %lld inf or NaN values (a diverged run, or a file made elsewhere); no ringlm program loads it", path, GROUP[kind],
                         t->p[i].name, ps->nonfinite[kind * t->n + i]);
                     rc = 1; break;
                 }

@@ -14,7 +14,7 @@
 #    root also a full and a read-only tmpfs): one line, exit 1, no crash, no x.h5.tmp or temporary directory left;
 #  - item 5: hf_export --force and prepare_hf --force write into a temporary directory, verify, then swap: a failure
 #    while writing, or while swapping (RINGLM_TEST_HF_FAIL), leaves the previous export / shards byte for byte;
-#    --tokenizer pointing into the export being replaced is read before the swap;
+#    --tokenizer pointing into the export being replaced is read before the swap; SIGTERM stops a run the same way;
 #  - item 8 (with build/hfenv): prepare_hf's peak memory on a 3 MB document is bounded by its chunk size, not by the
 #    document, and long documents encoded in pieces give exactly the ids of whole-document encoding for byte-level
 #    BPE (GPT-2 and Llama 3 style), Llama 2's normalizer, Metaspace/Unigram, WordPiece and WordLevel tokenizers;
@@ -106,8 +106,11 @@ ERR_RC=1 ERR_ALSO='unchanged "$T/ex1"' expect_err "hf_export --force: a write th
   "hf_export: cannot write the export into '$T/ex1': File too large; '$T/ex1' is as it was (the previous export untouched)" 1 \
   "${LIM[@]}" "${EXP[@]}" "$T/m.h5" --out "$T/ex1" --force
 ERR_RC=1 ERR_ALSO='unchanged "$T/ex1"' expect_err "hf_export --force: a failure in the middle of the swap puts the previous export back" \
-  "hf_export: cannot move the new files into '$T/ex1'|the previous files are back in place" 1 \
+  "hf_export: cannot move the previous files aside in '$T/ex1'|the previous files are back in place" 1 \
   env RINGLM_TEST_HF_FAIL=hf_export:swap "${EXP[@]}" "$T/m.h5" --out "$T/ex1" --force --dtype bf16
+ERR_RC=1 ERR_ALSO='unchanged "$T/ex1"' expect_err "hf_export --force: a failure once new files are in place puts the previous export back" \
+  "hf_export: cannot move the new files into '$T/ex1'|the previous files are back in place" 1 \
+  env RINGLM_TEST_HF_FAIL=hf_export:swap_new "${EXP[@]}" "$T/m.h5" --out "$T/ex1" --force --dtype bf16 --max_shard_size 20KB
 check "hf_export --force with --tokenizer pointing into the export it replaces" "${EXP[@]}" "$T/m.h5" --out "$T/ex1" --force --tokenizer "$T/ex1"
 unchanged "$T/ex1" && grep -q "tokenizer files: tokenizer.json, tokenizer_config.json; replaced the previous export (5 files)" "$T/check.out" \
   && ok "the tokenizer inside --out is read before the swap: the re-export equals the export byte for byte ($(grep -o 'tokenizer files: [^;]*' "$T/check.out"))" \
@@ -210,10 +213,16 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, rc)" "${PH[@]}" --
     "prepare_hf: cannot write '$T/pd/.prepare_hf.new.|train_000000.bin': No space left on device (RINGLM_TEST_HF_FAIL) (disk full); '$T/pd' is as it was (the previous shards and meta.json untouched)" 1 \
     env RINGLM_TEST_HF_FAIL=prepare_hf:shard "${PH[@]:1}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force --val-frac 0.5 eval
   ERR_RC=1 ERR_ALSO='unchanged "$T/pd"' expect_err "prepare_hf --force: a failing swap puts the previous shards back" \
-    "prepare_hf: cannot move the new files into '$T/pd'|the previous files are back in place" 1 \
+    "prepare_hf: cannot move the previous files aside in '$T/pd'|the previous files are back in place" 1 \
     env RINGLM_TEST_HF_FAIL=prepare_hf:swap "${PH[@]:1}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force --val-frac 0.5 eval
   ERR_RC=1 ERR_ALSO='unchanged "$T/pd"' expect_err "prepare_hf --force with a file given twice: refused, as build/prepare" \
     "prepare_hf: '$T/train.txt' would be read twice" 1 "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force "$T/train.txt" "$T/train.txt"
+  # SIGTERM in the middle of a --force run (3 MB to encode): one line, the previous shards byte for byte
+  "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force --val-frac 0 "$T/doc/big.txt" >"$T/o" 2>"$T/e" & job=$!
+  sleep 1; kill -TERM $job; wait $job; rc=$?
+  [ $rc -eq 1 ] && [ "$(cat "$T/e")" = "prepare_hf: terminated (SIGTERM); '$T/pd' is as it was (the previous shards and meta.json untouched)" ] && unchanged "$T/pd" \
+    && ok "prepare_hf --force stopped by SIGTERM: one line, the previous shards and meta.json byte for byte" \
+    || bad "prepare_hf --force stopped by SIGTERM: exit $rc: $(head -c 300 "$T/e"); $(ls -A "$T/pd")"
   check "prepare_hf --force replaces the shards" "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force --val-frac 0.5 eval
   grep -q "replaced the previous shards and meta.json" "$T/check.out" && [ -z "$(ls -A "$T/pd" | grep '^\.')" ] && ! cmp -s "$T/pd/meta.json" "$T/pd.meta" \
     && ok "prepare_hf --force: the new shards in place, no temporary directory left" || bad "prepare_hf --force: $(ls -A "$T/pd"); $(tail -n 1 "$T/check.out")"

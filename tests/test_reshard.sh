@@ -128,6 +128,19 @@ reshard_err "convert a corrupt file" "checksum mismatch in /model/model.layers.0
 [ ! -e "$T/flip_out.h5" ] && [ ! -e "$T/flip_out.h5.tmp" ] && ok "nothing written from a corrupt input" || bad "output left from a corrupt input"
 head -c $(( $(stat -c %s "$C") * 2 / 3 )) "$C" > "$T/trunc.h5"
 reshard_err "truncated file" "cannot be opened as HDF5" 1 --verify "$T/trunc.h5"
+# a NaN with a matching checksum (as a foreign tool could write): --verify and a conversion refuse it, as train does
+cp "$C" "$T/nan.h5"
+$PY - "$T/nan.h5" <<'PYEOF'
+import sys, h5py, numpy as np
+sys.path.insert(0, "tests")
+from ckpt_check import xsum64
+with h5py.File(sys.argv[1], "r+") as f:
+    d = f["/model/model.norm.weight"]; a = d[...]; a[3] = np.nan; d[...] = a; d.attrs["checksum"] = np.uint64(xsum64(a))
+PYEOF
+reshard_err "--verify on a NaN with a good checksum" "model.norm.weight holds 1 inf or NaN values" 1 --verify "$T/nan.h5"
+reshard_err "converting a NaN with a good checksum" "holds 1 inf or NaN values (no ringlm program loads it); nothing written" 1 \
+  --tp 1 --out "$T/nan_out.h5" "$T/nan.h5"
+[ ! -e "$T/nan_out.h5" ] && [ ! -e "$T/nan_out.h5.tmp" ] && ok "nothing written for the NaN checkpoint" || bad "NaN conversion left a file"
 reshard_err "truncated file (mpirun, convert)" "cannot be opened as HDF5" 2 --tp 4 --out "$T/t.h5" "$T/trunc.h5"
 reshard_err "not HDF5" "cannot be opened as HDF5" 1 --info Makefile
 reshard_err "missing file" "does not exist" 1 --verify "$T/nope.h5"

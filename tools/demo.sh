@@ -10,12 +10,15 @@
 #     schedule over both parts: --lr_horizon, so the learning rate does not jump at the resume);
 #  4. evaluate, writing CSV tables and SVG plots:
 #     - perplexity by position at the trained context, both checkpoints, log-spaced buckets (the fall over the
-#       first tokens of context is the visible part of the curve); packed windows of the held-out stream,
-#       document-masked as in training, each token booked at the number of tokens of its own document it sees;
-#     - the final checkpoint at 4x the trained context (8192) on the held-out documents of at least 8193 tokens,
-#       scored from their start, in 512-token buckets (this plot is about the long positions): plain RoPE vs
-#       YaRN x4 as trained (built for 4 x 1024 = 4096 positions) vs YaRN x8 (8192 positions); one --ckpt per
-#       command, each --rope (and its --label) right after the --ckpt it belongs to;
+#       first tokens of context is where the curve moves; 128-token buckets would average it away): all packed
+#       windows of the held-out stream (about 180), document-masked as in training, each target booked at the number
+#       of tokens of its own document it sees. Scoring documents from their start would give only 6 units here
+#       (the held-out split is 6 package trees of 18K-118K tokens), too few for the first positions;
+#     - the final checkpoint at 4x the trained context (8192) on those 6 held-out documents from their start, in
+#       512-token buckets (this plot is about the long positions): plain RoPE vs YaRN x4 as trained (built for
+#       4 x 1024 = 4096 positions) vs YaRN x8 (8192). At 2x the context (4096) x4 and x8 coincide: both stay
+#       inside their range there. One --ckpt per command, each --rope (and its --label) right after the --ckpt
+#       it belongs to;
 #     - passkey retrieval;
 #  5. print where every result is, with the key numbers read back from the CSV tables.
 set -euo pipefail
@@ -54,7 +57,7 @@ final=$(cat "$OUT/latest")
 
 echo "== 4. perplexity by position and passkey retrieval (4 ranks, cp 4)"
 "${MPI[@]}" build/eval --ckpt "$OUT/$first" --label "step $STEPS1 (tp2 x cp2)" --ckpt "$OUT/$final" \
-  --label "step $STEPS2 (resumed at cp4)" --data "$DATA/val_*.bin" --seq_len 2048 --log_buckets --doc_mask --docs 96 \
+  --label "step $STEPS2 (resumed at cp4)" --data "$DATA/val_*.bin" --seq_len 2048 --log_buckets --doc_mask --docs 0 \
   --cp 4 --out "$OUT/eval" --name ppl_2048
 # the trained RoPE is configs/demo_long.conf's: yarn, factor 4, original 1024
 "${MPI[@]}" build/eval --ckpt "$OUT/$final" --rope none --label "plain RoPE (none)" \

@@ -18,6 +18,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import struct
 import sys
 import warnings
@@ -36,6 +37,10 @@ FLT_MAX = float(np.finfo(np.float32).max)
 
 class Fail(Exception):
     """One-line error: the tools print it as 'PROG: message' and exit 1."""
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP: the tool stops as on an error (clean-ups run, one line)."""
 
 
 # ----------------------------------------------------------------------------------------------- failures
@@ -113,6 +118,11 @@ def h5_error(e):
 def die(msg, code=1):
     """Print 'PROG: msg' (one line), run the clean-ups and leave at once (os._exit: no finalizer of h5py or
     tokenizers runs after a failure; a failed HDF5 flush at interpreter exit crashed)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):   # a second signal must not cut the clean-up short
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):
+            pass
     run_cleanups()
     line = f"{PROG}: {' '.join(str(msg).split())}{_note[0] if code == 1 else ''}\n"
     try:
@@ -145,6 +155,11 @@ def main_guard(fn, prog=None):
     if prog:
         PROG = prog
     warnings.simplefilter("ignore")          # a library warning on stderr would break the one-line rule
+
+    def terminated(sig, frame):
+        raise Terminated(signal.Signals(sig).name)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, terminated)
     for stream in (sys.stdout, sys.stderr):  # paths that are not UTF-8 are printed as their bytes
         try:
             stream.reconfigure(errors="surrogateescape")
@@ -158,6 +173,8 @@ def main_guard(fn, prog=None):
         die(e)
     except KeyboardInterrupt:
         die("interrupted")
+    except Terminated as e:
+        die(f"terminated ({e})")
     except MemoryError:
         die("out of memory")
     except BrokenPipeError:
@@ -633,14 +650,17 @@ class Staging:
             raise Fail(os_error(e, f"cannot create a temporary directory in '{self.out}'"))
         moved_old, moved_new = [], []
         failure_note("")                  # from here on every message says what became of the files
+        what = "move the previous files aside in"
         try:
             for n in old:
                 os.rename(os.path.join(self.out, n), os.path.join(aside, n))
                 moved_old.append(n)
                 fault(f"{self.tag}:swap")
+            what = "move the new files into"
             for n in new:
                 os.rename(self.path(n), os.path.join(self.out, n))
                 moved_new.append(n)
+                fault(f"{self.tag}:swap_new")
         except OSError as e:
             lost = []
             for n in moved_new:
@@ -653,15 +673,14 @@ class Staging:
                     os.rename(os.path.join(aside, n), os.path.join(self.out, n))
                 except OSError:
                     lost.append(n)
+            msg = os_error(e, f"cannot {what} '{self.out}'")
             if lost:                 # never remove what could not be put back
-                raise Fail(f"{os_error(e, f'cannot move the new files into {chr(39)}{self.out}{chr(39)}')}; putting "
-                           f"the previous ones back failed too: they are in '{aside}'")
+                raise Fail(f"{msg}; putting the previous ones back failed too: they are in '{aside}'")
             try:
                 os.rmdir(aside)
             except OSError:
                 pass
-            raise Fail(f"{os_error(e, f'cannot move the new files into {chr(39)}{self.out}{chr(39)}')}; the previous "
-                       "files are back in place")
+            raise Fail(f"{msg}; the previous files are back in place")
         forget(self.key)
         fsync_path(self.out, True)
         note = None
@@ -815,6 +834,8 @@ def in_child(fn):
     if pid == 0:
         code = 3
         try:
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
             os.close(r)
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 1)
@@ -851,6 +872,7 @@ def in_child(fn):
         finally:
             os._exit(code)
     os.close(w)
+    key = on_failure(lambda: os.kill(pid, signal.SIGKILL))    # the tool stopped (a signal): so does the child
     chunks = []
     while True:
         try:
@@ -862,6 +884,7 @@ def in_child(fn):
         chunks.append(b)
     os.close(r)
     _, status = os.waitpid(pid, 0)
+    forget(key)
     msg = b"".join(chunks).decode("utf-8", "surrogateescape")
     early = ""
     if msg.startswith("\x15"):                 # the first error h5py reported while freeing an object

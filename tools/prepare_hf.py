@@ -102,7 +102,7 @@ def encode_batch(tok, texts):
     with, e.g. a WordLevel model without unk_token) become one line."""
     try:
         return tok.encode_batch(texts, add_special_tokens=False)
-    except (KeyboardInterrupt, SystemExit, MemoryError):
+    except (KeyboardInterrupt, SystemExit, MemoryError, H.Terminated):
         raise
     except BaseException as e:
         msg = " ".join(str(e).split()) or e.__class__.__name__
@@ -523,7 +523,7 @@ def load_tokenizer(info):
     j["post_processor"] = None
     try:
         return Tokenizer.from_str(json.dumps(j))
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SystemExit, MemoryError, H.Terminated):
         raise
     except BaseException as e:  # the library raises plain Exceptions (and pyo3's PanicException) for malformed files
         msg = " ".join(str(e).split()) or e.__class__.__name__

@@ -444,7 +444,7 @@ static int rows_io(int write, hid_t ds, hid_t memtype, long cols, long r0, long 
 
 // One unit: read it, add its checksum terms to *sin; when converting store it as d->out_bf16 says and
 // add the stored values' terms to *sout. Returns 0, -1 (reading failed) or -2 (writing failed).
-static int do_unit(const Dset* d, const Unit* u, int convert, uint64_t* sin, uint64_t* sout) {
+static int do_unit(const Dset* d, const Unit* u, int convert, uint64_t* sin, uint64_t* sout, uint64_t* nonfin) {
     long long n = (long long)(u->r1 - u->r0) * d->cols;
     uint64_t i0 = (uint64_t)u->r0 * d->cols;
     void* in = malloc((size_t)n * (d->bf16 ? 2 : 4));
@@ -453,6 +453,12 @@ static int do_unit(const Dset* d, const Unit* u, int convert, uint64_t* sin, uin
     uint64_t s = 0;
     if (!rc) s = d->bf16 ? xsum_u16(in, n, i0) : xsum_f32(in, n, i0);
     *sin += s;
+    if (!rc) {   // inf or NaN: every reader refuses such a checkpoint, so --verify and a conversion do too
+        uint64_t bad = 0;
+        if (d->bf16) { const uint16_t* x = in; for (long long j = 0; j < n; j++) bad += (x[j] & 0x7f80u) == 0x7f80u; }
+        else { const uint32_t* x = in; for (long long j = 0; j < n; j++) bad += (x[j] & 0x7f800000u) == 0x7f800000u; }
+        *nonfin += bad;
+    }
     if (rc || !convert) { free(in); return rc; }
     void* out = in;                                  // same storage: the same bits, the same checksum
     if (d->out_bf16 && !d->bf16) {                   // fp32 -> bf16, round to nearest even
@@ -475,14 +481,14 @@ static int do_unit(const Dset* d, const Unit* u, int convert, uint64_t* sin, uin
 
 // Every rank does its units; then sin[i] (and sout[i]) hold dataset i's whole checksum on every rank.
 // Returns 1 (msg) when an I/O error happened on any rank.
-static int run_units(Ckpt* k, int convert, uint64_t* sin, uint64_t* sout, const char* out) {
+static int run_units(Ckpt* k, int convert, uint64_t* sin, uint64_t* sout, uint64_t* nonfin, const char* out) {
     int nu;
     Unit* u = plan_units(k->d, k->nd, convert, group_size(W), &nu);
     int bad = 0;
     for (int i = 0; i < nu && !bad; i++) {
         if (u[i].rank != group_rank(W)) continue;
         const Dset* d = &k->d[u[i].d];
-        int rc = do_unit(d, &u[i], convert, &sin[u[i].d], &sout[u[i].d]);
+        int rc = do_unit(d, &u[i], convert, &sin[u[i].d], &sout[u[i].d], &nonfin[u[i].d]);
         if (rc == -1)
             bad = FAIL("reshard: '%s': reading %s rows [%ld, %ld) failed (truncated or corrupt file?)", k->path, d->path, u[i].r0, u[i].r1);
         else if (rc)
@@ -491,6 +497,7 @@ static int run_units(Ckpt* k, int convert, uint64_t* sin, uint64_t* sout, const 
     free(u);
     ctl_sum_u64(W, sin, k->nd);
     ctl_sum_u64(W, sout, k->nd);
+    ctl_sum_u64(W, nonfin, k->nd);
     return sync_fail(bad);
 }
 
@@ -561,12 +568,18 @@ static int inspect(const Opts* o) {
     Ckpt k;
     open_ckpt(&k, o->in);
     uint64_t* sums = calloc(k.nd, sizeof(uint64_t));
-    uint64_t* unused = calloc(k.nd, sizeof(uint64_t));
-    int bad = run_units(&k, 0, sums, unused, NULL);
+    uint64_t* unused = calloc(k.nd, sizeof(uint64_t)), *nonfin = calloc(k.nd, sizeof(uint64_t));
+    int bad = run_units(&k, 0, sums, unused, nonfin, NULL);
     if (bad) { close_ckpt(&k); grid_check(W, 1, msg); }
     if (o->mode == MODE_INFO && group_rank(W) == 0) print_info(&k, sums);
     fflush(stdout);
     int n = report_sums(&k, sums);
+    for (int i = 0; i < k.nd; i++) {   // values no program accepts: the file does not verify
+        if (!nonfin[i]) continue;
+        n++;
+        if (!group_rank(W)) fprintf(stderr, "reshard: '%s': %s holds %llu inf or NaN values (no ringlm program loads it)\n",
+                                    k.path, k.d[i].path, (unsigned long long)nonfin[i]);
+    }
     long long elems = 0;
     for (int i = 0; i < k.nd; i++) elems += (long long)k.d[i].rows * k.d[i].cols;
     if (o->mode == MODE_VERIFY && group_rank(W) == 0) {
@@ -575,7 +588,7 @@ static int inspect(const Opts* o) {
     }
     fflush(stdout); fflush(stderr);
     close_ckpt(&k);
-    free(sums); free(unused);
+    free(sums); free(unused); free(nonfin);
     return n ? 1 : 0;
 }
 
@@ -771,16 +784,20 @@ static int write_output(Ckpt* k, const Opts* o, const char* tmp, char (*paths)[2
         for (int i = 0; i < k->nd; i++) bad |= create_dataset(f, &k->d[i]);
         bad = sync_fail(bad && FAIL("reshard: cannot create the datasets of '%s' (disk full?)", tmp));
     }
-    uint64_t* sin = calloc(k->nd, sizeof(uint64_t));
-    if (!bad) bad = run_units(k, 1, sin, sout, tmp);
+    uint64_t* sin = calloc(k->nd, sizeof(uint64_t)), *nonfin = calloc(k->nd, sizeof(uint64_t));
+    if (!bad) bad = run_units(k, 1, sin, sout, nonfin, tmp);
     for (int i = 0; i < k->nd && !bad; i++)     // the sums are the same on every rank
         if (sin[i] != k->d[i].want)
             bad = FAIL("reshard: '%s': checksum mismatch in %s (the input is corrupt); nothing written", k->path, k->d[i].path);
     for (int i = 0; i < k->nd && !bad; i++)
+        if (nonfin[i])
+            bad = FAIL("reshard: '%s': %s holds %llu inf or NaN values (no ringlm program loads it); nothing written",
+                       k->path, k->d[i].path, (unsigned long long)nonfin[i]);
+    for (int i = 0; i < k->nd && !bad; i++)
         bad = h5_attr_write_u64(k->d[i].out, "checksum", sout[i]) != 0 &&
               FAIL("reshard: writing the checksum of %s in '%s' failed (disk full?)", k->d[i].path, tmp);
     for (int i = 0; i < k->nd; i++) memcpy(paths[i], k->d[i].path, 256);
-    free(sin);
+    free(sin); free(nonfin);
     bad = sync_fail(bad);
     // a failed output is deleted anyway: its space goes back first, so that closing it (HDF5 writes the
     // metadata then, on every rank together) cannot fail for lack of space
@@ -808,7 +825,9 @@ static int verify_output(const char* tmp, int nd, char (*paths)[256], const uint
     }
     uint64_t* sums = calloc(v.nd + 1, sizeof(uint64_t));
     uint64_t* unused = calloc(v.nd + 1, sizeof(uint64_t));
-    bad = run_units(&v, 0, sums, unused, NULL);
+    uint64_t* nf = calloc(v.nd + 1, sizeof(uint64_t));
+    bad = run_units(&v, 0, sums, unused, nf, NULL);
+    free(nf);
     if (!bad && v.nd != nd) bad = FAIL("reshard: '%s' holds %d datasets after writing, %d were written; it was removed", tmp, v.nd, nd);
     for (int i = 0; i < v.nd && !bad; i++)
         if (strcmp(v.d[i].path, paths[i]) || !v.d[i].has_sum || v.d[i].want != sums[i] || sums[i] != sout[i])
