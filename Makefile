@@ -48,13 +48,13 @@ $(BD)/eval: $(BD)/obj/eval/eval.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/sample: $(BD)/obj/eval/sample.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
-$(BD)/bench_attention: $(BD)/obj/tools/bench_attention.o $(LIB_OBJ)
+$(BD)/bench_attention: $(BD)/obj/tools/bench/bench_attention.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/plan: $(BD)/obj/tools/plan.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
-$(BD)/bench_kernels: $(BD)/obj/tools/bench_kernels.o $(LIB_OBJ)
+$(BD)/bench_kernels: $(BD)/obj/tools/bench/bench_kernels.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
-$(BD)/sgemm_peak: $(BD)/obj/tools/sgemm_peak.o $(BD)/obj/common/util.o
+$(BD)/sgemm_peak: $(BD)/obj/tools/bench/sgemm_peak.o $(BD)/obj/common/util.o
 	$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/tests/%: $(BD)/obj/tests/%.o $(LIB_OBJ)
 	@mkdir -p $(BD)/tests
@@ -75,7 +75,7 @@ print-lib-src:
 
 # installs missing Debian packages (as root; otherwise prints the apt-get command)
 deps:
-	@bash tools/install_deps.sh
+	@bash tools/setup/install_deps.sh
 
 # everything tools/gpu_check.sh needs on a GPU machine, in build/gpu_bundle/ (see that script)
 gpu-bundle:
@@ -89,11 +89,11 @@ test: deps
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	@bash tools/demo.sh
+	@bash tools/experiments/demo.sh
 
 bench: deps
 	@$(MAKE) --no-print-directory all
-	@bash tools/bench_train.sh
+	@bash tools/bench/bench_train.sh
 
 clean:
 	rm -rf build

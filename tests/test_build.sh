@@ -24,11 +24,11 @@ grep -n 'backend/' Makefile | grep -v 'backend/\$(BACKEND)' | grep -q . \
 
 # files outside the backends and the transport (C sources and headers of the project)
 core=$(ls common/*.[ch] model/*.[ch] attention/*.[ch] optim/*.[ch] train/*.[ch] eval/*.[ch] checkpoint/*.[ch] data/*.[ch] \
-          tools/*.c tests/*.c 2>/dev/null)
+          tools/*.c tools/*/*.c tests/*.c 2>/dev/null)
 hits=$(grep -ln 'MPI_\|<mpi.h>\|comm/comm_mpi.h' $core | grep -v '^checkpoint/h5util.c$')
 [ -z "$hits" ] && ok "no MPI outside comm/ (checkpoint/h5util.c hands the group to MPI-IO)" || bad "MPI used in: $hits"
 hits=$(grep -ln 'cblas\|openblas' $core backend/*.h backend/cuda/*.cu backend/cuda/*.h comm/*.[ch] \
-       | grep -v '^tools/sgemm_peak.c$\|^tools/bench_attention.c$')
+       | grep -v '^tools/bench/sgemm_peak.c$\|^tools/bench/bench_attention.c$')
 [ -z "$hits" ] && ok "no BLAS outside backend/cpu/ (and the CPU benchmark tools; the CUDA emulation's reference GEMM is in backend/cuda/emu/)" \
   || bad "BLAS used in: $hits"
 hits=$(grep -ln 'CUDA_EMU\|emu_' backend/cuda/*.cu comm/*.c | grep -v '^backend/cuda/attn_cuda.cu$')

@@ -9,7 +9,7 @@
 #    [input_ids, attention_mask] (written, or put into a copied one); without --tokenizer, the tokenizer that a
 #    meta.json beside the checkpoint's train_data names (absolute or relative path, SHA-256 checked) is exported,
 #    with one line, and a wrong SHA-256, a missing path, a non-path name, --tokenizer and --no_tokenizer are handled;
-#  - with transformers 4.46.3 in build/hfenv (tools/hf_env.sh; one "skip:" line when PyPI cannot be reached):
+#  - with transformers 4.46.3 in build/hfenv (tools/setup/hf_env.sh; one "skip:" line when PyPI cannot be reached):
 #    tokenizers trained locally, prepare_hf's shards decode to build/prepare's documents, its DIR/meta.json
 #    (build/prepare's format) holds what the shards, the tokenizer.json's bytes, the tokenizers library and the
 #    command line say, an existing one is refused without --force and replaced with it, an error once the shards
@@ -20,7 +20,7 @@
 #    extended with --init_from on its tokenizer's data (tp 2 x cp 2) and the other ringlm runs exported load in
 #    LlamaForCausalLM.from_pretrained with matching logits; AutoTokenizer loads an export; the README's step 6
 #    (export, from_pretrained, AutoTokenizer, model.generate(**tok(...))) runs as printed, and generate() gives
-#    the ids of a greedy decode by full forwards (which needs tools/hf_torch_py311.py in build/hfenv: PyTorch
+#    the ids of a greedy decode by full forwards (which needs tools/setup/hf_torch_py311.py in build/hfenv: PyTorch
 #    1.13's torch.distributed.fsdp under Python 3.11); README.md holds the snippet this test runs.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -205,7 +205,7 @@ exp_meta "export X, meta.json names the byte tokenizer (not a path)" "$T/eM7"
 rm -f "$M"; [ -f "$M.orig" ] && mv "$M.orig" "$M"
 
 # ---------------------------------------------------------------------------------------------- part 2: with HF
-if ! HFPY=$(bash tools/hf_env.sh 2>"$T/env.err"); then
+if ! HFPY=$(bash tools/setup/hf_env.sh 2>"$T/env.err"); then
   echo "skip: the checks against transformers, tokenizers and safetensors: $(head -n 1 "$T/env.err")"
   finish
 fi

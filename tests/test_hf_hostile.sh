@@ -148,7 +148,7 @@ fi
 
 # ---------------------------------------------------------------------------------------------- with the tokenizers library
 FZPY=$PY
-if HFPY=$(bash tools/hf_env.sh 2>"$T/env.err"); then
+if HFPY=$(bash tools/setup/hf_env.sh 2>"$T/env.err"); then
   FZPY=$HFPY
   PH=(env RINGLM_HFENV="$(dirname "$(dirname "$HFPY")")" tools/prepare_hf)
   mkdir -p "$T/tok" "$T/doc/d"

@@ -514,7 +514,7 @@ def load_tokenizer(info):
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        raise H.Fail("the Python package 'tokenizers' is missing: run 'bash tools/hf_env.sh' (a virtual environment "
+        raise H.Fail("the Python package 'tokenizers' is missing: run 'bash tools/setup/hf_env.sh' (a virtual environment "
                      "build/hfenv with transformers 4.46.3, tokenizers and safetensors; the tools use it by themselves)")
     # the text is encoded by a copy without the special added tokens (and without the post-processor): a special
     # token's text inside a document ("<|endoftext|>", "<s>") is text, never a forged separator

@@ -7,9 +7,9 @@
 #  3. attention load imbalance (max/mean per-rank attention CPU time) for zigzag vs contiguous at P = 4, 8;
 #  4. the fraction of ring communication hidden behind compute.
 # Ranks are oversubscribed on this 2-core machine with OMP_NUM_THREADS=1 each.
-#   bash tools/bench_ring.sh [all|memory|longest|balance]
+#   bash tools/bench/bench_ring.sh [all|memory|longest|balance]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 what=${1:-all}
 MEM_GIB=${MEM_GIB:-22}
 export OMP_NUM_THREADS=1

@@ -3,9 +3,9 @@
 # modes, build/plan's per-rank total (--device cpu) plus a fixed overhead against build/train's peak RSS
 # (max over ranks, 1 step, no checkpoint). The fixed overhead (MPI, OpenBLAS, HDF5, code, the loader) is
 # measured once, as a tiny model's peak RSS minus its plan.
-#   bash tools/bench_plan.sh
+#   bash tools/bench/bench_plan.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 make -s build/train build/prepare build/plan
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 build/prepare --out "$T/data" --val-frac 0 --doc-per dir model attention data train tests tools >/dev/null

@@ -3,10 +3,10 @@
 # 4 layers, 8 heads, 2 KV heads, d_ff 704) at seq_len 4096 and 16384, one process, one sequence per step;
 # the modes run in turn ROUNDS times (so drift on a shared machine hits every mode), median step time of the
 # steps after the first, as a ratio to `none`; the activation memory each mode allocates.
-#   bash tools/bench_recompute.sh [ROUNDS=2] [STEPS=4]       (LENS="4096 16384": the seq_lens, in turn)
-#   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=2 bash tools/bench_recompute.sh   (peak speed)
+#   bash tools/bench/bench_recompute.sh [ROUNDS=2] [STEPS=4]       (LENS="4096 16384": the seq_lens, in turn)
+#   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=2 bash tools/bench/bench_recompute.sh   (peak speed)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 rounds=${1:-2}; steps=${2:-4}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 make -s build/train build/prepare

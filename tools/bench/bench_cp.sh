@@ -7,9 +7,9 @@
 #      RSS (minus a fixed overhead measured as in bench_plan.sh);
 #   3. the 8 x H200 capacity plan: GiB per rank at 128K and the longest seq_len per recompute mode, per layout.
 # Writes OUT/results.md (default out/bench_cp). About 10 minutes.
-#   bash tools/bench_cp.sh [OUT]
+#   bash tools/bench/bench_cp.sh [OUT]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${1:-out/bench_cp}
 make -s build/train build/prepare build/plan
 mkdir -p "$OUT"

@@ -3,9 +3,9 @@
 # a larger model at 1, 2, 4, 8 ranks (layouts: 1 = one process; 2 = tp 2; 4 = tp 2 x cp 2; 8 = tp 2 x
 # cp 2 x dp 2 with ZeRO-1), with the file size, for both MPI-IO transfer modes (ckpt_io collective and
 # independent). Each save writes parameters and both AdamW moments.
-#   bash tools/bench_ckpt.sh [DIR]     (DIR: where checkpoints are written; default a temp dir)
+#   bash tools/bench/bench_ckpt.sh [DIR]     (DIR: where checkpoints are written; default a temp dir)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=1
 MPI=(mpirun -q --oversubscribe); [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
 make -s build/train build/prepare

@@ -4,13 +4,13 @@
 # of each build (A then B, so drift on a shared machine hits both), median tokens/s of the steps after the
 # first, and the ratio B/A; also the CPU seconds of each whole run (user + sys, median over rounds), which a
 # busy shared machine disturbs far less than wall time (use OMP_NUM_THREADS=1 for that comparison).
-#   bash tools/bench_ab.sh REV_A [REV_B=working tree] [ROUNDS=3] [STEPS=5]
+#   bash tools/bench/bench_ab.sh REV_A [REV_B=working tree] [ROUNDS=3] [STEPS=5]
 # REV_A is built in a temporary worktree; REV_B defaults to this checkout as it is.
 # For peak numbers unset the OpenBLAS core override in this command only:
-#   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=2 bash tools/bench_ab.sh b43cff3
+#   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=2 bash tools/bench/bench_ab.sh b43cff3
 set -euo pipefail
-cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { echo "usage: bash tools/bench_ab.sh REV_A [REV_B] [ROUNDS] [STEPS]" >&2; exit 2; }
+cd "$(dirname "$0")/../.."
+[ $# -ge 1 ] || { echo "usage: bash tools/bench/bench_ab.sh REV_A [REV_B] [ROUNDS] [STEPS]" >&2; exit 2; }
 rev_a=$1; rev_b=${2:-}; rounds=${3:-3}; steps=${4:-5}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 T=$(mktemp -d); trap 'git worktree remove --force "$T/a" >/dev/null 2>&1 || true; git worktree remove --force "$T/b" >/dev/null 2>&1 || true; rm -rf "$T"' EXIT

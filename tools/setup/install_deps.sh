@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ringlm needs when they are missing. As root it runs apt-get; otherwise it
-# prints the exact command to run. (python3-venv: tools/hf_env.sh puts transformers, tokenizers and safetensors from
+# prints the exact command to run. (python3-venv: tools/setup/hf_env.sh puts transformers, tokenizers and safetensors from
 # PyPI into a virtual environment for tools/prepare_hf and tests/test_hf.sh; Debian 12 packages none of them.)
 set -euo pipefail
 pkgs=(build-essential libopenblas-openmp-dev libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools

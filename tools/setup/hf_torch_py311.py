@@ -1,4 +1,4 @@
-"""hf_torch_py311 — makes Debian 12's PyTorch 1.13 importable in full under Python 3.11; tools/hf_env.sh installs
+"""hf_torch_py311 — makes Debian 12's PyTorch 1.13 importable in full under Python 3.11; tools/setup/hf_env.sh installs
 it into the virtual environment build/hfenv (as ringlm_torch_py311.py, imported by ringlm_torch_py311.pth at
 start-up).
 

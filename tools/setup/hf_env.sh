@@ -5,7 +5,7 @@
 # the dependencies it pulls in, among them tokenizers (0.20) and safetensors (Debian 12 packages neither).
 # tools/hf_export and tools/hf_import need only h5py and numpy; tools/prepare_hf needs tokenizers.
 # PyTorch 1.13 under Python 3.11 cannot import torch.distributed.fsdp (a dataclass default that 3.11 refuses;
-# PyTorch 2.0 fixed it), which transformers' model.generate() imports: the environment gets tools/hf_torch_py311.py
+# PyTorch 2.0 fixed it), which transformers' model.generate() imports: the environment gets tools/setup/hf_torch_py311.py
 # as site-packages/ringlm_torch_py311.py, imported at start-up by ringlm_torch_py311.pth, which compiles that one
 # line of that one module as PyTorch 2.0 writes it (see the module). Every run checks it and installs or
 # refreshes it when missing or stale, without a download (so an environment made before it gets it by running this
@@ -13,12 +13,12 @@
 # Prints the environment's python on stdout. On failure: one line on stderr, exit status 2 when PyPI cannot be
 # reached, 1 otherwise. Nothing is downloaded once the environment is complete.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ENV=${RINGLM_HFENV:-build/hfenv}
 case $ENV in /*) ;; *) ENV=$PWD/$ENV ;; esac
 PIN=transformers==4.46.3
 PY=$ENV/bin/python
-SHIM=tools/hf_torch_py311.py
+SHIM=tools/setup/hf_torch_py311.py
 ready() {   # the stamp of a completed install, and the packages still findable (without the seconds an import takes)
   [ -f "$ENV/.ringlm-$PIN" ] && "$PY" -c 'import importlib.util as u, sys
 sys.exit(not all(u.find_spec(m) for m in ("transformers", "tokenizers", "safetensors", "torch")))' 2>/dev/null; }
@@ -33,7 +33,7 @@ if ! ready; then                                    # (when only the shim is mis
   if [ ! -x "$PY" ]; then
     out=$(/usr/bin/python3 -m venv --system-site-packages "$ENV" 2>&1) || {
       rm -rf "$ENV"
-      echo "hf_env: cannot create the virtual environment $ENV (is python3-venv installed? tools/install_deps.sh installs it): $(echo "$out" | tail -n 1)" >&2
+      echo "hf_env: cannot create the virtual environment $ENV (is python3-venv installed? tools/setup/install_deps.sh installs it): $(echo "$out" | tail -n 1)" >&2
       exit 1; }
   fi
   out=$("$PY" -m pip install --disable-pip-version-check --no-input -q --retries 1 --timeout 20 "$PIN" 2>&1)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # experiment_longctx.sh — does a ringlm-trained model use its context, and does YaRN extend it? (issue 14)
 #
-#   bash tools/experiment_longctx.sh          (about 45 minutes on this shared 2-core machine; results in out/longctx/)
+#   bash tools/experiments/experiment_longctx.sh          (about 45 minutes on this shared 2-core machine; results in out/longctx/)
 #
 #  0. data: every Python source file of this machine's standard library (outside its test suite) is one document
 #     (build/prepare --doc-per file; whole files held out for validation), plus a documented synthetic fraction of
@@ -25,7 +25,7 @@
 # DOCS, PK_TRIALS; PASSKEY_ONLY=1 reruns only the passkey variant and the passkey evaluations (and the tables) on
 # a finished run's models in OUT.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/longctx}
 STEPS1=${STEPS1:-280}      # pretraining steps at 512: 16 sequences of 512 tokens each
 STEPS2=${STEPS2:-30}       # fine-tuning steps at 2048, each RoPE setting: 4 sequences of 2048 tokens each

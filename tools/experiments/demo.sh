@@ -22,7 +22,7 @@
 #     - passkey retrieval;
 #  5. print where every result is, with the key numbers read back from the CSV tables.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=1
 DATA=${DATA:-out/demo_data}
 OUT=${OUT:-out/demo}

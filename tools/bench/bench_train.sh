@@ -4,11 +4,11 @@
 # at seq_len 1024, 4096 and 16384; one sequence per step. Reports the median tokens/s and achieved
 # GFLOP/s (model FLOPs per token = 6 * matmul params + 6 * n_layer * seq_len * d_model) over the steps
 # after the first, beside the sgemm peak measured in the same run.
-#   bash tools/bench_train.sh [STEPS=6]         (make bench runs it)
+#   bash tools/bench/bench_train.sh [STEPS=6]         (make bench runs it)
 # For peak numbers unset the OpenBLAS core override in this command only:
-#   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE bash tools/bench_train.sh
+#   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE bash tools/bench/bench_train.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 steps=${1:-6}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 make -s build/train build/prepare build/sgemm_peak

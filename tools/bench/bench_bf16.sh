@@ -6,9 +6,9 @@
 # real sources, run by the host emulation (build/emu/train: make cuda-emu). Writes OUT/results.md (loss every 25
 # steps, validation loss every 50, final numbers side by side) and OUT/loss.svg. About 25 minutes on 2 cores
 # (the emulated runs dominate; they run side by side).
-#   bash tools/bench_bf16.sh [OUT]          (default out/bench_bf16)
+#   bash tools/bench/bench_bf16.sh [OUT]          (default out/bench_bf16)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${1:-out/bench_bf16}
 STEPS=${STEPS:-300}
 make -s all cuda-emu

@@ -4,9 +4,9 @@
 #   params = grads = (replicated + sharded / tp) floats (the vocabulary padded to a multiple of tp);
 #   moments = 2 x params, or 2 x params / (dp x cp) with ZeRO-1.
 # Model: d_model 512, 4 layers, 8 heads, 8 KV heads, d_ff 1408, vocab 32000 (46M parameters).
-#   bash tools/bench_grid.sh
+#   bash tools/bench/bench_grid.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=1
 MPI=(mpirun -q --oversubscribe); [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
 make -s build/train build/prepare

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # experiment_packing.sh — does document-aware packing let the model learn passkey retrieval? (issue 22)
 #
-#   bash tools/experiment_packing.sh      (about 35-45 minutes on this 2-core machine; results in out/packing/)
+#   bash tools/experiments/experiment_packing.sh      (about 35-45 minutes on this 2-core machine; results in out/packing/)
 #
-# The passkey part of tools/experiment_longctx.sh, rerun with packed windows instead of short documents and copy
+# The passkey part of tools/experiments/experiment_longctx.sh, rerun with packed windows instead of short documents and copy
 # drills: the same model, the same pretraining and the same budget (2 x 400 steps x 8 x 512 tokens from the
 # pretrained model, then 30 steps x 4 x 2048 of YaRN x4 extension on a ring of 2).
 #  0. data: the Python standard library's source files, one document each (as experiment_longctx.sh: reused from
@@ -15,11 +15,13 @@
 #     source (weights PK_W : 1), so that every passkey document lies whole in a window; checkpoints every 100 steps;
 #  3. extension to 2048 with YaRN x4 (cp 2): best_fit over 128..2048-token passkey documents and the code, the long
 #     documents upsampled (upsample_len 1024, x2);
+#     DRILL_FRAC=0.5 makes half of the 512-token stages' passkey documents copy drills (as experiment_longctx.sh's
+#     variant), now of 128..512 tokens and whole in their windows;
 #  4. passkey retrieval (whole keys, greedy; and digits, teacher-forced) at 256..2048 and every depth, for each
 #     stage, and the learning curve of retrieval over the checkpoints; packing statistics (best_fit beside stream on
 #     the same data, from the trainer's packing line); tables in out/packing/results.md.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/packing}
 LONG=${LONG:-out/longctx}           # a finished experiment_longctx.sh run: its data and base model are reused
 STEPS1=${STEPS1:-280}
@@ -27,6 +29,8 @@ STEPS_PK=${STEPS_PK:-400}
 STEPS_EXT=${STEPS_EXT:-30}
 PK_W=${PK_W:-3}                     # the passkey source's weight against the code's 1
 PK_TRIALS=${PK_TRIALS:-8}
+DRILL_FRAC=${DRILL_FRAC:-0}         # > 0: that fraction of the passkey documents are copy drills (passkey_data.py)
+DRILL=(); [ "$DRILL_FRAC" != 0 ] && DRILL=(--drill-frac "$DRILL_FRAC" --drill-copies 4 --drill-gap 0)
 PY=/usr/bin/python3
 MPI=(mpirun -q --oversubscribe -np 2); [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
 T0=$(date +%s)
@@ -53,7 +57,7 @@ fi
 PK=$OUT/pk; mkdir -p "$PK"
 for i in 1 2; do
   [ -f "$PK/pk512_$i/train_000000.bin" ] || { mkdir -p "$PK/pk512_$i"; run $PY tools/passkey_data.py --out "$PK/pk512_$i/train_000000.bin" \
-    --tokens 1500000 --min-len 128 --max-len 512 --seed $((30 + i)) >/dev/null; }
+    --tokens 1500000 --min-len 128 --max-len 512 --seed $((30 + i)) "${DRILL[@]}" >/dev/null; }
 done
 [ -f "$PK/pk2048/train_000000.bin" ] || { mkdir -p "$PK/pk2048"; run $PY tools/passkey_data.py --out "$PK/pk2048/train_000000.bin" \
   --tokens 1000000 --min-len 128 --max-len 2048 --seed 33 >/dev/null; }
