@@ -211,6 +211,17 @@ int data_meta_same_tokens(const DataMeta* a, const DataMeta* b, char* why, size_
     return 1;
 }
 
+// the first description found becomes m; a later one must name the same tokens (x is consumed). 1 + err if not.
+static int merge(DataMeta* m, DataMeta* x, const char* what, const char* pattern, char* err, size_t errlen) {
+    if (!m->found) { *m = *x; return 0; }
+    char why[512];
+    int same = data_meta_same_tokens(m, x, why, sizeof why);
+    if (!same) snprintf(err, errlen, "'%s' %s describe different tokens (%s: %s and %s): train on one tokenizer's data",
+                        pattern, what, why, m->path, x->path);
+    data_meta_free(x);
+    return !same;
+}
+
 static int read_pattern(const char* pattern, DataMeta* m, char* err, size_t errlen) {
     memset(m, 0, sizeof *m);
     m->vocab_size = m->eod_id = m->bos_id = -1;
@@ -231,14 +242,7 @@ static int read_pattern(const char* pattern, DataMeta* m, char* err, size_t errl
         int found;
         fail = read_dir(d, &x, &found, err, errlen);
         if (fail || !found) continue;
-        if (!m->found) { *m = x; continue; }
-        char why[512];
-        if (!data_meta_same_tokens(m, &x, why, sizeof why)) {
-            snprintf(err, errlen, "'%s' spans directories whose meta.json describe different tokens (%s: %s and %s): "
-                     "train on one tokenizer's data", pattern, why, m->path, x.path);
-            fail = 1;
-        }
-        data_meta_free(&x);
+        fail = merge(m, &x, "spans directories whose meta.json", pattern, err, errlen);
     }
     globfree(&g);
     if (fail) data_meta_free(m);
@@ -260,14 +264,7 @@ int data_meta_read(const char* pattern, DataMeta* m, char* err, size_t errlen) {
         p = semi ? semi + 1 : NULL;
         DataMeta x;
         if ((fail = read_pattern(part, &x, err, errlen)) || !x.found) continue;
-        if (!m->found) { *m = x; continue; }
-        char why[512];
-        if (!data_meta_same_tokens(m, &x, why, sizeof why)) {
-            snprintf(err, errlen, "the sources of '%s' describe different tokens (%s: %s and %s): train on one "
-                     "tokenizer's data", pattern, why, m->path, x.path);
-            fail = 1;
-        }
-        data_meta_free(&x);
+        fail = merge(m, &x, "has sources whose meta.json", pattern, err, errlen);
     }
     if (fail) data_meta_free(m);
     return fail;
