@@ -136,8 +136,11 @@ static int parse_rope(const char* s, Rope* r) {
     if (l) *l++ = 0;
     char* end;
     r->factor = strtod(f, &end);
-    if (*end || r->factor <= 0) return 1;
-    if (l) { r->orig = strtod(l, &end); if (*end || r->orig <= 0 || strcmp(buf, "yarn")) return 1; }
+    if (*end || !(r->factor > 0 && r->factor <= 1e6)) return 1;   // (NaN and inf fail too)
+    if (l) {
+        r->orig = strtod(l, &end);
+        if (*end || !(r->orig >= 2 && r->orig <= 2147483647.0) || r->orig != floor(r->orig) || strcmp(buf, "yarn")) return 1;
+    }
     return 0;
 }
 
@@ -230,7 +233,13 @@ static int parse_args(int argc, char** argv, Args* a) {
         else if (!strcmp(k, "--cp_layout")) { snprintf(a->layout, sizeof a->layout, "%s", v); bad = ring_layout_parse(v) < 0; }
         else if (!strcmp(k, "--comm")) a->comm = v;
         else if (!strcmp(k, "--out")) a->out = v;
-        else if (!strcmp(k, "--name")) a->name = v;
+        else if (!strcmp(k, "--name")) {
+            a->name = v;
+            if (!*v || strchr(v, '/') || !strcmp(v, ".") || !strcmp(v, "..")) {
+                snprintf(msg, sizeof msg, "eval: --name '%s' must be a plain file name (no '/'): the outputs go into --out", v);
+                return 1;
+            }
+        }
         else if (!strcmp(k, "--passkey_trials")) bad = to_int(v, &a->trials) || a->trials <= 0;
         else if (!strcmp(k, "--seed")) { char* e; a->seed = strtoll(v, &e, 10); bad = *e != 0; }
         else if (!strcmp(k, "--passkey_lens")) {
@@ -242,7 +251,7 @@ static int parse_args(int argc, char** argv, Args* a) {
         else if (!strcmp(k, "--passkey_depths")) {
             int n = parse_list(v, a->depths, 64);
             bad = n <= 0;
-            for (int j = 0; j < n; j++) bad |= a->depths[j] < 0 || a->depths[j] > 1;
+            for (int j = 0; j < n; j++) bad |= !(a->depths[j] >= 0 && a->depths[j] <= 1);   // (NaN fails)
             a->ndepths = n;
         }
         else {
@@ -523,8 +532,10 @@ static int series_docs(const Args* a, const Grid* g, Loader* ld, int eod, long l
     int nd = find_docs(ld, eod, need, a->docs, docs, &longest);
     if (nd < 0) snprintf(msg, sizeof msg, "eval: %s", ld->err);
     else if (nd == 0)
-        snprintf(msg, sizeof msg, "eval: data '%s' has no %s of %lld tokens (the longest has %lld); use a shorter "
-                 "--seq_len%s", a->data, eod >= 0 ? "document" : "window", need, longest, a->stride ? " or --doc_len" : "");
+        snprintf(msg, sizeof msg, "eval: data '%s' has no %s of %lld tokens (the longest has %lld, split at eod %d); use a "
+                 "shorter --seq_len%s%s", a->data, eod >= 0 ? "document" : "window", need, longest, eod,
+                 a->stride ? " or --doc_len" : "", eod >= 0 && longest == 0 ? ", or check --eod: no token of the data "
+                 "follows it (data of another tokenizer?)" : "");
     grid_check(g->world_g, nd <= 0, msg);
     static int noted_nd = -1, noted_eod;   // said once for a data set's count (several series share the data)
     if (a->docs && nd < a->docs && g->rank == 0 && (nd != noted_nd || eod != noted_eod)) {
@@ -570,6 +581,10 @@ static int series_eod(const Args* a, const Grid* g, const Config* c, const char*
     } else if (a->eod >= 0 && meta_eod >= 0 && a->eod != meta_eod) {
         snprintf(msg, sizeof msg, "eval: --eod %d (command line) contradicts the data's end-of-document id %d (%s): drop --eod "
                  "to take the data's value, or give --data_meta 0 to ignore meta.json", a->eod, meta_eod, g_meta.path);
+        fail = 1;
+    } else if (passkey && a->eod == -1) {
+        snprintf(msg, sizeof msg, "eval: --passkey starts each document with a separator token, and --eod -1 means none: "
+                 "drop --eod (the byte tokenizer's 256) or give the separator's id");
         fail = 1;
     } else if (passkey && (eod < 0 || c->vocab_size < 127)) {
         snprintf(msg, sizeof msg, "eval: --passkey writes byte-level text (token = byte value) after a separator token; "
@@ -703,6 +718,18 @@ static void eval_ppl(const Args* a, const Grid* g) {
     long long span = a->stride ? a->doc_len : T;          // positions reported
     char csv[1200], svg[1200];
     int fail = 0;
+    for (int i = 1; i < a->ns && rank0 && !fail; i++) {   // one table and plot: the series must read the same text
+        Config c0, ci;
+        if (ckpt_read_config_quiet(a->ser[0].ckpt, &c0) || ckpt_read_config_quiet(a->ser[i].ckpt, &ci)) break;   // (said later)
+        if (c0.vocab_size != ci.vocab_size) {
+            snprintf(msg, sizeof msg, "eval: checkpoints %s (vocab_size %d) and %s (vocab_size %d) have different vocabularies: "
+                     "the same data is different text to them, so they cannot share one table and plot; evaluate each on "
+                     "data of its own tokenizer, in separate runs", a->ser[0].ckpt, c0.vocab_size, a->ser[i].ckpt,
+                     ci.vocab_size);
+            fail = 1;
+        }
+    }
+    grid_check(world, fail, msg);
     if (rank0) fail = make_dirs("eval", a->out, msg, sizeof msg) || out_file(a, csv, sizeof csv, ".csv") || out_file(a, svg, sizeof svg, ".svg");
     grid_check(world, fail, msg);
     Buckets b;

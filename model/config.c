@@ -335,7 +335,7 @@ int config_validate(const Config* c, char* err, size_t errlen) {
     if (strcmp(c->rope_scaling, "none") && strcmp(c->rope_scaling, "linear") && strcmp(c->rope_scaling, "yarn"))
         FAIL("rope_scaling = '%s' must be none, linear or yarn", c->rope_scaling);
     if (c->rope_theta <= 1) FAIL("rope_theta = %g must be > 1", c->rope_theta);
-    if (c->rope_factor <= 0) FAIL("rope_factor = %g must be > 0", c->rope_factor);
+    if (!(c->rope_factor > 0 && c->rope_factor <= 1e6)) FAIL("rope_factor = %g must be in (0, 1e6]", c->rope_factor);
     if (c->norm_eps <= 0) FAIL("norm_eps = %g must be > 0", c->norm_eps);
     if (c->init_std <= 0) FAIL("init_std = %g must be > 0", c->init_std);
     if (c->lr < 0 || c->min_lr < 0) FAIL("lr and min_lr must be >= 0");
