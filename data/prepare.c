@@ -18,6 +18,8 @@
 // walked directory, "<basename of PATH>" for a file PATH or a whole-directory document. So the split does
 // not depend on where the corpus lives. With 0 < F < 1 and >= 2 documents each split gets at least one
 // (the train document with the lowest u moves to val, or the val one with the highest u to train).
+#include "data/pack.h"
+#include "eval/doclen.h"
 #include "common/files.h"
 #include "common/util.h"
 #include "data/shards.h"
@@ -58,6 +60,9 @@ static const char* USAGE =
 "  --doc-per file|dir  file (default): every text file is one document. dir: every directory PATH is one\n"
 "                      document, all of its text files concatenated in walk order (a whole codebase is one\n"
 "                      document); a file PATH is one document either way.\n"
+"  --doc-lengths W     afterwards, print the training documents' length distribution (log2 buckets, shares of\n"
+"                      documents and tokens) and how many fit a training window of W tokens (0: no window);\n"
+"                      build/eval --doc_lengths writes it as CSV and SVG too\n"
 "  --seed S            seed of the train/val assignment, an unsigned integer (default 0)\n"
 "  --shard-tokens N    tokens per shard, 1..2147483647 (default 100000000); the last shard may be shorter\n"
 "  --force             replace existing DIR/train_*.bin, DIR/val_*.bin and DIR/meta.json (otherwise they are\n"
@@ -130,6 +135,7 @@ typedef struct {
     uint64_t seed;
     int64_t shard_tokens;
     int force;
+    int64_t doc_lengths;                 // --doc-lengths W: print the training documents' length distribution (-1: no)
     const char** paths;
     int n_paths;
 } Options;
@@ -175,7 +181,7 @@ static int is_opt(const char* a, const char* name) {
 }
 
 static Options parse_args(int argc, char** argv) {
-    Options o = {.val_frac = 0.05, .shard_tokens = DEFAULT_SHARD_TOKENS};
+    Options o = {.val_frac = 0.05, .shard_tokens = DEFAULT_SHARD_TOKENS, .doc_lengths = -1};
     o.paths = xrealloc(NULL, (size_t)(argc + 1) * sizeof(char*));
     int only_paths = 0;
     for (int i = 1; i < argc; i++) {
@@ -189,7 +195,13 @@ static Options parse_args(int argc, char** argv) {
         else if (is_opt(a, "--seed")) o.seed = parse_seed(opt_value(argc, argv, &i, "--seed"));
         else if (is_opt(a, "--shard-tokens"))
             o.shard_tokens = parse_shard_tokens(opt_value(argc, argv, &i, "--shard-tokens"));
-        else if (is_opt(a, "--doc-per")) {
+        else if (is_opt(a, "--doc-lengths")) {
+            const char* v = opt_value(argc, argv, &i, "--doc-lengths");
+            char* end;
+            long long w = strtoll(v, &end, 10);
+            if (*v < '0' || *v > '9' || *end || w < 0 || w > INT32_MAX) die("--doc-lengths expects a window of 0..%d tokens (0: none), got '%s'", INT32_MAX, v);
+            o.doc_lengths = w;
+        } else if (is_opt(a, "--doc-per")) {
             const char* v = opt_value(argc, argv, &i, "--doc-per");
             if (!strcmp(v, "dir")) o.doc_per_dir = 1;
             else if (strcmp(v, "file")) die("--doc-per expects 'file' or 'dir', got '%s'", v);
@@ -611,6 +623,24 @@ static void write_meta(const char* dir, const Writer* tr, const Writer* va, int 
 
 // ----------------------------------------------------------------------------------------------------
 
+static int read_stream(void* ld, int64_t pos, int64_t n, int32_t* out) { return loader_read(ld, pos, n, out); }
+
+// --doc-lengths: the written training shards' documents (each starts at token 256), through eval/doclen.h
+static void print_doc_lengths(const char* out, int n_shards, int64_t window) {
+    if (n_shards == 0) { printf("document lengths: no training documents\n"); return; }
+    char* pat = join(out, "train_*.bin");
+    Loader ld;
+    int64_t* lens = NULL;
+    int64_t n = 0;
+    char e[1400] = "";
+    if (loader_open(&ld, pat, 1, 257, 0, 0)) die("%s", ld.err);
+    if (pack_doc_lengths(ld.n_tokens, 256, read_stream, &ld, &lens, &n, e, sizeof e)) die("%s", ld.err[0] ? ld.err : e);
+    loader_close(&ld);
+    if (doclen_report(stdout, lens, n, window, "training documents", NULL, NULL, e, sizeof e)) die("%s", e);
+    free(lens);
+    free(pat);
+}
+
 int main(int argc, char** argv) {
     Options o = parse_args(argc, argv);
     Corpus c = {0};
@@ -646,6 +676,7 @@ int main(int argc, char** argv) {
            "other %d)\n", c.n_docs, c.files.n, c.skip_binary, c.skip_empty, c.skip_symlink, c.skip_hidden, c.skip_other);
     print_split(&train, o.out);
     print_split(&val, o.out);
+    if (o.doc_lengths >= 0) print_doc_lengths(o.out, train.n_shards, o.doc_lengths);
     free(train.path); free(val.path);
     corpus_free(&c);
     strs_free(&g_created);

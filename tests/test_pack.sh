@@ -7,6 +7,7 @@
 #    another packing is refused (--force continues, with a note);
 #  - the printed statistics: best_fit cuts no document shorter than a window, stream windows cut many;
 #  - two sources with weights 1 and 3: the trained mixture equals the weighted token shares, also in packing.json;
+#  - the document length distribution: eval --doc_lengths against a count, build/prepare --doc-lengths = eval's;
 #  - bad input: pack without an eod, source weights with stream windows, a bad weight.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -126,6 +127,15 @@ assert line.startswith(f"window 128: {fit} documents"), (line, fit)
 print(len(rows), "buckets and", len(lens), "documents as counted here,", fit, "fit a window")
 EOF
 else bad "eval --doc_lengths: $(tail -n 2 "$T/dl.out")"; fi
+
+# build/prepare --doc-lengths W prints the same distribution as eval --doc_lengths on its training shards
+if build/prepare --out "$T/pl" --val-frac 0 --doc-lengths 64 model attention >"$T/pl.out" 2>&1 \
+   && build/eval --doc_lengths --data "$T/pl/train_*.bin" --seq_len 64 --out "$T/pl_e" >"$T/pl_e.out" 2>&1; then
+  a=$(sed -n '/^training documents:/,$p' "$T/pl.out" | tail -n +2); b=$(sed -n '/^document lengths:/,/^wrote/p' "$T/pl_e.out" | sed '1d;$d')
+  n=$(echo "$a" | grep -c '^\[')
+  if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$n" -gt 2 ]; then ok "prepare --doc-lengths 64: the table of eval --doc_lengths ($n buckets; $(grep '^training documents' "$T/pl.out" | cut -c1-90))"
+  else bad "prepare --doc-lengths: '$(echo "$a" | head -n 3)' vs '$(echo "$b" | head -n 3)'"; fi
+else bad "prepare --doc-lengths: $(tail -n 2 "$T/pl.out" "$T/pl_e.out")"; fi
 
 # ---- 6. bad input ----
 expect_train_err $CONF "pack without an eod token" "pack = best_fit needs the end-of-document token" 1 \
