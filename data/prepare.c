@@ -623,8 +623,6 @@ static void write_meta(const char* dir, const Writer* tr, const Writer* va, int 
 
 // ----------------------------------------------------------------------------------------------------
 
-static int read_stream(void* ld, int64_t pos, int64_t n, int32_t* out) { return loader_read(ld, pos, n, out); }
-
 // --doc-lengths: the written training shards' documents (each starts at token 256), through eval/doclen.h
 static void print_doc_lengths(const char* out, int n_shards, int64_t window) {
     if (n_shards == 0) { printf("document lengths: no training documents\n"); return; }
@@ -634,7 +632,7 @@ static void print_doc_lengths(const char* out, int n_shards, int64_t window) {
     int64_t n = 0;
     char e[1400] = "";
     if (loader_open(&ld, pat, 1, 257, 0, 0)) die("%s", ld.err);
-    if (pack_doc_lengths(ld.n_tokens, 256, read_stream, &ld, &lens, &n, e, sizeof e)) die("%s", ld.err[0] ? ld.err : e);
+    if (pack_doc_lengths(ld.n_tokens, 256, loader_read_fn, &ld, &lens, &n, e, sizeof e)) die("%s", ld.err[0] ? ld.err : e);
     loader_close(&ld);
     if (doclen_report(stdout, lens, n, window, "training documents", NULL, NULL, e, sizeof e)) die("%s", e);
     free(lens);

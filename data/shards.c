@@ -313,7 +313,7 @@ int loader_weighted(const Loader* ld) {
     return 0;
 }
 
-static int pack_read(void* ctx, int64_t pos, int64_t n, int32_t* out) { return loader_read(ctx, pos, n, out); }
+int loader_read_fn(void* ld, int64_t pos, int64_t n, int32_t* out) { return loader_read(ld, pos, n, out); }
 
 int loader_pack(Loader* ld, int mode, int eod, int buffer, int64_t upsample_len, double upsample_factor) {
     PackOpts o = { .mode = mode, .T = ld->seq_len, .eod = eod, .buffer = buffer,
@@ -321,7 +321,7 @@ int loader_pack(Loader* ld, int mode, int eod, int buffer, int64_t upsample_len,
                    .weight = ld->weight, .src_first = ld->src_first, .n_src = ld->n_src, .seed = ld->seed };
     char e[600] = "";
     ld->err[0] = 0;
-    if (pack_build(&ld->pack, &o, ld->n_tokens, pack_read, ld, e, sizeof e)) {
+    if (pack_build(&ld->pack, &o, ld->n_tokens, loader_read_fn, ld, e, sizeof e)) {
         if (!e[0] && ld->err[0]) return -1;   // a read error, already in ld->err
         return ld_fail(ld, "%s", strncmp(e, "data: ", 6) ? e : e + 6);
     }
@@ -385,6 +385,6 @@ int loader_get(Loader* ld, int64_t g, int32_t* tokens) {
     if (g < 0) return ld_fail(ld, "sequence index %lld is negative", (long long)g);
     int64_t epoch = g / ld->n_seq, i = g % ld->n_seq;
     int64_t seq = ld->shuffle ? shuffle_index(ld->seed, epoch, i, ld->n_seq) : i;
-    if (ld->pack.n_win > 0) return pack_window(&ld->pack, seq, pack_read, ld, tokens);
+    if (ld->pack.n_win > 0) return pack_window(&ld->pack, seq, loader_read_fn, ld, tokens);
     return loader_read(ld, seq * ld->seq_len, (int64_t)ld->seq_len + 1, tokens);
 }

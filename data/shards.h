@@ -70,6 +70,8 @@ int loader_get(Loader* ld, int64_t g, int32_t* tokens);
 // Read tokens [pos, pos+n) of the concatenated stream (any span, across shards) into tokens[n] (int32).
 // Returns 0, or non-zero with ld->err set (out of range, read error, token id >= vocab_size).
 int loader_read(Loader* ld, int64_t pos, int64_t n, int32_t* tokens);
+// loader_read with the Loader as a void* (data/pack.h's PackRead)
+int loader_read_fn(void* ld, int64_t pos, int64_t n, int32_t* tokens);
 
 // Write a shard. token_bytes 2 or 4 (chooses the magic). Returns 0 or non-zero (errno preserved).
 int shard_write(const char* path, const uint32_t* tokens, int64_t n, int token_bytes);

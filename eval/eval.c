@@ -824,8 +824,6 @@ static void eval_passkey(const Args* a, const Grid* g) {
     free(acc); free(digits);
 }
 
-static int doclen_read(void* ld, int64_t pos, int64_t n, int32_t* out) { return loader_read(ld, pos, n, out); }
-
 // --doc_lengths: rank 0 scans the data's documents (at the eod of --eod, meta.json or the byte tokenizer's 256)
 static void eval_doc_lengths(const Args* a, const Grid* g) {
     int fail = 0, eod = a->eod >= 0 ? a->eod : g_meta.found && g_meta.eod_id >= 0 ? g_meta.eod_id : 256;
@@ -837,7 +835,7 @@ static void eval_doc_lengths(const Args* a, const Grid* g) {
         fail = loader_open(&ld, a->data, 1, vocab, 0, 0);
         if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
         else {
-            if (pack_doc_lengths(ld.n_tokens, eod, doclen_read, &ld, &lens, &n, e, sizeof e))
+            if (pack_doc_lengths(ld.n_tokens, eod, loader_read_fn, &ld, &lens, &n, e, sizeof e))
                 { snprintf(msg, sizeof msg, "eval: %s", ld.err[0] ? ld.err : e); fail = 1; }
             loader_close(&ld);
         }
