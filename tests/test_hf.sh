@@ -243,6 +243,31 @@ $HCHK decode "prepare_hf per file" "$T/hd" "$T/bd" "$T/tok/bpe" 0 1 ::: decode "
   ::: decode "prepare_hf wide vocabulary" "$T/hw" "$T/bw" "$T/tok/wide" 0 >"$T/c3" 2>&1
 sub_result "prepare_hf decoding" $? "$T/c3"; grep -E '^(ok|FAIL)' "$T/c3"
 
+# prepare_hf --doc-lengths W: build/eval --doc_lengths's table of the training shards (the separator from meta.json),
+# its document and token counts against the shards read here; DIR gets only shards and meta.json
+check "prepare_hf --doc-lengths 512" "${PH[@]}" --tokenizer "$T/tok/llama/tokenizer.json" --out "$T/hd3" --val-frac 0.2 \
+  --doc-lengths 512 "$C/src" "$C/docs"
+cp "$T/check.out" "$T/dl_ph.out"
+if build/eval --doc_lengths --data "$T/hd3/train_*.bin" --seq_len 512 --out "$T/dl_e" >"$T/dl_e.out" 2>&1; then
+  a=$(sed -n '/^document lengths: /,$p' "$T/dl_ph.out"); b=$(grep -v '^wrote ' "$T/dl_e.out")
+  n=$($PY -c "
+import glob, numpy as np
+t = np.concatenate([np.fromfile(f, dtype=np.uint16, offset=1024) for f in sorted(glob.glob('$T/hd3/train_*.bin'))])
+print(int((t == 1).sum()), t.size)")
+  [ -n "$a" ] && [ "$a" = "$b" ] && head -n 1 "$T/dl_ph.out" | grep -q . \
+    && grep -q "^document lengths: $T/hd3/train_\*.bin (eod 1): ${n% *} documents, ${n#* } tokens" "$T/dl_ph.out" \
+    && grep -q "^window 512: " "$T/dl_ph.out" && [ "$(ls "$T/hd3" | grep -cv -e '^train_' -e '^val_' -e '^meta.json$')" = 0 ] \
+    && ok "prepare_hf --doc-lengths 512: eval --doc_lengths's table, eod 1 from meta.json, ${n% *} documents and ${n#* } tokens as counted here; no other file in DIR" \
+    || bad "prepare_hf --doc-lengths: '$(echo "$a" | head -n 2)' vs '$(echo "$b" | head -n 2)' (counted: $n)"
+else bad "eval --doc_lengths on prepare_hf's shards: $(tail -n 2 "$T/dl_e.out")"; fi
+expect_err "prepare_hf --doc-lengths 1 (not a window)" "prepare_hf: --doc-lengths expects a window of 0 or 2..2147483647 tokens (0: none), got '1'" 1 \
+  "${PH[@]}" --tokenizer "$T/tok/llama/tokenizer.json" --out "$T/hd4" --doc-lengths 1 "$C/src"
+[ ! -e "$T/hd4" ] && ok "nothing written after a bad --doc-lengths" || bad "a bad --doc-lengths left $T/hd4"
+mkdir -p "$T/notbuilt/tools"; cp tools/prepare_hf tools/prepare_hf.py tools/hf_common.py "$T/notbuilt/tools/"
+expect_err "prepare_hf --doc-lengths without build/eval" "prepare_hf: --doc-lengths computes the table with build/eval, which is not built|run make first; nothing was written" 1 \
+  env RINGLM_HFENV="$(dirname "$(dirname "$HFPY")")" "$T/notbuilt/tools/prepare_hf" --tokenizer "$T/tok/llama/tokenizer.json" --out "$T/hd5" --doc-lengths 64 "$C/src"
+[ ! -e "$T/hd5" ] && ok "nothing written when build/eval is missing" || bad "a missing build/eval left $T/hd5"
+
 # DIR/meta.json (build/prepare's format) against facts found without prepare_hf: counts from the shard files, dtype
 # from their magic, the SHA-256 of the tokenizer.json's bytes, vocabulary and ids from the tokenizers library, the
 # layout of build/prepare's meta.json, the command line that ran

@@ -3,7 +3,7 @@
 for build/train on a real tokenizer's vocabulary (e.g. that of a model brought in with tools/hf_import).
 
   tools/prepare_hf --tokenizer TOKENIZER --out DIR [--val-frac F] [--doc-per file|dir] [--seed S]
-                   [--shard-tokens N] [--sep TOKEN|ID] [--force] PATH...
+                   [--shard-tokens N] [--sep TOKEN|ID] [--doc-lengths W] [--force] PATH...
 
 TOKENIZER is a tokenizer.json or a directory holding one (and optionally tokenizer_config.json); it is read
 locally with the `tokenizers` library, nothing is downloaded. Documents, the walk, what is skipped and the
@@ -544,6 +544,10 @@ def main():
     ap.add_argument("--sep", help="the document separator: a token or an id (default: see below)")
     ap.add_argument("--force", action="store_true", help="replace existing DIR/train_*.bin, DIR/val_*.bin and "
                     "DIR/meta.json")
+    ap.add_argument("--doc-lengths", metavar="W", help="afterwards, print the training documents' length distribution "
+                    "(log2 buckets, shares of documents and tokens) and how many fit a training window of W tokens "
+                    "(0: no window), as build/prepare --doc-lengths does; build/eval --doc_lengths writes it as CSV and "
+                    "SVG too (it computes the table here as well: build/eval must be built)")
     a = ap.parse_args()
     if not a.tokenizer:
         raise H.Fail("--tokenizer TOKENIZER is required (a tokenizer.json or a directory holding one)")
@@ -562,6 +566,14 @@ def main():
     if not a.seed.isdigit() or int(a.seed) >= 2**64:
         raise H.Fail(f"--seed expects an unsigned integer, got '{a.seed}'")
     seed, max_tokens = int(a.seed), parse_size(a.shard_tokens, "--shard-tokens")
+    eval_bin = None
+    if a.doc_lengths is not None:
+        if not a.doc_lengths.isdigit() or int(a.doc_lengths) > 2**31 - 1 or int(a.doc_lengths) == 1:
+            raise H.Fail(f"--doc-lengths expects a window of 0 or 2..2147483647 tokens (0: none), got '{a.doc_lengths}'")
+        eval_bin = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "eval")
+        if not os.access(eval_bin, os.X_OK):
+            raise H.Fail(f"--doc-lengths computes the table with build/eval, which is not built ('{os.path.normpath(eval_bin)}'"
+                         " missing): run make first; nothing was written")
     chunk = env_int("RINGLM_PREPARE_CHUNK", 1 << 18, 1024, 1 << 30)
     ctx = max(64, min(4096, chunk // 16))
 
@@ -678,7 +690,29 @@ def main():
           "it (a vocab_size or eod given to them that contradicts it is refused)"
           + (f"; replaced the previous shards and meta.json ({len(old)} files)" if old else "")
           + (f"; note: {note}" if note else ""))
+    if eval_bin:
+        print_doc_lengths(eval_bin, a.out, writers[0].names, int(a.doc_lengths))
     return 0
+
+
+def print_doc_lengths(eval_bin, out, train_names, window):
+    """--doc-lengths: the table of build/eval --doc_lengths over the written training shards (its CSV and SVG go to a
+    temporary directory that is removed: this tool writes only the shards and meta.json into DIR)"""
+    if not train_names:
+        print("document lengths: no training documents")
+        return
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="prepare_hf_doclen.") as tmp:
+        cmd = [eval_bin, "--doc_lengths", "--data", os.path.join(out, "train_*.bin"), "--out", tmp, "--name", "doclen"]
+        if window:
+            cmd += ["--seq_len", str(window)]
+        r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if r.returncode != 0:
+            last = (r.stderr.strip() or r.stdout.strip() or f"exit status {r.returncode}").splitlines()[-1]
+            raise H.Fail(f"--doc-lengths: build/eval --doc_lengths failed ({last}); the shards and meta.json are written")
+        lines = r.stdout.splitlines()
+        sys.stdout.write("".join(l + "\n" for l in lines if not l.startswith("wrote ")))
 
 
 if __name__ == "__main__":

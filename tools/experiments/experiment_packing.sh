@@ -30,7 +30,10 @@ STEPS_EXT=${STEPS_EXT:-30}
 PK_W=${PK_W:-3}                     # the passkey source's weight against the code's 1
 PK_TRIALS=${PK_TRIALS:-8}
 DRILL_FRAC=${DRILL_FRAC:-0}         # > 0: that fraction of the passkey documents are copy drills (passkey_data.py)
-DRILL=(); [ "$DRILL_FRAC" != 0 ] && DRILL=(--drill-frac "$DRILL_FRAC" --drill-copies 4 --drill-gap 0)
+DRILL_GAP=${DRILL_GAP:-0}           # the drills' filler between copies: 0 back to back, -1 any length the document allows
+PK_TOKENS=${PK_TOKENS:-1500000}     # tokens of passkey documents generated for each 512-token stage
+CKPT_EVERY=${CKPT_EVERY:-100}       # checkpoints (points of the learning curve) every this many steps
+DRILL=(); [ "$DRILL_FRAC" != 0 ] && DRILL=(--drill-frac "$DRILL_FRAC" --drill-copies 4 --drill-gap "$DRILL_GAP")
 PY=/usr/bin/python3
 MPI=(mpirun -q --oversubscribe -np 2); [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
 T0=$(date +%s)
@@ -57,7 +60,7 @@ fi
 PK=$OUT/pk; mkdir -p "$PK"
 for i in 1 2; do
   [ -f "$PK/pk512_$i/train_000000.bin" ] || { mkdir -p "$PK/pk512_$i"; run $PY tools/passkey_data.py --out "$PK/pk512_$i/train_000000.bin" \
-    --tokens 1500000 --min-len 128 --max-len 512 --seed $((30 + i)) "${DRILL[@]}" >/dev/null; }
+    --tokens "$PK_TOKENS" --min-len 128 --max-len 512 --seed $((30 + i)) "${DRILL[@]}" >/dev/null; }
 done
 [ -f "$PK/pk2048/train_000000.bin" ] || { mkdir -p "$PK/pk2048"; run $PY tools/passkey_data.py --out "$PK/pk2048/train_000000.bin" \
   --tokens 1000000 --min-len 128 --max-len 2048 --seed 33 >/dev/null; }
@@ -74,7 +77,7 @@ if [ ! -f "$BASE/latest" ]; then
 else echo "reusing the pretrained model $BASE"; fi
 
 PKA=(--seq_len 512 --batch_size 8 --micro_batch 4 --max_steps "$STEPS_PK" --warmup_steps 10 --doc_mask 1 --pack best_fit
-     --ckpt_every 100 --keep_last 0 --log_every 50)
+     --ckpt_every "$CKPT_EVERY" --keep_last 0 --log_every 50)
 stage "2. passkey stage 1: best_fit over passkey documents (128..512) and code, weights $PK_W : 1"
 rm -rf "$OUT/pk1" "$OUT/pk2" "$OUT/ext"
 OMP_NUM_THREADS=2 run build/train --init_from "$BASE" "${PKA[@]}" --lr 2e-3 --min_lr 2e-4 \
