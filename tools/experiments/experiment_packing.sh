@@ -17,6 +17,12 @@
 #     documents upsampled (upsample_len 1024, x2);
 #     DRILL_FRAC=0.5 makes half of the 512-token stages' passkey documents copy drills (as experiment_longctx.sh's
 #     variant), now of 128..512 tokens and whole in their windows;
+#     Per stage where they differ (each defaults to the setting of both): STEPS_PK1/2, PK_W1/2, DRILL_FRAC1/2,
+#     DRILL_GAP1/2 (-1: the drills' copies apart by any filler length the document allows), LR1/2 and MIN_LR1/2
+#     (2e-3 -> 2e-4, then 1e-3 -> 1e-4); PK_TOKENS passkey tokens per stage; CKPT_EVERY (the learning curve's points).
+#     Run E of the README (copying first, then retrieval at every distance; LONG=out/packing: the base model of run A):
+#       OUT=out/packing_E LONG=out/packing PK_W=8 PK_TOKENS=5500000 STEPS_PK1=400 STEPS_PK2=2400 DRILL_FRAC1=1 DRILL_GAP1=0 \
+#       DRILL_FRAC2=0.5 DRILL_GAP2=-1 LR1=2e-3 MIN_LR1=2e-3 LR2=2e-3 MIN_LR2=2e-4 CKPT_EVERY=200 bash tools/experiments/experiment_packing.sh
 #  4. passkey retrieval (whole keys, greedy; and digits, teacher-forced) at 256..2048 and every depth, for each
 #     stage, and the learning curve of retrieval over the checkpoints; packing statistics (best_fit beside stream on
 #     the same data, from the trainer's packing line); tables in out/packing/results.md.
@@ -33,7 +39,16 @@ DRILL_FRAC=${DRILL_FRAC:-0}         # > 0: that fraction of the passkey document
 DRILL_GAP=${DRILL_GAP:-0}           # the drills' filler between copies: 0 back to back, -1 any length the document allows
 PK_TOKENS=${PK_TOKENS:-1500000}     # tokens of passkey documents generated for each 512-token stage
 CKPT_EVERY=${CKPT_EVERY:-100}       # checkpoints (points of the learning curve) every this many steps
-DRILL=(); [ "$DRILL_FRAC" != 0 ] && DRILL=(--drill-frac "$DRILL_FRAC" --drill-copies 4 --drill-gap "$DRILL_GAP")
+# per stage (1, 2) where they differ: STEPS_PK1/2, DRILL_FRAC1/2, DRILL_GAP1/2, PK_W1/2, LR1/2 with MIN_LR1/2
+STEPS_PK1=${STEPS_PK1:-$STEPS_PK}; STEPS_PK2=${STEPS_PK2:-$STEPS_PK}
+DRILL_FRAC1=${DRILL_FRAC1:-$DRILL_FRAC}; DRILL_FRAC2=${DRILL_FRAC2:-$DRILL_FRAC}
+DRILL_GAP1=${DRILL_GAP1:-$DRILL_GAP}; DRILL_GAP2=${DRILL_GAP2:-$DRILL_GAP}
+PK_W1=${PK_W1:-$PK_W}; PK_W2=${PK_W2:-$PK_W}
+LR1=${LR1:-2e-3}; MIN_LR1=${MIN_LR1:-2e-4}; LR2=${LR2:-1e-3}; MIN_LR2=${MIN_LR2:-1e-4}
+drill() {   # drill STAGE: passkey_data.py's drill options of that stage
+  local f g; eval "f=\$DRILL_FRAC$1 g=\$DRILL_GAP$1"
+  [ "$f" != 0 ] && echo --drill-frac "$f" --drill-copies 4 --drill-gap "$g"; true
+}
 PY=/usr/bin/python3
 MPI=(mpirun -q --oversubscribe -np 2); [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
 T0=$(date +%s)
@@ -60,7 +75,7 @@ fi
 PK=$OUT/pk; mkdir -p "$PK"
 for i in 1 2; do
   [ -f "$PK/pk512_$i/train_000000.bin" ] || { mkdir -p "$PK/pk512_$i"; run $PY tools/passkey_data.py --out "$PK/pk512_$i/train_000000.bin" \
-    --tokens "$PK_TOKENS" --min-len 128 --max-len 512 --seed $((30 + i)) "${DRILL[@]}" >/dev/null; }
+    --tokens "$PK_TOKENS" --min-len 128 --max-len 512 --seed $((30 + i)) $(drill $i) >/dev/null; }
 done
 [ -f "$PK/pk2048/train_000000.bin" ] || { mkdir -p "$PK/pk2048"; run $PY tools/passkey_data.py --out "$PK/pk2048/train_000000.bin" \
   --tokens 1000000 --min-len 128 --max-len 2048 --seed 33 >/dev/null; }
@@ -76,15 +91,15 @@ if [ ! -f "$BASE/latest" ]; then
     --train_data "$CODE" --val_data "$DATA/val_*.bin" --val_batches 4 --log_every 40 --out_dir "$BASE" | keep "^(params|step|done)"
 else echo "reusing the pretrained model $BASE"; fi
 
-PKA=(--seq_len 512 --batch_size 8 --micro_batch 4 --max_steps "$STEPS_PK" --warmup_steps 10 --doc_mask 1 --pack best_fit
+PKA=(--seq_len 512 --batch_size 8 --micro_batch 4 --warmup_steps 10 --doc_mask 1 --pack best_fit
      --ckpt_every "$CKPT_EVERY" --keep_last 0 --log_every 50)
-stage "2. passkey stage 1: best_fit over passkey documents (128..512) and code, weights $PK_W : 1"
+stage "2. passkey stage 1: best_fit over passkey documents (128..512) and code, weights $PK_W1 : 1"
 rm -rf "$OUT/pk1" "$OUT/pk2" "$OUT/ext"
-OMP_NUM_THREADS=2 run build/train --init_from "$BASE" "${PKA[@]}" --lr 2e-3 --min_lr 2e-4 \
-  --train_data "$PK/pk512_1@$PK_W;$CODE@1" --out_dir "$OUT/pk1" | keep "^(packing|mixture|step|done)" | tee "$OUT/pk1.log"
-stage "2. passkey stage 2: new passkey documents"
-OMP_NUM_THREADS=2 run build/train --init_from "$OUT/pk1" "${PKA[@]}" --lr 1e-3 --min_lr 1e-4 \
-  --train_data "$PK/pk512_2@$PK_W;$CODE@1" --out_dir "$OUT/pk2" | keep "^(packing|mixture|step|done)" | tee "$OUT/pk2.log"
+OMP_NUM_THREADS=2 run build/train --init_from "$BASE" "${PKA[@]}" --max_steps "$STEPS_PK1" --lr "$LR1" --min_lr "$MIN_LR1" \
+  --train_data "$PK/pk512_1@$PK_W1;$CODE@1" --out_dir "$OUT/pk1" | keep "^(packing|mixture|step|done)" | tee "$OUT/pk1.log"
+stage "2. passkey stage 2: new passkey documents, weights $PK_W2 : 1"
+OMP_NUM_THREADS=2 run build/train --init_from "$OUT/pk1" "${PKA[@]}" --max_steps "$STEPS_PK2" --lr "$LR2" --min_lr "$MIN_LR2" \
+  --train_data "$PK/pk512_2@$PK_W2;$CODE@1" --out_dir "$OUT/pk2" | keep "^(packing|mixture|step|done)" | tee "$OUT/pk2.log"
 stage "3. extension to 2048, YaRN x4, cp 2: best_fit, documents over 1024 tokens x2"
 OMP_NUM_THREADS=1 run "${MPI[@]}" build/train --init_from "$OUT/pk2" --max_seq_len 2048 --seq_len 2048 --rope_scaling yarn \
   --rope_factor 4 --rope_original_max_seq_len 512 --cp 2 --batch_size 4 --micro_batch 1 --max_steps "$STEPS_EXT" --lr 5e-4 \
@@ -118,6 +133,7 @@ import csv, glob, json, os, re, sys
 out = sys.argv[1]
 L = []
 def rows(p): return list(csv.DictReader(open(p)))
+def steps(run): return int(open(f"{out}/{run}/config.txt").read().split("max_steps = ")[1].split()[0])
 for run in ("pk1", "pk2", "ext"):
     log = open(f"{out}/{run}.log").read()
     m = re.search(r"^packing: (.*)$", log, re.M)
@@ -131,7 +147,8 @@ for col, what in (("accuracy", "whole keys right (greedy; chance 1e-5)"), ("digi
     L.append(f"**passkey retrieval: {what}** — by context length, mean over depths (in brackets by depth 0, 0.25, 0.5, 0.75, 1)\n")
     L.append("| model | 256 | 512 | 1024 | 2048 |")
     L.append("|---|---|---|---|---|")
-    for m, label in (("pk1", "best_fit, stage 1 (400 steps)"), ("pk2", "best_fit, stage 2 (800 steps)"), ("ext", "+ YaRN x4 extension at 2048")):
+    s1, s2 = steps("pk1"), steps("pk2")
+    for m, label in (("pk1", f"best_fit, stage 1 ({s1} steps)"), ("pk2", f"best_fit, stage 2 ({s1 + s2} steps)"), ("ext", "+ YaRN x4 extension at 2048")):
         r = rows(f"{out}/eval/{m}_passkey.csv")
         cells = []
         for ctx in ("256", "512", "1024", "2048"):
@@ -146,7 +163,7 @@ for p in sorted(glob.glob(f"{out}/eval/curve/*_passkey.csv")):
     name = os.path.basename(p)[:-len("_passkey.csv")]
     run, step = name.rsplit("_", 1)
     step = int(step)
-    offset = 0 if run == "pk1" else int(open(f"{out}/pk1/config.txt").read().split("max_steps = ")[1].split()[0])
+    offset = 0 if run == "pk1" else steps("pk1")
     r = rows(p)
     cell = []
     for ctx in ("256", "512"):
