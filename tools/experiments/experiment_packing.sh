@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# experiment_packing.sh — does document-aware packing let the model learn passkey retrieval? (issue 22)
+# experiment_packing.sh — does document-aware packing let the model learn passkey retrieval?
 #
 #   bash tools/experiments/experiment_packing.sh      (about 35-45 minutes on this 2-core machine; results in out/packing/)
 #
