@@ -193,6 +193,27 @@ assert 0.15 < frac < 0.45, frac
 print(f"     {npk} passkey documents, {ndrill} drills")
 PYEOF
 
+# 5b'. tools/experiments/passkey_digits.py builds eval/passkey.h's document (needle at round(depth * (len - 103)) + 1,
+#      exactly len tokens with the 5 answer digits) and reports one line per document and the two totals
+$PY - <<'PYEOF' && ok "passkey_digits.py: its prompts are eval/passkey.h's documents without the answer (12 lengths x depths)" || bad "passkey_digits.py prompts"
+import sys
+sys.path.insert(0, "tools/experiments")
+from passkey_digits import prompt
+for L in (103, 256, 301):
+    for d in (0, 0.3, 0.5, 1):
+        p = prompt(L, d, "48213")
+        pos = int(d * (L - 103) + 0.5) + 1
+        text = bytes(p[1:]).decode()
+        assert p[0] == 256 and len(p) + 5 == L, (L, d, len(p))
+        assert text[pos - 1:].startswith("The pass key is 48213. Remember it. 48213 is the pass key. "), (L, d, text)
+        assert text.endswith("What is the pass key? The pass key is "), text
+PYEOF
+if $PY tools/experiments/passkey_digits.py "$CK" --lens 128 --depths 0,1 --keys 48213 >"$T/pd.out" 2>&1 \
+   && [ "$(grep -c '^length 128 depth [01] key 48213: greedy answer .....$' "$T/pd.out")" = 2 ] \
+   && grep -q '^digits right given the previous ones (teacher-forced): digit 1 [0-2]/2, digit 2 [0-2]/2, digit 3 [0-2]/2, digit 4 [0-2]/2, digit 5 [0-2]/2$' "$T/pd.out" \
+   && grep -q '^greedy answers: [0-2]/2 right, [0-2]/2 the key' "$T/pd.out"; then ok "passkey_digits.py on a checkpoint: $(tail -n 1 "$T/pd.out")"
+else bad "passkey_digits.py: $(tail -n 3 "$T/pd.out")"; fi
+
 # 5c. each series' ETA comes from its own rate: two equal series (one checkpoint twice, sliding windows so that
 #     a series takes ~1 s); series 2's first progress line counts its own time, not series 1's too, and its ETA
 #     predicts what series 2 then took (before: elapsed since series 1 began, ETA ~4x too long)
