@@ -211,7 +211,11 @@ PYEOF
 if $PY tools/experiments/passkey_digits.py "$CK" --lens 128 --depths 0,1 --keys 48213 >"$T/pd.out" 2>&1 \
    && [ "$(grep -c '^length 128 depth [01] key 48213: greedy answer .....$' "$T/pd.out")" = 2 ] \
    && grep -q '^digits right given the previous ones (teacher-forced): digit 1 [0-2]/2, digit 2 [0-2]/2, digit 3 [0-2]/2, digit 4 [0-2]/2, digit 5 [0-2]/2$' "$T/pd.out" \
-   && grep -q '^greedy answers: [0-2]/2 right, [0-2]/2 the key' "$T/pd.out"; then ok "passkey_digits.py on a checkpoint: $(tail -n 1 "$T/pd.out")"
+   && grep -q '^greedy answers: [0-2]/2 right, [0-2]/2 the key' "$T/pd.out" \
+   && $PY tools/experiments/passkey_digits.py "$CK" --lens 128 --depths 0 --keys 48213,70592 --drill-gaps 0 >"$T/pd2.out" 2>&1 \
+   && [ "$(grep -c '^drill gap 0 key \(48213 70592\|70592 48213\): greedy copy [47]...........$' "$T/pd2.out")" = 2 ] \
+   && grep -q '^drill copies at gap 0: [0-2]/2 exact, digits right in place [0-9]*/18$' "$T/pd2.out"; then
+  ok "passkey_digits.py on a checkpoint: $(tail -n 1 "$T/pd.out"); $(tail -n 1 "$T/pd2.out")"
 else bad "passkey_digits.py: $(tail -n 3 "$T/pd.out")"; fi
 
 # 5c. each series' ETA comes from its own rate: two equal series (one checkpoint twice, sliding windows so that
