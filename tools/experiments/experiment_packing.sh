@@ -23,6 +23,8 @@
 #     Run E of the README (copying first, then retrieval at every distance; LONG=out/packing: the base model of run A):
 #       OUT=out/packing_E LONG=out/packing PK_W=8 PK_TOKENS=5500000 STEPS_PK1=400 STEPS_PK2=2400 DRILL_FRAC1=1 DRILL_GAP1=0 \
 #       DRILL_FRAC2=0.5 DRILL_GAP2=-1 LR1=2e-3 MIN_LR1=2e-3 LR2=2e-3 MIN_LR2=2e-4 CKPT_EVERY=200 bash tools/experiments/experiment_packing.sh
+#     Run F: the same with OUT=out/packing_F STEPS_PK1=1200 STEPS_PK2=1200 DRILL_GAP1=-1 (drills at every distance first).
+#     tools/experiments/passkey_digits.py CKPT --drill-gaps 0,90,270,450 then measures what a model retrieves, digit by digit.
 #  4. passkey retrieval (whole keys, greedy; and digits, teacher-forced) at 256..2048 and every depth, for each
 #     stage, and the learning curve of retrieval over the checkpoints; packing statistics (best_fit beside stream on
 #     the same data, from the trainer's packing line); tables in out/packing/results.md.
