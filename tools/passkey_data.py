@@ -37,14 +37,18 @@ def filler_tail(n):
     return "".join(FILLER[(start + i) % fl] for i in range(n))
 
 
-def document(rng, length, sep):
-    key = str(rng.randrange(10000, 100000))
+def passkey_text(length, depth, key):
+    """the text of a length-token document after its separator, the needle at depth in [0, 1] (eval/passkey.c)"""
     needle = f"The pass key is {key}. Remember it. {key} is the pass key. "
     question = f"What is the pass key? The pass key is {key}"
     free = length - 1 - len(needle) - len(question)
-    a = int(rng.random() * free + 0.5)
-    text = filler_tail(a) + needle + filler_tail(free - a) + question
-    return [sep] + list(text.encode())
+    a = int(depth * free + 0.5)
+    return filler_tail(a) + needle + filler_tail(free - a) + question
+
+
+def document(rng, length, sep):
+    key = str(rng.randrange(10000, 100000))
+    return [sep] + list(passkey_text(length, rng.random(), key).encode())
 
 
 def drill(rng, max_len, max_copies, max_gap, prefix, sep):

@@ -48,8 +48,8 @@ DRILL_GAP1=${DRILL_GAP1:-$DRILL_GAP}; DRILL_GAP2=${DRILL_GAP2:-$DRILL_GAP}
 PK_W1=${PK_W1:-$PK_W}; PK_W2=${PK_W2:-$PK_W}
 LR1=${LR1:-2e-3}; MIN_LR1=${MIN_LR1:-2e-4}; LR2=${LR2:-1e-3}; MIN_LR2=${MIN_LR2:-1e-4}
 drill() {   # drill STAGE: passkey_data.py's drill options of that stage
-  local f g; eval "f=\$DRILL_FRAC$1 g=\$DRILL_GAP$1"
-  [ "$f" != 0 ] && echo --drill-frac "$f" --drill-copies 4 --drill-gap "$g"; true
+  local f=DRILL_FRAC$1 g=DRILL_GAP$1
+  [ "${!f}" != 0 ] && echo --drill-frac "${!f}" --drill-copies 4 --drill-gap "${!g}"; true
 }
 PY=/usr/bin/python3
 MPI=(mpirun -q --oversubscribe -np 2); [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)

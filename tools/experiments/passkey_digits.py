@@ -21,18 +21,14 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from passkey_data import filler_tail  # noqa: E402
+from passkey_data import filler_tail, passkey_text  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 
 def prompt(length, depth, key):
     """the document of build/eval --passkey (eval/passkey.c passkey_make) without its 5 answer digits"""
-    needle = f"The pass key is {key}. Remember it. {key} is the pass key. "
-    question = "What is the pass key? The pass key is "
-    free = length - 1 - len(needle) - len(question) - len(key)
-    a = int(depth * free + 0.5)
-    return [256] + list((filler_tail(a) + needle + filler_tail(free - a) + question).encode())
+    return [256] + list(passkey_text(length, depth, key)[:-len(key)].encode())
 
 
 def generate(ckpt, ids, n):
