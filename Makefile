@@ -81,18 +81,20 @@ deps:
 gpu-bundle:
 	@bash tools/gpu_check.sh prepare
 
+# builds in parallel (JOBS: the cores), then runs the suite several tests at a time (tests/run_all.sh)
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test: deps
-	@$(MAKE) --no-print-directory all
-	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory cuda; else echo "make test: no nvcc: the CUDA programs are not built"; fi
-	@$(MAKE) --no-print-directory cuda-emu
+	@$(MAKE) --no-print-directory -j$(JOBS) all
+	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory -j$(JOBS) cuda; else echo "make test: no nvcc: the CUDA programs are not built"; fi
+	@$(MAKE) --no-print-directory -j$(JOBS) cuda-emu
 	@bash tests/run_all.sh
 
 demo: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash tools/experiments/demo.sh
 
 bench: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash tools/bench/bench_train.sh
 
 clean:

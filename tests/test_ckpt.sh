@@ -100,23 +100,25 @@ killtest() {  # name np args...
   local D="$T/$name" sidf="$T/$name.sid"
   mkdir -p "$T/$name.shm"
   # a new session: mpirun and every rank can be killed at once; Open MPI's shared-memory files go to $T
-  OMPI_MCA_btl_vader_backing_directory="$T/$name.shm" RINGLM_TEST_CKPT_SLOW_MS=40 \
+  OMPI_MCA_btl_vader_backing_directory="$T/$name.shm" RINGLM_TEST_CKPT_SLOW_MS=100 \
     in_session "$sidf" $(launch "$np") build/train -c "$CONF" --out_dir "$D" --ckpt_every 1 "$@" \
     >"$T/$name.out" 2>"$T/$name.err" &
-  local job=$! i l seen="" dangling="" found=0
-  # watch `latest` until the second save has been writing for ~1 s of its ~2.5 s (63 datasets x 40 ms)
-  for ((i = 0; i < 1500; i++)); do   # at most ~30 s
+  local job=$! i l seen="" dangling="" first=""
+  # watch `latest` until the second save has been writing for 1 s (wall clock, whatever the load) of its ~6.3 s
+  # (63 datasets x 100 ms); the run ends on its own (a failure) if it never saves; HANG_S catches a hang
+  local end=$((SECONDS + HANG_S))
+  while [ $SECONDS -lt $end ]; do
     if [ -f "$D/latest" ]; then
       l=$(cat "$D/latest" 2>/dev/null); seen+="${l:-<empty>} "; [ -f "$D/$l" ] || dangling+="${l:-<empty>} "
     fi
-    [ -e "$D/ckpt_00000002.h5.tmp" ] && found=$((found + 1))
-    [ $found -ge 50 ] && break
+    if [ -z "$first" ] && [ -e "$D/ckpt_00000002.h5.tmp" ]; then first=$EPOCHREALTIME; fi
+    [ -n "$first" ] && awk -v a="$first" -v b="$EPOCHREALTIME" 'BEGIN{exit !(b - a >= 1)}' && break
     kill -0 $job 2>/dev/null || break
     sleep 0.02
   done
   end_session "$(cat "$sidf" 2>/dev/null)" $job || bad "$name: processes of the killed job still alive"
   rm -f "$sidf"
-  [ $found -ge 50 ] || { bad "$name: no second checkpoint's .tmp appeared (exit of the run: $(head -c 300 "$T/$name.err"))"; return; }
+  [ -n "$first" ] || { bad "$name: no second checkpoint's .tmp appeared (exit of the run: $(head -c 300 "$T/$name.err"))"; return; }
   [ -e "$D/ckpt_00000002.h5.tmp" ] && [ ! -e "$D/ckpt_00000002.h5" ] \
     && ok "$name: killed while ckpt_00000002.h5.tmp was being written ($(stat -c %s "$D/ckpt_00000002.h5.tmp") bytes so far)" || bad "$name: the kill missed the save: $(ls "$D" | tr '\n' ' ')"
   local lt; lt=$(cat "$D/latest" 2>/dev/null)

@@ -10,7 +10,7 @@ source tests/lib.sh
 for mc in "" 7; do
   for np in 1 2 3 4; do
     name="P = $np${mc:+, RINGLM_COMM_MAX_COUNT=$mc}"
-    RINGLM_COMM_MAX_COUNT=$mc timeout 120 "${MPI[@]}" -np "$np" build/tests/mpi_comm >"$T/o" 2>&1; rc=$?
+    RINGLM_COMM_MAX_COUNT=$mc timeout $HANG_S "${MPI[@]}" -np "$np" build/tests/mpi_comm >"$T/o" 2>&1; rc=$?
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$T/o" | tail -n 1)
     p=$(echo "$line" | awk '{print $1}'); f=$(echo "$line" | awk '{print $3}')
     if [ "$rc" -eq 0 ] && [ -n "$line" ] && [ "$f" -eq 0 ] && [ "$p" -ge 36 ]; then ok "mpi_comm $name: $line"
@@ -26,7 +26,7 @@ if [ -x build/emu/tests/mpi_comm ]; then
     for mc in "" 7; do
       for np in 2 3; do
         name="emulated CUDA transport $want, P = $np${mc:+, RINGLM_COMM_MAX_COUNT=$mc}"
-        RINGLM_EMU_DEVICES=$dev RINGLM_COMM_MAX_COUNT=$mc timeout 120 "${MPI[@]}" -np "$np" -x RINGLM_EMU_DEVICES \
+        RINGLM_EMU_DEVICES=$dev RINGLM_COMM_MAX_COUNT=$mc timeout $HANG_S "${MPI[@]}" -np "$np" -x RINGLM_EMU_DEVICES \
           -x RINGLM_COMM_MAX_COUNT build/emu/tests/mpi_comm >"$T/o" 2>&1; rc=$?
         line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$T/o" | tail -n 1)
         p=$(echo "$line" | awk '{print $1}'); f=$(echo "$line" | awk '{print $3}')
@@ -38,7 +38,7 @@ if [ -x build/emu/tests/mpi_comm ]; then
   done
 else bad "no build/emu/tests/mpi_comm (make cuda-emu)"; fi
 
-timeout 60 "${MPI[@]}" -np 2 build/tests/mpi_comm --overflow >"$T/o" 2>"$T/e"; rc=$?
+timeout $HANG_S "${MPI[@]}" -np 2 build/tests/mpi_comm --overflow >"$T/o" 2>"$T/e"; rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "comm: more than 64 transfers in flight" "$T/e" && ! grep -q "not caught" "$T/o"; then
   ok "too many hops in flight on one request: the job stops with the layer's message (exit $rc)"
 else bad "request overflow: exit $rc, $(head -c 300 "$T/e") $(cat "$T/o")"; fi

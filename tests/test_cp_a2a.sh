@@ -121,7 +121,7 @@ done
 # on the emulated CUDA backend: NCCL (a GPU per rank) and the staged transport (ranks sharing one)
 emu_cmp() {   # NAME NP DEVICES DESCRIPTION ARGS...: the emulated CUDA trainer (fp32) against the one-process CPU run
   local name=$1 np=$2 dev=$3 what=$4; shift 4
-  if RINGLM_EMU_DEVICES=$dev timeout 300 $(launch "$np") build/emu/train -c "$CONF" --out_dir "$T/$name" --matmul_precision fp32 \
+  if RINGLM_EMU_DEVICES=$dev timeout $HANG_S $(launch "$np") build/emu/train -c "$CONF" --out_dir "$T/$name" --matmul_precision fp32 \
        "$@" </dev/null >"$T/$name.out" 2>"$T/$name.err" && same_losses one "$name" 1e-5 >"$T/cmp.out" 2>&1
   then ok "$what: $(grep -m1 '^transport' "$T/$name.out"); $(tail -n 1 "$T/cmp.out" | sed 's/^ *//')"
   else bad "$what: $(head -c 300 "$T/$name.err") $(tail -n 2 "$T/cmp.out" | tr '\n' ' ')"; fi

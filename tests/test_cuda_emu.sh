@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 source tests/lib.sh
 E=build/emu
 [ -x $E/train ] && [ -x $E/eval ] && [ -x $E/tests/emu_faults ] || { bad "no $E programs: run make cuda-emu"; finish; }
-export RINGLM_EMU_TIMEOUT_S=120
+export RINGLM_EMU_TIMEOUT_S=600
 
 # ---- 1. the emulation's rules ----
 if out=$($E/tests/emu_faults ok 2>&1); then ok "emulation control (correct kernels, shared memory, events): $out"
@@ -69,10 +69,10 @@ matmul_precision = fp32
 train_data = $T/data/train_*.bin
 CONF
 STEPS=3
-# tr NAME NP BIN ARGS...: BIN (build or build/emu) trains on NP ranks into $T/NAME; FAIL on a non-zero exit
-tr() {
+# trun NAME NP BIN ARGS...: BIN (build or build/emu) trains on NP ranks into $T/NAME; FAIL on a non-zero exit
+trun() {
   local name=$1 np=$2 bin=$3; shift 3
-  timeout 300 $(launch "$np") $bin/train -c "$T/e.conf" --out_dir "$T/$name" "$@" </dev/null >"$T/$name.out" 2>"$T/$name.err" \
+  timeout $HANG_S $(launch "$np") $bin/train -c "$T/e.conf" --out_dir "$T/$name" "$@" </dev/null >"$T/$name.out" 2>"$T/$name.err" \
     || { bad "$name: exit $?: $(head -c 400 "$T/$name.err")"; return 1; }
 }
 cmp_runs() {   # DESCRIPTION A B TOL
@@ -84,7 +84,7 @@ cmp_runs() {   # DESCRIPTION A B TOL
 while read -r name np dev args; do
   [ -z "$name" ] && continue
   # shellcheck disable=SC2086
-  tr "c_$name" "$np" build $args && RINGLM_EMU_DEVICES=$dev tr "g_$name" "$np" $E $args &&
+  trun "c_$name" "$np" build $args && RINGLM_EMU_DEVICES=$dev trun "g_$name" "$np" $E $args &&
     cmp_runs "fp32 $name ($np ranks${args:+: $args}): emulated GPU vs CPU" "c_$name" "g_$name" 1e-5
 done <<'RUNS'
 one 1 8
@@ -106,19 +106,19 @@ mkdir -p "$T/docs"
 awk -v d="$T/docs" 'NF { b = b $0 "\n"; if (++k == 2) { f = sprintf("%s/p%05d.txt", d, n++); printf "%s", b > f; close(f); b = ""; k = 0 } }' README.md
 build/prepare --out "$T/short" --val-frac 0 "$T/docs" >/dev/null 2>&1 || bad "prepare short documents"
 SH=(--train_data "$T/short/train_*.bin" --doc_mask 1)
-tr c_doc 1 build "${SH[@]}" && tr g_doc 1 $E "${SH[@]}" && cmp_runs "fp32 doc_mask, 1 rank" c_doc g_doc 1e-5
-tr g_doccp 2 $E "${SH[@]}" --cp 2 && cmp_runs "fp32 doc_mask through the ring (cp 2, NCCL)" c_doc g_doccp 1e-5
-tr c_nodoc 1 build --train_data "$T/short/train_*.bin" &&
+trun c_doc 1 build "${SH[@]}" && trun g_doc 1 $E "${SH[@]}" && cmp_runs "fp32 doc_mask, 1 rank" c_doc g_doc 1e-5
+trun g_doccp 2 $E "${SH[@]}" --cp 2 && cmp_runs "fp32 doc_mask through the ring (cp 2, NCCL)" c_doc g_doccp 1e-5
+trun c_nodoc 1 build --train_data "$T/short/train_*.bin" &&
   if same_losses c_doc c_nodoc 1e-4 >/dev/null 2>&1; then bad "doc_mask leaves the losses of the short documents as they are"
   else ok "doc_mask changes the losses of the short documents (the masks are active)"; fi
 for rc in mlp qkv full; do
-  tr "g_rc_$rc" 2 $E --cp 2 --recompute $rc && cmp_runs "fp32 recompute $rc (cp 2) vs the CPU without recompute" c_one "g_rc_$rc" 1e-5
+  trun "g_rc_$rc" 2 $E --cp 2 --recompute $rc && cmp_runs "fp32 recompute $rc (cp 2) vs the CPU without recompute" c_one "g_rc_$rc" 1e-5
 done
 
 # ---- 4. bf16 and tf32 ----
-tr g_bf16 1 $E --matmul_precision bf16 && cmp_runs "bf16 vs the CPU's fp32 (tolerance 2e-3)" c_one g_bf16 2e-3
-tr g_tf32 1 $E --matmul_precision tf32 && cmp_runs "tf32 vs the CPU's fp32 (tolerance 3e-4)" c_one g_tf32 3e-4
-tr g_bf16_l 4 $E --matmul_precision bf16 --tp 2 --cp 2 --doc_mask 1 --train_data "$T/short/train_*.bin" &&
+trun g_bf16 1 $E --matmul_precision bf16 && cmp_runs "bf16 vs the CPU's fp32 (tolerance 2e-3)" c_one g_bf16 2e-3
+trun g_tf32 1 $E --matmul_precision tf32 && cmp_runs "tf32 vs the CPU's fp32 (tolerance 3e-4)" c_one g_tf32 3e-4
+trun g_bf16_l 4 $E --matmul_precision bf16 --tp 2 --cp 2 --doc_mask 1 --train_data "$T/short/train_*.bin" &&
   cmp_runs "bf16, tp 2 x cp 2 with doc_mask vs the CPU's fp32 (tolerance 2e-3)" c_doc g_bf16_l 2e-3
 for p in bf16 tf32; do
   if same_losses c_one "g_$p" 1e-7 >/dev/null 2>&1; then bad "$p losses equal fp32's to 1e-7: the mode did not run"
@@ -126,7 +126,7 @@ for p in bf16 tf32; do
 done
 
 # ---- 5. determinism ----
-tr g_bf16b 1 $E --matmul_precision bf16 &&
+trun g_bf16b 1 $E --matmul_precision bf16 &&
   $PY - "$T/g_bf16/metrics.jsonl" "$T/g_bf16b/metrics.jsonl" <<'PYEOF' >"$T/det.out" 2>&1 \
   && ok "bf16 run twice: losses and gradient norms identical bit for bit" || bad "bf16 determinism: $(cat "$T/det.out")"
 import json, sys
@@ -136,9 +136,9 @@ assert [(r["loss"], r["grad_norm"]) for r in a] == [(r["loss"], r["grad_norm"]) 
 PYEOF
 
 # ---- 6. checkpoints across backends ----
-tr c_full4 1 build --max_steps 4
-tr c_half 1 build --max_steps 2 --save_final 1 && tr g_resume 1 $E --max_steps 4 --resume "$T/c_half/ckpt_00000002.h5"
-tr g_half 2 $E --max_steps 2 --save_final 1 --cp 2 && tr c_resume 1 build --max_steps 4 --resume "$T/g_half/ckpt_00000002.h5"
+trun c_full4 1 build --max_steps 4
+trun c_half 1 build --max_steps 2 --save_final 1 && trun g_resume 1 $E --max_steps 4 --resume "$T/c_half/ckpt_00000002.h5"
+trun g_half 2 $E --max_steps 2 --save_final 1 --cp 2 && trun c_resume 1 build --max_steps 4 --resume "$T/g_half/ckpt_00000002.h5"
 tail2() {   # DESCRIPTION RUN: its steps 3-4 against c_full4's
   $PY - "$T/c_full4/metrics.jsonl" "$T/$2/metrics.jsonl" <<'PYEOF' >"$T/r.out" 2>&1 && ok "$1: $(cat "$T/r.out")" || bad "$1: $(cat "$T/r.out")"
 import json, sys
@@ -176,7 +176,7 @@ RINGLM_EMU_MEMORY_MIB=34 expect_err "too little device memory: the capacity chec
   $E/train -c "$T/e.conf" --out_dir "$T/bad3"
 RINGLM_EMU_DEVICES=1 expect_err "NCCL with two ranks on one GPU: one line" "nccl cannot run two ranks on one GPU" 2 \
   $E/train -c "$T/e.conf" --out_dir "$T/bad4" --cp 2 --comm nccl
-RINGLM_CUDA_PROFILE="$T/prof.md" RINGLM_CUDA_MEMORY=1 tr g_prof 2 $E --cp 2 &&
+RINGLM_CUDA_PROFILE="$T/prof.md" RINGLM_CUDA_MEMORY=1 trun g_prof 2 $E --cp 2 &&
   $PY - "$T/prof.md" "$T/prof.md.rank1" "$T/g_prof.out" <<'PYEOF' >"$T/p.out" 2>&1 && ok "profile: $(cat "$T/p.out")" || bad "profile: $(cat "$T/p.out")"
 import re, sys
 for f in sys.argv[1:3]:

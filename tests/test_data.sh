@@ -11,7 +11,7 @@ PREP=$PWD/build/prepare
 [ -x "$PREP" ] || { bad "build/prepare is not built"; finish; }
 "$PY" -c 'import numpy' 2>/dev/null || { bad "$PY has no numpy"; finish; }
 
-prep() { timeout 60 "$PREP" "$@"; }        # a hang (e.g. reading a fifo) fails instead of blocking
+prep() { timeout $HANG_S "$PREP" "$@"; }        # a hang (e.g. reading a fifo) fails instead of blocking
 
 # ---------------------------------------------------------------------------------------------------------
 # corpus

@@ -19,7 +19,7 @@ source tests/lib.sh
 
 # ---- 1. ring attention with documents
 for P in 1 2 4; do
-  timeout 180 $(launch "$P") build/tests/mpi_ring --docs >"$T/ring$P" 2>&1; rc=$?
+  timeout $HANG_S $(launch "$P") build/tests/mpi_ring --docs >"$T/ring$P" 2>&1; rc=$?
   grep -E "^FAIL|segment pairs" "$T/ring$P" | grep -E "^FAIL|B=1 docs\(tail\)" | sed "s/^/  [P=$P] /" | head -4
   sub_result "mpi_ring --docs P = $P" $rc "$T/ring$P"
   echo "# mpi_ring --docs P = $P: $(tail -1 "$T/ring$P")"
@@ -133,14 +133,14 @@ CK=$(ls "$T"/init/ckpt_*.h5 2>/dev/null | tail -1)
 csvs=()
 for lay in "1 zigzag" "2 zigzag" "2 contiguous" "4 zigzag" "4 contiguous"; do
   read -r cp layout <<<"$lay"; n="ev_cp${cp}_$layout"
-  timeout 120 $(launch "$cp") build/eval --ckpt "$CK" --data "$T/data/val_000000.bin" --doc_mask --seq_len 64 --docs 4 --bucket 1 \
+  timeout $HANG_S $(launch "$cp") build/eval --ckpt "$CK" --data "$T/data/val_000000.bin" --doc_mask --seq_len 64 --docs 4 --bucket 1 \
     --cp "$cp" --cp_layout "$layout" --out "$T/ev" --name "$n" >"$T/$n.out" 2>&1 && csvs+=("$T/ev/$n.csv") || bad "eval $n: $(tail -c 300 "$T/$n.out")"
 done
 grep -q "4 windows at context 64 (packed windows, document-masked)" "$T/ev_cp1_zigzag.out" && ok "eval --doc_mask says what it scored" || bad "eval --doc_mask summary line"
 $PY tests/docmask_ref.py "$CK" "$T/data/val_000000.bin" 64 4 256 "${csvs[@]}" >"$T/dref" 2>&1; rc=$?
 grep -v "passed, .* failed" "$T/dref"
 sub_result "docmask_ref.py" $rc "$T/dref"
-timeout 60 build/eval --ckpt "$CK" --data "$T/data/val_000000.bin" --doc_mask --seq_len 64 --docs 4 --log_buckets --out "$T/ev" \
+timeout $HANG_S build/eval --ckpt "$CK" --data "$T/data/val_000000.bin" --doc_mask --seq_len 64 --docs 4 --log_buckets --out "$T/ev" \
   --name band >/dev/null 2>&1 && $PY - "$T/ev/band.svg" <<'PYEOF' && ok "eval --doc_mask --log_buckets: the SVG has a shaded standard-error band" || bad "no band in the SVG"
 import sys, xml.etree.ElementTree as ET
 root = ET.parse(sys.argv[1]).getroot()

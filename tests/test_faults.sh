@@ -75,10 +75,11 @@ filler() {
   local D="$T/$name/run" avail i
   avail=$(df -B1 --output=avail "$T/$name" | tail -n 1)
   head -c $((avail - 1600000)) /dev/zero > "$T/$name/filler"
-  RINGLM_TEST_CKPT_SLOW_MS=30 in_session "$T/$name.sid" timeout 60 $(launch 4) build/train -c "$CONF" --out_dir "$D" \
+  RINGLM_TEST_CKPT_SLOW_MS=30 in_session "$T/$name.sid" timeout $HANG_S $(launch 4) build/train -c "$CONF" --out_dir "$D" \
     --tp 2 --cp 2 --ckpt_every 1 --keep_last 1 --max_steps 2 "$@" >"$T/$name.out" 2>"$T/$name.err" &
   local job=$!
-  for ((i = 0; i < 3000; i++)); do [ -e "$D/ckpt_00000002.h5.tmp" ] && break; kill -0 $job 2>/dev/null || break; sleep 0.01; done
+  local end=$((SECONDS + HANG_S))
+  while [ $SECONDS -lt $end ]; do [ -e "$D/ckpt_00000002.h5.tmp" ] && break; kill -0 $job 2>/dev/null || break; sleep 0.01; done
   sleep 1.2; rm -f "$T/$name/filler"
   wait $job; local rc=$?
   rm -f "$T/$name.sid"
@@ -108,7 +109,7 @@ if [ $can_mount -eq 1 ]; then
     for d in -8 -4 0 4 8 12 16; do
       rm -rf "$T/end/run" "$T/end/filler"; avail=$(df -B1 --output=avail "$T/end" | tail -n 1)
       head -c $((avail - size - 8192 + d * 1024)) /dev/zero > "$T/end/filler"
-      RINGLM_TEST_CKPT_NO_RESERVE=1 timeout 60 build/train -c "$CONF" --out_dir "$T/end/run" --max_steps 0 >"$T/o" 2>"$T/e1"; rc=$?
+      RINGLM_TEST_CKPT_NO_RESERVE=1 timeout $HANG_S build/train -c "$CONF" --out_dir "$T/end/run" --max_steps 0 >"$T/o" 2>"$T/e1"; rc=$?
       grep -v -- "$OMPIO_NOISE" "$T/e1" >"$T/e"   # (Open MPI's own line for a failed write: no reservation)
       left=$(ls "$T/end/run" | grep '^ckpt_\|^latest' | tr '\n' ' ')
       if [ $rc -eq 1 ] && [ "$(grep -c '' "$T/e")" -eq 1 ] && [ -z "$left" ]; then endres+="$d: $(sed "s|'[^']*/|'|g; s/^checkpoint: //; s/ (.*//; s/;.*//" "$T/e" | cut -c1-60); "
@@ -179,17 +180,17 @@ batch_size = 2
 max_steps = 1
 train_data = $T/data
 CONF
-if timeout 60 build/train -c "$T/t.conf" --out_dir "$T/tiny" >/dev/null 2>"$T/tiny.err"; then
+if timeout $HANG_S build/train -c "$T/t.conf" --out_dir "$T/tiny" >/dev/null 2>"$T/tiny.err"; then
   TINY=$T/tiny/ckpt_00000001.h5
   $PY -c "import sys; d = bytearray(open(sys.argv[1], 'rb').read()); d[1023] = 0xFF; open(sys.argv[2], 'wb').write(d)" "$TINY" "$M/ff1023.h5"
   expect_err "byte 0xFF at offset 1023: --resume" "ff1023.h5" 1 build/train -c "$T/t.conf" --out_dir "$M/run_ff" --resume "$M/ff1023.h5" --max_steps 2
   ERR_RC=1 expect_err "byte 0xFF at offset 1023: reshard --verify" "ff1023.h5" 1 build/reshard --verify "$M/ff1023.h5"
   expect_err "byte 0xFF at offset 1023: eval" "ff1023.h5" 1 build/eval --ckpt "$M/ff1023.h5" --data "$T/data" --seq_len 32 --out "$M/ev_ff"
   # the fuzz: FAULTS_FUZZ_N mutants (default 200), mostly of the metadata, FAULTS_FUZZ_SEED (default 11); each run
-  # is bounded by a timeout (and the programs' own structure check by 10 s); the runs mostly wait for MPI to start
-  RINGLM_CKPT_CHECK_TIMEOUT_S=10 check "fuzz: mutants of a tiny checkpoint through train --resume, eval, reshard --verify" \
+  # is bounded by a timeout that catches a hang (300 s; the programs' own structure check by 60 s); the runs mostly wait for MPI to start
+  RINGLM_CKPT_CHECK_TIMEOUT_S=60 check "fuzz: mutants of a tiny checkpoint through train --resume, eval, reshard --verify" \
     $PY tests/fault_fuzz.py --src "$TINY" --dir "$T/fuzz" --n "${FAULTS_FUZZ_N:-200}" --seed "${FAULTS_FUZZ_SEED:-11}" \
-    --jobs 8 --timeout 30 \
+    --jobs 8 --timeout 300 \
     --cmd "build/train -c $T/t.conf --out_dir {}.out --resume {} --max_steps 1" \
     --cmd "build/eval --ckpt {} --data $T/data --seq_len 32 --out {}.ev" \
     --cmd "build/reshard --verify {}"

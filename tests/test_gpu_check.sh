@@ -44,15 +44,16 @@ done
 [ -e "$G/.gpu_check_bundle" ] || stale="no bundle"
 if [ -z "$why" ] && [ -n "$stale" ]; then
   if [ -z "$(command -v nvcc)" ] && [ ! -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then why="no nvcc to build the bundle"
-  elif timeout 600 make -s gpu-bundle >"$T/prep.out" 2>&1; then ok "make gpu-bundle ($stale): $(tail -n 2 "$T/prep.out" | head -n 1)"
-  else bad "make gpu-bundle: $(tail -n 5 "$T/prep.out" | tr '\n' ' ')"; finish; fi
+  elif timeout $HANG_S make -s gpu-bundle >"$T/prep.out" 2>&1; then ok "make gpu-bundle ($stale): $(tail -n 2 "$T/prep.out" | head -n 1)"
+  else bad "make gpu-bundle (exit $?): $(tail -n 5 "$T/prep.out" | tr '\n' ' ')"
+    echo "not run: the rehearsal and its checks (no bundle)"; finish; fi
 fi
 if [ -n "$why" ]; then
   echo "skipped: the rehearsal of tools/gpu_check.sh run ($why)"
   finish
 fi
 start=$SECONDS
-OUT=$T/out GPU_CHECK_WORK=$T/work PYTHON=$PY timeout 300 bash $S rehearse >"$T/reh.out" 2>&1; rc=$?
+OUT=$T/out GPU_CHECK_WORK=$T/work PYTHON=$PY timeout $HANG_S bash $S rehearse >"$T/reh.out" 2>&1; rc=$?
 line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$T/reh.out" | tail -n 1)
 if [ $rc -eq 0 ] && [ -n "$line" ] && [[ $line == *" 0 failed" ]]; then
   ok "rehearsal in $((SECONDS - start)) s: $line $(grep -E '^\([0-9]+ skipped\)$' "$T/reh.out")"
@@ -89,7 +90,7 @@ if [ -z "$m" ]; then bad "the bundle has no libmunge (PMIx needs it)"
 else
   mv "$m" "$T/"
   env_args=(LD_LIBRARY_PATH="$(sed "s|^|$R/|" $G/ldpath.txt | tr '\n' ':')${CUDA_HOME:-/usr/local/cuda}/lib64" OPAL_PREFIX="$R/usr")
-  if timeout 60 unshare --mount bash $S _hidden "$T/work" -- bash $S _loader "$R" "${env_args[@]}" >"$T/l.out" 2>&1; then
+  if timeout $HANG_S unshare --mount bash $S _hidden "$T/work" -- bash $S _loader "$R" "${env_args[@]}" >"$T/l.out" 2>&1; then
     bad "the loader check misses a library taken out of the bundle: $(tail -n 1 "$T/l.out")"
   elif grep -q libmunge "$T/l.out"; then ok "the loader check catches a library taken out of the bundle: $(tail -n 1 "$T/l.out")"
   else bad "the loader check fails without naming libmunge: $(head -c 400 "$T/l.out")"; fi

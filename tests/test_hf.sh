@@ -404,7 +404,7 @@ $PY -c "import sys; sys.exit(open(sys.argv[2]).read() not in open(sys.argv[1]).r
   || bad "README.md's step 6 (\"Extend an existing model\") is not the snippet tests/test_hf.sh runs: update one of them"
 mkdir -p "$R/build" "$R/out" "$R/home/models" && ln -s "$PWD/tools" "$R/tools" && ln -s "$(dirname "$(dirname "$HFPY")")" "$R/build/hfenv" \
   && ln -s "$T/Z" "$R/out/ext" && ln -s "$T/tok/bpe" "$R/home/models/llama-4k"
-(cd "$R" && env -u RINGLM_PYTHON -u RINGLM_HFENV HOME="$R/home" timeout 300 bash -e "$T/step6.sh") >"$T/step6.out" 2>"$T/step6.err" \
+(cd "$R" && env -u RINGLM_PYTHON -u RINGLM_HFENV HOME="$R/home" timeout $HANG_S bash -e "$T/step6.sh") >"$T/step6.out" 2>"$T/step6.err" \
   && ok "README step 6 runs as printed (export bf16 with the tokenizer; from_pretrained, AutoTokenizer, generate): prints $(tail -n 1 "$T/step6.out" | head -c 40 | LC_ALL=C tr -c '[:print:]' '?')..." \
   || bad "README step 6: exit $?: $(tail -n 3 "$T/step6.err" | tr '\n' ' ' | head -c 600)"
 check "tool_dump Z" $D --ckpt "$T/Z/ckpt_00000002.h5" --out "$T/Z.dump" --seq_len 200 --micro_batch 1

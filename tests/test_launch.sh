@@ -13,7 +13,13 @@ build/prepare --out "$T/data" --val-frac 0.2 --seed 3 model attention comm >/dev
 export RINGLM_EMU_TIMEOUT_S=120
 
 # wait until DIR/metrics.jsonl has N lines (at most 60 s)
-wait_steps() { local n; for ((i = 0; i < 6000; i++)); do n=$(grep -c . "$1/metrics.jsonl" 2>/dev/null); [ "${n:-0}" -ge "$2" ] && return 0; sleep 0.01; done; return 1; }
+wait_steps() {   # DIR N: until DIR/metrics.jsonl has N lines; 1 when the background $job ends first (or after HANG_S)
+  local n end=$((SECONDS + HANG_S))
+  while [ $SECONDS -lt $end ]; do
+    n=$(grep -c . "$1/metrics.jsonl" 2>/dev/null); [ "${n:-0}" -ge "$2" ] && return 0
+    kill -0 "$job" 2>/dev/null || return 1; sleep 0.01
+  done; return 1
+}
 last_step() { $PY -c "import json,sys; print(max(json.loads(l)['step'] for l in open(sys.argv[1])))" "$1/metrics.jsonl" 2>/dev/null; }
 
 # 1. mpirun_cpu.sh on one machine (2 ranks, cp 2): SIGTERM to the script, then the rerun
@@ -99,7 +105,7 @@ end_session "$(cat "$T/spre.sid")"
 
 # 2c. a requeued job finds a run stopped before its first checkpoint (metrics.jsonl with records, no checkpoint): it
 # starts over by itself, the records set aside; one stopped between a save and its 'latest' resumes from that save
-timeout 120 build/train -c configs/tiny.conf --train_data "$T/data/train_*.bin" --val_data "" --out_dir "$T/s17" --max_steps 3 \
+timeout $HANG_S build/train -c configs/tiny.conf --train_data "$T/data/train_*.bin" --val_data "" --out_dir "$T/s17" --max_steps 3 \
   --ckpt_every 0 --save_final 0 >/dev/null 2>&1 || bad "the run stopped before its first checkpoint"
 : >"$T/scontrol.log"
 slurm s17 configs/launch/slurm_cpu.sbatch 1 TP=1 CP=1 -- --max_steps 4 --val_every 0 >"$T/s17.out" 2>&1; rc=$?
@@ -107,7 +113,7 @@ if [ $rc -eq 0 ] && grep -q "^launch: '$T/s17' holds a run stopped before its fi
    && [ "$(last_step "$T/s17")" = 4 ] && [ "$(grep -c '"step"' "$T/s17/metrics.superseded.jsonl")" = 3 ] && [ ! -s "$T/scontrol.log" ]; then
   ok "slurm_cpu.sbatch after a job killed before its first checkpoint: started over by itself (3 records set aside), finished step 4"
 else bad "requeue before the first checkpoint: rc $rc: $(grep -m2 'launch:\|train:' "$T/s17.out" | sed "s|$T/||g")"; fi
-timeout 120 build/train -c configs/tiny.conf --train_data "$T/data/train_*.bin" --val_data "" --out_dir "$T/s17b" --max_steps 2 \
+timeout $HANG_S build/train -c configs/tiny.conf --train_data "$T/data/train_*.bin" --val_data "" --out_dir "$T/s17b" --max_steps 2 \
   --ckpt_every 2 >/dev/null 2>&1 && rm "$T/s17b/latest" || bad "the run for s17b"
 slurm s17b configs/launch/slurm_cpu.sbatch 1 TP=1 CP=1 -- --max_steps 4 --val_every 0 >"$T/s17b.out" 2>&1; rc=$?
 if [ $rc -eq 0 ] && grep -q "^launch: '$T/s17b' has no 'latest' (a job stopped as it saved) but holds ckpt_00000002.h5: resuming from it" "$T/s17b.out" \

@@ -66,9 +66,9 @@ open('$T/text.txt', 'w').write(' '.join(r.choice(w) + str(r.randrange(100)) for 
 build/prepare --out "$T/sdata" --val-frac 0 "$T/text.txt" >/dev/null || bad "prepare the shuffle data"
 S=(-c "$T/g.conf" --train_data "$T/sdata/train_*.bin" --val_data "" --d_model 32 --n_layer 1 --n_head 2 --n_kv_head 1
    --seq_len 32 --batch_size 4 --micro_batch 4 --lr 0 --min_lr 0 --grad_clip 0)
-if timeout 120 build/train "${S[@]}" --max_steps 0 --seed 1 --out_dir "$T/s0" >"$T/s0.out" 2>&1; then
+if timeout $HANG_S build/train "${S[@]}" --max_steps 0 --seed 1 --out_dir "$T/s0" >"$T/s0.out" 2>&1; then
   for seed in 7 8; do
-    if timeout 120 build/train "${S[@]}" --max_steps 24 --seed $seed --init_from "$T/s0/ckpt_00000000.h5" --out_dir "$T/s$seed" \
+    if timeout $HANG_S build/train "${S[@]}" --max_steps 24 --seed $seed --init_from "$T/s0/ckpt_00000000.h5" --out_dir "$T/s$seed" \
       >"$T/s$seed.out" 2>&1; then
       check "seed $seed, lr 0 from one --init_from checkpoint: each step's loss is that of the sequences the permutation picks" \
         $PY $G shuffle "$T/s0/ckpt_00000000.h5" "$T/sdata/train_*.bin" 32 4 $seed "$T/s$seed/metrics.jsonl"
@@ -80,7 +80,7 @@ import json, sys
 a, b = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:])
 sys.exit(0 if sum(x != y for x, y in zip(a, b)) >= len(a) // 2 else 1)
 PYEOF
-  if timeout 120 build/train "${S[@]}" --max_steps 24 --seed 7 --shuffle 0 --init_from "$T/s0/ckpt_00000000.h5" --out_dir "$T/sn" \
+  if timeout $HANG_S build/train "${S[@]}" --max_steps 24 --seed 7 --shuffle 0 --init_from "$T/s0/ckpt_00000000.h5" --out_dir "$T/sn" \
     >"$T/sn.out" 2>&1; then
     $PY - "$T/sn/metrics.jsonl" "$T/s0/ckpt_00000000.h5" "$T/sdata/train_000000.bin" <<'PYEOF' && ok "shuffle 0: step k reads sequences 4(k-1) .. 4k-1 in file order, wrapping after the epoch" || bad "shuffle 0 order"
 import json, sys
@@ -97,12 +97,12 @@ else bad "the --init_from source run: $(tail -c 300 "$T/s0.out")"; fi
 
 # ---- 4: passkey scoring on constructed logits ----
 PK=(--passkey --passkey_lens 128 --passkey_depths 0.5 --passkey_trials 2)
-if timeout 120 build/train "${S[@]}" --train_data "$T/data/train_*.bin" --max_seq_len 128 --max_steps 0 --out_dir "$T/pk" >"$T/pk.out" 2>&1 \
+if timeout $HANG_S build/train "${S[@]}" --train_data "$T/data/train_*.bin" --max_seq_len 128 --max_steps 0 --out_dir "$T/pk" >"$T/pk.out" 2>&1 \
    && pseed=$($PY $G passkey_seed) && [ -n "$pseed" ]; then
   for mode in 4of5 last; do
     want=$($PY $G passkey_model "$T/pk/ckpt_00000000.h5" "$T/pk_$mode.h5" "$pseed" $mode 2>"$T/pk_$mode.keys") || { bad "passkey model $mode"; continue; }
     for np in 1 2; do
-      if timeout 120 $(launch $np) build/eval --ckpt "$T/pk_$mode.h5" "${PK[@]}" --seed "$pseed" --cp $np --out "$T/ev" --name "pk_${mode}_$np" \
+      if timeout $HANG_S $(launch $np) build/eval --ckpt "$T/pk_$mode.h5" "${PK[@]}" --seed "$pseed" --cp $np --out "$T/ev" --name "pk_${mode}_$np" \
         >"$T/pk_$mode.out" 2>&1; then
         got=$($PY -c "import csv,sys; r = next(csv.DictReader(open(sys.argv[1]))); print(f\"{float(r['accuracy']):g} {float(r['digit_accuracy']):g}\")" "$T/ev/pk_${mode}_${np}_passkey.csv")
         [ "$got" = "$want" ] && ok "passkey, cp $np, $(cat "$T/pk_$mode.keys"): accuracy and digit accuracy $got" \
@@ -118,7 +118,7 @@ for np in 1 2; do
   for b in "--bucket 32|0,32,64,96,100" "--log_buckets|0,1,2,4,8,16,32,64,100"; do
     IFS='|' read -r opt edges <<<"$b"; name="pb${np}_${opt#--}"; name=${name// /}
     # shellcheck disable=SC2086
-    if timeout 120 $(launch $np) build/eval --ckpt "$T/v1/ckpt_00000001.h5" --data "$VAL" --seq_len 100 --docs 2 $opt --cp $np \
+    if timeout $HANG_S $(launch $np) build/eval --ckpt "$T/v1/ckpt_00000001.h5" --data "$VAL" --seq_len 100 --docs 2 $opt --cp $np \
       --out "$T/ev" --name "$name" >"$T/$name.out" 2>&1; then
       check "eval seq_len 100 $opt at cp $np: every bucket, the partial last one too, equals the float64 reference" \
         $PY $G buckets "$T/v1/ckpt_00000001.h5" "$VAL" 100 2 "$T/ev/$name.csv" "$edges"

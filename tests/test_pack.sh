@@ -54,16 +54,16 @@ STEPS=4
 A=(--train_data "$T/a" --val_data "" --seq_len 128 --batch_size 8 --micro_batch 2 --max_steps $STEPS --log_every 1 --doc_mask 1)
 for mode in best_fit doc_start; do
   r1="${mode}_1"; train_run_ok=1
-  timeout 300 build/train -c $CONF "${A[@]}" --pack $mode --out_dir "$T/$r1" >"$T/$r1.out" 2>&1 || { bad "$mode 1 rank: $(tail -n 2 "$T/$r1.out")"; continue; }
+  timeout $HANG_S build/train -c $CONF "${A[@]}" --pack $mode --out_dir "$T/$r1" >"$T/$r1.out" 2>&1 || { bad "$mode 1 rank: $(tail -n 2 "$T/$r1.out")"; continue; }
   for lay in "tp 2:--tp 2" "cp 2 zigzag:--cp 2" "cp 2 contiguous:--cp 2 --cp_layout contiguous" "dp 2:--micro_batch 2"; do
     name=${lay%%:*}; args=${lay#*:}; d="${mode}_${name// /_}"
-    timeout 300 $(launch 2) build/train -c $CONF "${A[@]}" --pack $mode --out_dir "$T/$d" $args >"$T/$d.out" 2>&1 \
+    timeout $HANG_S $(launch 2) build/train -c $CONF "${A[@]}" --pack $mode --out_dir "$T/$d" $args >"$T/$d.out" 2>&1 \
       && check "$mode, $name = 1 rank" same_losses "$r1" "$d" 1e-5 || bad "$mode $name: $(tail -n 2 "$T/$d.out")"
   done
 done
 # resume: 2 steps on 1 rank, then steps 3-4 on cp 2 = the uninterrupted run
-timeout 300 build/train -c $CONF "${A[@]}" --pack best_fit --out_dir "$T/res" --max_steps 2 >/dev/null 2>&1
-timeout 300 $(launch 2) build/train -c $CONF "${A[@]}" --pack best_fit --out_dir "$T/res" --cp 2 --resume latest >"$T/res.out" 2>&1 \
+timeout $HANG_S build/train -c $CONF "${A[@]}" --pack best_fit --out_dir "$T/res" --max_steps 2 >/dev/null 2>&1
+timeout $HANG_S $(launch 2) build/train -c $CONF "${A[@]}" --pack best_fit --out_dir "$T/res" --cp 2 --resume latest >"$T/res.out" 2>&1 \
   && check "best_fit: 2 steps on 1 rank + 2 resumed on cp 2 = 4 uninterrupted" same_losses best_fit_1 res 1e-5 \
   || bad "resume: $(tail -n 2 "$T/res.out")"
 
@@ -83,7 +83,7 @@ if [[ "$line" =~ that\ fit\ a\ window,\ ([0-9]+)\ are\ cut.*stream\ windows\ wou
 else bad "best_fit statistics: '$line'"; fi
 
 # ---- 4. a mixture of two sources, weights 1 and 3 ----
-timeout 300 build/train -c $CONF --train_data "$T/a@1;$T/b@3" --val_data "" --seq_len 128 --max_steps 1 --pack best_fit \
+timeout $HANG_S build/train -c $CONF --train_data "$T/a@1;$T/b@3" --val_data "" --seq_len 128 --max_steps 1 --pack best_fit \
   --out_dir "$T/mix" >"$T/mix.out" 2>&1
 mline=$(grep '^mixture:' "$T/mix.out")
 if $PY - "$T" "$mline" <<'EOF'; then ok "mixture: ${mline#mixture: }"; else bad "mixture: '$mline'"; fi

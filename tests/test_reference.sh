@@ -37,7 +37,7 @@ for cfg in "${cfgs[@]}"; do
     bad "[$tag] $TOOL missing or not executable (build it with make)"
     continue
   fi
-  timeout 300 "$TOOL" -c "$cfg" --out "$dump" >"$T/$tag.log" 2>&1; rc=$?
+  timeout $HANG_S "$TOOL" -c "$cfg" --out "$dump" >"$T/$tag.log" 2>&1; rc=$?
   if [ "$rc" -ne 0 ] || [ ! -s "$dump" ]; then
     tail -n 20 "$T/$tag.log" | sed 's/^/  | /'
     bad "[$tag] $TOOL -c $cfg exited $rc$([ -s "$dump" ] || echo ', no dump written')"
@@ -55,7 +55,7 @@ while read -r tag np args; do
   dump="$T/$tag.dump"
   echo "== tests/configs/ref_d_yarn_gqa_clip.conf $args ($np ranks)"
   # shellcheck disable=SC2086
-  timeout 300 "${MPI[@]}" -np "$np" "$TOOL" -c tests/configs/ref_d_yarn_gqa_clip.conf --out "$dump" $args </dev/null >"$T/$tag.log" 2>&1; rc=$?
+  timeout $HANG_S "${MPI[@]}" -np "$np" "$TOOL" -c tests/configs/ref_d_yarn_gqa_clip.conf --out "$dump" $args </dev/null >"$T/$tag.log" 2>&1; rc=$?
   if [ "$rc" -ne 0 ] || [ ! -s "$dump" ]; then bad "[$tag] tool_dump on $np ranks ($args) exited $rc: $(tail -n 3 "$T/$tag.log" | tr '\n' ' ')"; continue; fi
   sed 's/^/# /' "$T/$tag.log" | tail -n 1
   run_ref "$tag" "$dump"
@@ -75,7 +75,7 @@ while read -r tag args; do
   dump="$T/$tag.dump"
   echo "== tests/configs/long_yarn_tiles.conf $args"
   # shellcheck disable=SC2086
-  timeout 300 "$TOOL" -c tests/configs/long_yarn_tiles.conf --out "$dump" $args >"$T/$tag.log" 2>&1; rc=$?
+  timeout $HANG_S "$TOOL" -c tests/configs/long_yarn_tiles.conf --out "$dump" $args >"$T/$tag.log" 2>&1; rc=$?
   if [ "$rc" -ne 0 ] || [ ! -s "$dump" ]; then bad "[$tag] tool_dump ($args) exited $rc: $(tail -n 3 "$T/$tag.log" | tr '\n' ' ')"; continue; fi
   sed 's/^/# /' "$T/$tag.log" | tail -n 1
   run_ref "$tag" "$dump"

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.." || exit 1
 source tests/lib.sh
 BIN=${RING_TEST_BIN:-build/tests/mpi_ring}   # overridable to test this script itself
 RANKS=${RING_TEST_RANKS:-"2 3 4 8"}
-LIMIT=${RING_TEST_TIMEOUT:-120}
+LIMIT=${RING_TEST_TIMEOUT:-$HANG_S}
 
 [ -x "$BIN" ] || { bad "$BIN is not built (make $BIN)"; finish; }
 command -v mpirun > /dev/null || { bad "mpirun not found"; finish; }

@@ -30,7 +30,7 @@ steps() { sed -nE 's/^\{"step": ([0-9]+),.*/\1/p' "$1" | tr '\n' ' ' | sed 's/ $
 last_record() { $PY -c "import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])['step'])" "$1" 2>/dev/null || echo cut; }
 
 # ---- 1. a fresh run into another run's out_dir ----
-timeout 120 build/train "${A[@]}" --out_dir "$T/X" --max_steps 4 --ckpt_every 2 >/dev/null 2>&1 || bad "run X"
+timeout $HANG_S build/train "${A[@]}" --out_dir "$T/X" --max_steps 4 --ckpt_every 2 >/dev/null 2>&1 || bad "run X"
 mkdir -p "$T/F" && cp "$T/X"/ckpt_0000000[24].h5 "$T/X/latest" "$T/F/"
 md5s "$T/F" >"$T/F.before"
 expect_err "a fresh run into an out_dir holding another run's checkpoints and latest (no metrics.jsonl)" \
@@ -39,7 +39,7 @@ expect_err "a fresh run into an out_dir holding another run's checkpoints and la
 md5s "$T/F" >"$T/F.after"
 cmp -s "$T/F.before" "$T/F.after" && ok "the refused run changed no checkpoint and no latest" || bad "F changed: $(diff "$T/F.before" "$T/F.after" | head -4)"
 md5s "$T/X" >"$T/X.before"
-if timeout 120 build/train "${A[@]}" --out_dir "$T/X" --max_steps 3 --ckpt_every 1 --keep_last 1 --seed 5 --force >"$T/Xf.out" 2>&1; then
+if timeout $HANG_S build/train "${A[@]}" --out_dir "$T/X" --max_steps 3 --ckpt_every 1 --keep_last 1 --seed 5 --force >"$T/Xf.out" 2>&1; then
   m2=$(md5sum <"$T/X/ckpt_00000002.h5.superseded"); m4=$(md5sum <"$T/X/ckpt_00000004.h5.superseded")
   o2=$(awk '$2 == "ckpt_00000002.h5" {print $1}' "$T/X.before"); o4=$(awk '$2 == "ckpt_00000004.h5" {print $1}' "$T/X.before")
   if grep -q "^note: --force: out_dir '$T/X' holds an earlier run (2 checkpoints .*'latest' (-> ckpt_00000004.h5), 4 metrics records): .*nothing is deleted" "$T/Xf.out" \
@@ -52,12 +52,12 @@ else bad "--force run into X: $(tail -2 "$T/Xf.out")"; fi
 
 # ---- 2. keep_last: only this run's checkpoints ----
 K="$T/K"
-timeout 120 build/train "${A[@]}" --out_dir "$K" --max_steps 2 --ckpt_every 1 --keep_last 0 >/dev/null 2>&1 || bad "run K"
+timeout $HANG_S build/train "${A[@]}" --out_dir "$K" --max_steps 2 --ckpt_every 1 --keep_last 0 >/dev/null 2>&1 || bad "run K"
 for n in ckpt_00000001_good.h5 ckpt_1.h5 ckpt_best.h5; do cp "$K/ckpt_00000001.h5" "$K/$n"; done
 cp "$T/X/ckpt_00000002.h5.superseded" "$K/ckpt_00000000.h5"   # another run's id under the trainer's name
 FOREIGN=(ckpt_00000000.h5 ckpt_00000001_good.h5 ckpt_1.h5 ckpt_best.h5)
 (cd "$K" && md5sum "${FOREIGN[@]}") >"$T/K.keep"
-if timeout 120 build/train "${A[@]}" --out_dir "$K" --resume latest --max_steps 5 --ckpt_every 1 --keep_last 2 >"$T/K.out" 2>&1; then
+if timeout $HANG_S build/train "${A[@]}" --out_dir "$K" --resume latest --max_steps 5 --ckpt_every 1 --keep_last 2 >"$T/K.out" 2>&1; then
   (cd "$K" && md5sum "${FOREIGN[@]}") >"$T/K.after" 2>&1
   own=$(ls "$K" | grep -xE 'ckpt_0000000[1-5]\.h5' | tr '\n' ' ')
   if [ "$own" = "ckpt_00000004.h5 ckpt_00000005.h5 " ] && cmp -s "$T/K.keep" "$T/K.after"; then
@@ -70,7 +70,7 @@ else bad "resume K: $(tail -2 "$T/K.out")"; fi
 # checkpoint (1.5 MB) still fits: it is saved, and the run stops with one line. (Under mpirun -np 1, the limit set
 # for the rank only: Open MPI's own files, made by mpirun, must not be under it.)
 M="$T/M"
-timeout 120 build/train "${A[@]}" --out_dir "$M" --max_steps 2 --ckpt_every 2 >/dev/null 2>&1 || bad "run M"
+timeout $HANG_S build/train "${A[@]}" --out_dir "$M" --max_steps 2 --ckpt_every 2 >/dev/null 2>&1 || bad "run M"
 rec=$(head -n 1 "$M/metrics.jsonl"); tail -n 1 "$M/metrics.jsonl" >"$T/M.last"
 { for ((i = 0; i < 2000000 / ${#rec}; i++)); do echo "$rec"; done; cat "$T/M.last"; } >"$M/metrics.jsonl"
 lim=$(( $(stat -c %s "$M/metrics.jsonl") / 1024 + 3 ))
@@ -111,7 +111,7 @@ with h5py.File(sys.argv[1], 'r+') as f:
 build/reshard --info "$T/nb.h5" >"$T/nb.info" 2>&1
 grep -qE '^ +rope_theta += 10000$' "$T/nb.info" \
   && ok "reshard --info reads an np.bytes_ attribute whole: $(grep -E '^ +rope_theta' "$T/nb.info" | tr -s ' ')" || bad "np.bytes_ attribute: $(grep -E 'rope_theta|train:|reshard:' "$T/nb.info" | tr '\n' ' ')"
-timeout 120 build/train "${A[@]}" --out_dir "$T/nbrun" --resume "$T/nb.h5" --max_steps 3 >"$T/nb.out" 2>&1 \
+timeout $HANG_S build/train "${A[@]}" --out_dir "$T/nbrun" --resume "$T/nb.h5" --max_steps 3 >"$T/nb.out" 2>&1 \
   && ok "a resume from it trains (rope_theta 10000 and seq_len 128, as saved)" || bad "resume from the np.bytes_ checkpoint: $(tail -1 "$T/nb.out" | sed "s|$T/||g")"
 
 # ---- 6. another seed or shuffle on a mid-epoch resume ----
@@ -119,7 +119,7 @@ expect_err "a mid-epoch resume with another seed" "was trained with shuffle = 1,
   1 build/train "${A[@]}" --out_dir "$T/M" --resume "$T/M/ckpt_00000002.h5" --max_steps 4 --seed 7
 expect_err "a mid-epoch resume with shuffle 0" "was trained with shuffle = 1 and this run asks for shuffle = 0|resume with --shuffle 1" \
   1 build/train "${A[@]}" --out_dir "$T/M" --resume "$T/M/ckpt_00000002.h5" --max_steps 4 --shuffle 0
-timeout 120 build/train "${A[@]}" --out_dir "$T/nbrun" --resume latest --max_steps 4 --seed 7 --force >"$T/seed.out" 2>&1 \
+timeout $HANG_S build/train "${A[@]}" --out_dir "$T/nbrun" --resume latest --max_steps 4 --seed 7 --force >"$T/seed.out" 2>&1 \
   && grep -q "^note: --force: the checkpoint's run had shuffle = 1, seed = 1337, this run has seed = 7: epoch 0 (.* sequences done) continues" "$T/seed.out" \
   && ok "with --force another seed continues mid-epoch, and says so" || bad "--force seed: $(grep -m1 'note: --force\|train:' "$T/seed.out")"
 
@@ -134,7 +134,7 @@ expect_err "the same file given twice to prepare" "common/util.h' would be read 
 [ ! -e "$T/pd2" ] && ok "... and nothing was written" || bad "prepare of a doubled path wrote $(ls "$T/pd2")"
 
 # ---- 8. messages ----
-timeout 120 build/train "${A[@]}" --out_dir "$T/X" --resume "$T/X/latest" --max_steps 4 --seed 5 >"$T/rl.out" 2>&1 \
+timeout $HANG_S build/train "${A[@]}" --out_dir "$T/X" --resume "$T/X/latest" --max_steps 4 --seed 5 >"$T/rl.out" 2>&1 \
   && grep -q "^resumed from $T/X/ckpt_00000003.h5: step 3" "$T/rl.out" && ok "--resume OUT_DIR/latest (the pointer file) resumes from the checkpoint it names" \
   || bad "--resume OUT_DIR/latest: $(grep -m1 'train:\|checkpoint:' "$T/rl.out" | sed "s|$T/||g")"
 expect_err "plan --dp 0" "plan: --dp '0' must be a positive integer" 1 build/plan -c configs/tiny.conf --dp 0

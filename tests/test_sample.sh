@@ -6,7 +6,7 @@
 # stop_at_eod; training prints samples (sample_every); bad input gives one line.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
-S() { local np=$1; shift; timeout 120 $(launch "$np") build/sample "$@" </dev/null; }
+S() { local np=$1; shift; timeout $HANG_S $(launch "$np") build/sample "$@" </dev/null; }
 
 mkdir -p "$T/docs"
 for i in $(seq 1 60); do echo "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." >"$T/docs/d$i.txt"; done
@@ -49,7 +49,7 @@ S 2 --ckpt "$CK" --prompt_ids 256 --greedy --max_tokens 30 --ids --cp 2 --verify
 if [ -x build/emu/sample ]; then
   for lay in "1 1" "2 2"; do
     read -r np cp <<<"$lay"
-    RINGLM_EMU_TIMEOUT_S=120 timeout 300 $(launch "$np") build/emu/sample --ckpt "$CK" --prompt_ids "$P38" --greedy --max_tokens 12 \
+    RINGLM_EMU_TIMEOUT_S=600 timeout $HANG_S $(launch "$np") build/emu/sample --ckpt "$CK" --prompt_ids "$P38" --greedy --max_tokens 12 \
       --ids --stop_at_eod 0 --cp "$cp" --verify </dev/null >"$T/o" 2>"$T/e" || { bad "emulated CUDA cp $cp: $(head -c 300 "$T/e")"; continue; }
     [ "$(head -1 "$T/o")" = "$(head -1 "$T/ref38" | cut -d, -f1-50)" ] && ok "emulated CUDA backend, cp $cp: the same 12 tokens; $(grep ^verify "$T/o" | sed 's/.*: max/max/')" \
       || bad "emulated CUDA cp $cp: $(head -c 200 "$T/o")"
@@ -76,7 +76,7 @@ n=$(head -1 "$T/eod" | tr ',' '\n' | grep -c .); last=$(head -1 "$T/eod" | tr ',
 
 # 5. samples during training: sample_every / sample_tokens / sample_prompt, printed once (world rank 0), on a ring
 #    of 2; greedy (temperature 0) the last one equals build/sample on the final checkpoint
-timeout 120 $(launch 2) build/train -c "$T/run/config.txt" --init_from "$CK" --lr 1e-4 --out_dir "$T/run2" --max_steps 4 --sample_every 2 --sample_tokens 20 \
+timeout $HANG_S $(launch 2) build/train -c "$T/run/config.txt" --init_from "$CK" --lr 1e-4 --out_dir "$T/run2" --max_steps 4 --sample_every 2 --sample_tokens 20 \
   --sample_prompt "the quick" --sample_temperature 0 --train_data "$T/data/train_*.bin" --ckpt_every 0 --cp 2 </dev/null >"$T/tr2" 2>&1
 ns=$(grep -c "^sample (step" "$T/tr2")
 [ "$ns" -eq 2 ] && grep -q "^sample (step 2, 20 tokens" "$T/tr2" && grep -q "^sample (step 4" "$T/tr2" \

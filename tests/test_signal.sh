@@ -12,8 +12,9 @@ stop_run() {  # signal out_dir launcher... (the launcher's own arguments may add
   local sig=$1 od=$2; shift 2
   "$@" --out_dir "$od" >"$od.out" 2>&1 &
   local job=$! n
-  for ((i = 0; i < 3000; i++)); do
-    n=$(grep -c . "$od/metrics.jsonl" 2>/dev/null); [ "${n:-0}" -ge 5 ] && break; sleep 0.01
+  local end=$((SECONDS + HANG_S))
+  while [ $SECONDS -lt $end ]; do
+    n=$(grep -c . "$od/metrics.jsonl" 2>/dev/null); [ "${n:-0}" -ge 5 ] && break; kill -0 $job 2>/dev/null || break; sleep 0.01
   done
   kill -"$sig" "$job"
   wait "$job"; echo $? >"$od.rc"
@@ -53,7 +54,8 @@ slow_stop() {  # NAME SIGNAL
   RINGLM_TEST_STEP_SLOW_MS=2500 in_session "$T/$name.sid" tools/preemptible "${MPI[@]}" -np 2 build/train "${A[@]}" --cp 2 \
     --max_steps 100 --out_dir "$od" >"$od.out" 2>&1 &
   job=$!
-  for ((i = 0; i < 600; i++)); do [ -s "$od/metrics.jsonl" ] && break; sleep 0.1; done
+  local end=$((SECONDS + HANG_S))
+  while [ $SECONDS -lt $end ]; do [ -s "$od/metrics.jsonl" ] && break; kill -0 $job 2>/dev/null || break; sleep 0.1; done
   sid=$(cat "$T/$name.sid"); t0=$(date +%s.%N)
   kill -"$sig" -- -"$sid"
   wait $job; rc=$?; t1=$(date +%s.%N)

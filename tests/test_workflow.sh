@@ -166,7 +166,7 @@ norms = 2 * L * D + D
 print(2 * V * D + split + norms, 2 * Vp * D // tp + split // tp + norms)"
 }
 for tp in 1 2; do
-  timeout 120 $(launch $tp) build/train -c configs/tiny.conf "${A[@]}" --out_dir "$T/p$tp" --max_steps 1 --tp $tp >"$T/p$tp.out" 2>&1
+  timeout $HANG_S $(launch $tp) build/train -c configs/tiny.conf "${A[@]}" --out_dir "$T/p$tp" --max_steps 1 --tp $tp >"$T/p$tp.out" 2>&1
   line=$(grep -m1 '^params ' "$T/p$tp.out")
   read -r tot per <<<"$(params_expect $tp)"
   if [[ "$line" == "params $tot ("*") in the model; $per ("*") on each of the tp = $tp ranks"* ]]; then

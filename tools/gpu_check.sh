@@ -60,7 +60,10 @@ R_PROFILE_ROW="tiny 128"
 # shellcheck disable=SC2054
 R_ATT=(--T 256,512 --hd 64,128 --heads 4 --kv 2)
 
-cap_of() { local c; for c in "${CAPS[@]}"; do [ "${c%%=*}" = "$1" ] && { echo "${c#*=}"; return 0; }; done; echo 0; }
+# the rehearsal runs on a build machine that may be busy: its caps (and deadline) are SCALE times the run's, so that
+# they catch a hang there without deciding a verdict by that machine's speed
+SCALE=1
+cap_of() { local c; for c in "${CAPS[@]}"; do [ "${c%%=*}" = "$1" ] && { echo $((${c#*=} * SCALE)); return 0; }; done; echo 0; }
 caps() {
   local c t=0
   for c in "${CAPS[@]}"; do printf '%-12s %4d s\n' "${c%%=*}" "${c#*=}"; t=$((t + ${c#*=})); done
@@ -131,23 +134,40 @@ def version(p):
     r = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", p], capture_output=True, text=True)
     return r.stdout.strip() if r.returncode == 0 else None
 updated = [False]
+def fetch(specs):   # one apt-get call for all (one call per package took a minute): None, or apt-get's stderr
+    r = subprocess.run(["apt-get", "download"] + specs, cwd=debs, capture_output=True, text=True)
+    return None if r.returncode == 0 else (r.stderr.strip() or "?")
 def download(pkgs):
     os.makedirs(debs, exist_ok=True)
-    for p in sorted(pkgs):   # the installed version, else the archive's
-        v = version(p)
+    pkgs = sorted(pkgs)
+    vers = {p: version(p) for p in pkgs}
+    # all at once: the installed versions, the archive's for those the archive no longer has (apt-get names them);
+    # else each package on its own, the installed version and then the archive's; a fresh machine may have no
+    # package lists yet: fetch them once (as root) and try again
+    err = fetch([f"{p}={vers[p]}" if vers[p] else p for p in pkgs])
+    if err is not None:
+        gone = set(re.findall(r"Can't find a source to download version '[^']*' of '([^':]+)", err))
+        if gone:
+            err = fetch([f"{p}={vers[p]}" if vers[p] and p not in gone else p for p in pkgs])
+    if err is None:
+        return unpack()
+    for f in glob.glob(os.path.join(debs, "*.deb")):
+        os.remove(f)
+    for p in pkgs:
         for attempt in range(2):
-            for spec in ([f"{p}={v}"] if v else []) + [p]:
-                r = subprocess.run(["apt-get", "download", spec], cwd=debs, capture_output=True, text=True)
-                if r.returncode == 0:
+            for spec in ([f"{p}={vers[p]}"] if vers[p] else []) + [p]:
+                err = fetch([spec])
+                if err is None:
                     break
             else:
-                # a fresh machine may have no package lists yet: fetch them once (as root) and try again
                 if attempt == 0 and not updated[0] and os.geteuid() == 0:
                     updated[0] = True
                     subprocess.run(["apt-get", "update", "-qq"], capture_output=True)
                     continue
-                sys.exit(f"gpu_check: apt-get download {p} failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
+                sys.exit(f"gpu_check: apt-get download {p} failed: {err.splitlines()[-1]}")
             break
+    unpack()
+def unpack():
     for d in glob.glob(os.path.join(debs, "*.deb")):
         subprocess.run(["dpkg", "-x", d, root], check=True)
         os.remove(d)
@@ -181,9 +201,27 @@ print(f"gpu_check: {len(have)} runtime packages; {len(missing)} library referenc
 PY
 }
 
+# bundle_complete DIR: every file a run reads is in DIR and whole (the reference losses of all steps, a planner
+# verdict per row, an intact runtime archive); one line naming what is missing otherwise
+bundle_complete() {
+  local d=$1 f n
+  for f in cuda/train cuda/eval cuda/bench_kernels cuda/tests/test_cuda cpu/train cpu/bench_kernels; do
+    [ -x "$d/$f" ] || { echo "$d/$f is missing"; return 1; }
+  done
+  for f in data/meta.json ref/metrics.jsonl plan.tsv build_info.txt packages.txt ldpath.txt runtime.tar.gz; do
+    [ -s "$d/$f" ] || { echo "$d/$f is missing or empty"; return 1; }
+  done
+  n=$(grep -c . "$d/ref/metrics.jsonl"); [ "$n" -eq 20 ] || { echo "$d/ref/metrics.jsonl has $n of 20 steps"; return 1; }
+  n=$(grep -c . "$d/plan.tsv"); f=$(( ${#ROWS_A[@]} + ${#ROWS_B[@]} + ${#R_ROWS_A[@]} + ${#R_ROWS_B[@]} ))
+  [ "$n" -eq "$f" ] || { echo "$d/plan.tsv has $n of $f planner verdicts"; return 1; }
+  gzip -t "$d/runtime.tar.gz" 2>/dev/null || { echo "$d/runtime.tar.gz is not a whole gzip file"; return 1; }
+}
+
+# The bundle is made in $G.new (this script's alone: an interrupted earlier attempt there is removed), checked
+# complete, stamped (.gpu_check_bundle, written last), and only then put in the place of $G
 prepare() {
   set -e
-  local jobs; jobs=$(nproc)
+  local jobs B=$G.new why; jobs=$(nproc)
   if [ -e "$G" ] && [ ! -e "$G/.gpu_check_bundle" ] && [ ! -e "$G/ref/metrics.jsonl" ]; then   # (ref/: an older bundle)
     echo "gpu_check: $G exists and was not made by this script; move it away first" >&2; exit 1
   fi
@@ -191,38 +229,42 @@ prepare() {
   make -s -j"$jobs" cuda
   # portable CPU programs for the bundle: this build machine's -march=native code may not run on the GPU machine
   make -s -j"$jobs" BD="$PORT" OPT="$PORT_OPT" "$PORT/train" "$PORT/bench_kernels"
-  rm -rf "$G"; mkdir -p "$G/cuda/tests" "$G/cpu"; : >"$G/.gpu_check_bundle"
-  cp build/cuda/train build/cuda/eval build/cuda/bench_kernels "$G/cuda/"
-  cp build/cuda/tests/test_cuda "$G/cuda/tests/"
-  cp "$PORT/train" "$PORT/bench_kernels" "$G/cpu/"
+  rm -rf "$B"; mkdir -p "$B/cuda/tests" "$B/cpu"
+  cp build/cuda/train build/cuda/eval build/cuda/bench_kernels "$B/cuda/"
+  cp build/cuda/tests/test_cuda "$B/cuda/tests/"
+  cp "$PORT/train" "$PORT/bench_kernels" "$B/cpu/"
   # data: this repository's sources (the small runs) and, for 64K-token windows, Python's standard library too
   local src=(model attention data train tests tools backend comm checkpoint eval optim) d
   for d in /usr/lib/python3.11/email /usr/lib/python3.11/json /usr/lib/python3.11/asyncio; do [ -d "$d" ] && src+=("$d"); done
-  build/prepare --out "$G/data" --val-frac 0 --doc-per dir "${src[@]}" >/dev/null
-  "$G/cpu/train" --train_data "$G/data/train_*.bin" --out_dir "$G/ref" "${SMALL[@]}" >/dev/null
+  build/prepare --out "$B/data" --val-frac 0 --doc-per dir "${src[@]}" >/dev/null
+  "$B/cpu/train" --train_data "$B/data/train_*.bin" --out_dir "$B/ref" "${SMALL[@]}" >/dev/null
   echo "gpu_check: CPU reference losses in $G/ref/metrics.jsonl"
   # the planner's verdicts for every throughput row (one H200, one sequence per step)
   local row conf L max extra
-  : >"$G/plan.tsv"
+  : >"$B/plan.tsv"
   for row in "${ROWS_A[@]}" "${ROWS_B[@]}" "${R_ROWS_A[@]}" "${R_ROWS_B[@]}"; do
     read -r conf L _ _ <<<"$row"
     max=$(sed -n 's/^max_seq_len *= *\([0-9]*\).*/\1/p' "configs/$conf.conf"); extra=()
     [ "$L" -gt "${max:-0}" ] && extra=(--max_seq_len "$L")
     build/plan -c "configs/$conf.conf" --seq_len "$L" "${extra[@]}" --batch_size 1 --micro_batch 1 --device h200 \
-      --json >"$G/plan.json"
-    prep_py planrow "$conf" "$L" "$G/plan.json" >>"$G/plan.tsv"
+      --json >"$B/plan.json"
+    prep_py planrow "$conf" "$L" "$B/plan.json" >>"$B/plan.tsv"
   done
-  rm -f "$G/plan.json"
+  rm -f "$B/plan.json"
   { echo "built: $(date -u +'%Y-%m-%d %H:%M UTC') on $(hostname)"
     echo "ringlm: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git status --porcelain 2>/dev/null | grep -c . | sed 's/^0$//; s/^[1-9].*/ + local changes/')"
     echo "cuda_build: $("${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
-  } >"$G/build_info.txt"
+  } >"$B/build_info.txt"
   # runtime libraries: the Debian packages of everything the carried programs and mpirun load
-  prep_py closure "$G" "$G"/cuda/train "$G"/cuda/eval "$G"/cuda/bench_kernels "$G"/cuda/tests/test_cuda \
-    "$G"/cpu/train "$G"/cpu/bench_kernels
-  rm -rf "$G/debs" "$G/root/usr/share/doc" "$G/root/usr/share/man" "$G/root/usr/share/locale" \
-    "$G/root/usr/share/lintian" "$G/root/usr/share/bug" "$G/root/usr/share/info" "$G/root/usr/include"
-  tar -C "$G" -czf "$G/runtime.tar.gz" root && rm -rf "$G/root"
+  prep_py closure "$B" "$B"/cuda/train "$B"/cuda/eval "$B"/cuda/bench_kernels "$B"/cuda/tests/test_cuda \
+    "$B"/cpu/train "$B"/cpu/bench_kernels
+  rm -rf "$B/debs" "$B/root/usr/share/doc" "$B/root/usr/share/man" "$B/root/usr/share/locale" \
+    "$B/root/usr/share/lintian" "$B/root/usr/share/bug" "$B/root/usr/share/info" "$B/root/usr/include"
+  tar -C "$B" -czf "$B/runtime.tar.gz" root && rm -rf "$B/root"
+  why=$(bundle_complete "$B") || { echo "gpu_check: the new bundle is incomplete ($why); $G is left as it was" >&2; exit 1; }
+  : >"$B/.gpu_check_bundle"                        # the stamp: last, once the bundle is complete
+  rm -rf "$G.old"; [ ! -e "$G" ] || mv "$G" "$G.old"
+  mv "$B" "$G"; rm -rf "$G.old"
   echo "gpu_check: $G is $(du -sh "$G" | cut -f1) ($(grep -c . "$G/packages.txt") runtime packages, gzip)"
   echo "gpu_check: on the GPU machine: bash tools/gpu_check.sh run   (with the tree and $G)"
 }
@@ -651,7 +693,8 @@ tp_row() {
 
 check_run() {
   MODE=$1
-  T0=$SECONDS; DEADLINE=$((T0 + RUN_LIMIT - $(cap_of summary) - 10)); STEP_END=$DEADLINE
+  [ "$MODE" = rehearse ] && SCALE=10
+  T0=$SECONDS; DEADLINE=$((T0 + RUN_LIMIT * SCALE - $(cap_of summary) - 10)); STEP_END=$DEADLINE
   NCPU=$(nproc 2>/dev/null || echo 4)
   write_helper
   echo "gpu_check $MODE: work folder $W, results in $OUT, $NCPU cores, deadline $((DEADLINE - T0)) s"
@@ -816,8 +859,8 @@ main() {
 case "${1:-}" in
   prepare) prepare ;;
   run|rehearse)
-    if [ ! -x "$G/cuda/train" ] || [ ! -f "$G/runtime.tar.gz" ] || [ ! -f "$G/plan.tsv" ] || [ ! -x "$G/cpu/train" ]; then
-      echo "gpu_check: no complete $G here: run 'make gpu-bundle' first" >&2; exit 1
+    if [ ! -e "$G/.gpu_check_bundle" ] || ! why=$(bundle_complete "$G"); then
+      echo "gpu_check: no complete $G here${why:+ ($why)}: run 'make gpu-bundle' first" >&2; exit 1
     fi
     if [ "$1" = rehearse ]; then
       [ "$(id -u)" -eq 0 ] || { echo "gpu_check: the rehearsal needs root (a private mount namespace hides the system's libraries)" >&2; exit 77; }
