@@ -42,6 +42,8 @@ for f in build/cuda/train build/cuda/eval build/cuda/bench_kernels build/cuda/te
   [ -e "$G/.gpu_check_bundle" ] && [ ! "$f" -nt "$G/.gpu_check_bundle" ] || stale="$f"
 done
 [ -e "$G/.gpu_check_bundle" ] || stale="no bundle"
+# an incomplete bundle (e.g. one an older version of the script stamped when it started) is rebuilt too
+[ -n "$stale" ] || stale=$(bash $S complete) || true
 if [ -z "$why" ] && [ -n "$stale" ]; then
   if [ -z "$(command -v nvcc)" ] && [ ! -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then why="no nvcc to build the bundle"
   elif timeout $HANG_S make -s gpu-bundle >"$T/prep.out" 2>&1; then ok "make gpu-bundle ($stale): $(tail -n 2 "$T/prep.out" | head -n 1)"

@@ -10,6 +10,7 @@
 #                                    the system's Open MPI, PMIx, hwloc, HDF5, OpenBLAS (every library the bundle
 #                                    carries) and mpirun hidden from the bundled programs (a private mount namespace)
 #   bash tools/gpu_check.sh caps     the per-step time caps and their sum
+#   bash tools/gpu_check.sh complete exit 0 when build/gpu_bundle is stamped and complete, else one line saying why
 #
 # The run, each check ok/FAIL (a skipped one says so and counts as neither), the last line "N passed, N failed".
 # Correctness first, then benchmarks; every step has a cap (CAPS below) and the run a deadline, so it ends within
@@ -877,8 +878,9 @@ case "${1:-}" in
     [ "$n" -eq 0 ] || echo "gpu_check: note: $OUT already holds $n other entries (left as they are)"
     main "$1" 2>&1 | tee "$OUT/log.txt" ;;
   caps) caps ;;
+  complete) [ -e "$G/.gpu_check_bundle" ] || { echo "no stamp $G/.gpu_check_bundle"; exit 1; }; bundle_complete "$G" ;;
   _hidden) shift; hidden_exec "$@" ;;
   _loader) shift; loader_check "$@" ;;
   hide-list) hide_list "${2:-$G/runtime.tar.gz}" ;;
-  *) echo "usage: bash tools/gpu_check.sh prepare|run|rehearse|caps" >&2; exit 2 ;;
+  *) echo "usage: bash tools/gpu_check.sh prepare|run|rehearse|caps|complete" >&2; exit 2 ;;
 esac
