@@ -36,6 +36,13 @@ print(f"     worst rel diff {worst:.2e}")
 sys.exit(0 if worst <= 1e-6 else 1)
 PYEOF
 $PY tests/eval_ref.py "$CK" "$VAL" 256 "$T/ev/pos_tp1cp1.csv" 3 >"$T/r" 2>&1 && ok "$(cat "$T/r")" || bad "reference: $(tail -3 "$T/r")"
+# an override with another original length than the trained 128 (yarn:2:64) and another factor (yarn:3:128), at
+# cp 2: each series' RoPE (its factor and its original length) against the reference with that RoPE
+for rope in yarn:2:64 yarn:3:128; do
+  run 2 "${E[@]}" --bucket 1 --cp 2 --rope "$rope" --name "pos_${rope//:/_}" >"$T/o" 2>"$T/e" || bad "eval --rope $rope: $(head -c 300 "$T/e")"
+  $PY tests/eval_ref.py "$CK" "$VAL" 256 "$T/ev/pos_${rope//:/_}.csv" 3 "$rope" >"$T/r" 2>&1 && ok "--rope $rope (trained yarn:2:128): $(cat "$T/r")" \
+    || bad "--rope $rope against the reference: $(tail -3 "$T/r")"
+done
 
 # 2. bucketing: width 32 and log buckets from the per-position numbers, computed here by hand
 run 1 "${E[@]}" --bucket 32 --name b32 >/dev/null 2>&1 && run 1 "${E[@]}" --log_buckets --name blog >"$T/blog.out" 2>&1 || bad "bucket runs"

@@ -57,6 +57,43 @@ static int targets_once(const Pack* p, int nd, const int64_t* st, const int64_t*
     return ok;
 }
 
+// best-fit decreasing by brute force, one round over all documents: a longer document than the window fills whole
+// windows and leaves its remainder's room; each shorter one, longest first, goes to the open window with the least
+// room that holds it (a new window when none does). Windows and padding (the rooms left) do not depend on which of
+// several windows with equal room is taken
+static void bfd_reference(const int64_t* ln, int nd, int W, int64_t* nwin, int64_t* pad) {
+    int T = W - 1;
+    int64_t* room = malloc(((size_t)nd * 8 + 8) * sizeof(int64_t));
+    int64_t nr = 0, nw = 0;
+    int64_t* idx = malloc((size_t)nd * sizeof(int64_t));
+    int ni = 0;
+    for (int i = 0; i < nd; i++) {
+        if (ln[i] <= W) { idx[ni++] = i; continue; }
+        int64_t off = 0;
+        for (; off + W < ln[i]; off += T) nw++;
+        nw++; room[nr++] = W - (ln[i] - off);
+    }
+    for (int a = 1; a < ni; a++)   // longest first, ties in stream order (insertion sort: stable)
+        for (int b = a; b > 0 && ln[idx[b]] > ln[idx[b - 1]]; b--) { int64_t x = idx[b]; idx[b] = idx[b - 1]; idx[b - 1] = x; }
+    for (int k = 0; k < ni; k++) {
+        int64_t L = ln[idx[k]], best = -1;
+        for (int64_t r = 0; r < nr; r++) if (room[r] >= L && (best < 0 || room[r] < room[best])) best = r;
+        if (best < 0) { nw++; room[nr++] = W - L; } else room[best] -= L;
+    }
+    *pad = 0;
+    for (int64_t r = 0; r < nr; r++) *pad += room[r];
+    *nwin = nw;
+    free(room); free(idx);
+}
+
+// the stream of documents of these lengths (eod + content)
+static void set_stream(const int64_t* ln, int nd, int64_t* st) {
+    free(S); NS = 0;
+    for (int i = 0; i < nd; i++) { st[i] = NS; NS += ln[i]; }
+    S = malloc((size_t)NS * sizeof(int32_t));
+    for (int i = 0; i < nd; i++) { S[st[i]] = EOD; for (int64_t k = 1; k < ln[i]; k++) S[st[i] + k] = (int32_t)(rnd() % 500); }
+}
+
 int main(void) {
     enum { ND = 3000, T = 127, W = T + 1 };
     int64_t* st = malloc(ND * sizeof(int64_t));
@@ -108,7 +145,33 @@ int main(void) {
     CHECK(q.st.pad > p.st.pad, "best_fit over a buffer of 1 document pads more (%.2f%%) than over 512 (%.2f%%)",
           100.0 * q.st.pad / (double)q.st.slots, 100.0 * p.st.pad / (double)p.st.slots);
     pack_free(&q);
+    // quality, not only validity: one round over all documents gives the windows and padding of best-fit decreasing
+    // computed by brute force
+    o.buffer = ND;
+    pack_build(&q, &o, NS, rd, NULL, err, sizeof err);
+    int64_t bw, bp;
+    bfd_reference(ln, ND, W, &bw, &bp);
+    CHECK(q.n_win == bw && q.st.pad == bp, "best_fit over one round of %d documents: %lld windows, %lld padding slots = brute-force "
+          "best-fit decreasing %lld, %lld", ND, (long long)q.n_win, (long long)q.st.pad, (long long)bw, (long long)bp);
+    pack_free(&q);
     pack_free(&p);
+
+    // documents that pair up to fill windows exactly (room equal to a length, at bit-word edges 63/64/65 too): no
+    // padding at all, whatever the order in the stream
+    {
+        int64_t pl[] = { 28, 100, 64, 64, 65, 63, 1, 127, 70, 58, 100, 28, 127, 1, 64, 64, 96, 32, 33, 95 };
+        int npl = (int)(sizeof pl / sizeof pl[0]);
+        int64_t pst[32];
+        set_stream(pl, npl, pst);
+        PackOpts e = o; e.buffer = npl;
+        pack_build(&q, &e, NS, rd, NULL, err, sizeof err);
+        bfd_reference(pl, npl, W, &bw, &bp);
+        CHECK(q.n_win == npl / 2 && q.st.pad == 0 && bw == npl / 2 && bp == 0,
+              "best_fit: %d documents that pair up to %d slots fill %lld windows with %lld padding (brute force %lld, %lld)",
+              npl, W, (long long)q.n_win, (long long)q.st.pad, (long long)bw, (long long)bp);
+        pack_free(&q);
+        set_stream(ln, ND, st);   // back to the main stream (same lengths; new contents)
+    }
 
     // ---- doc_start ----
     o.mode = PACK_DOC_START; o.buffer = 0;

@@ -75,6 +75,24 @@ ERR_ALSO='[ "$(grep -c loss "$T/res2/metrics.jsonl")" = 4 ]' expect_err "resume 
 if build/train -c $CONF "${A[@]}" --pack doc_start --out_dir "$T/res2" --resume latest --max_steps 6 --force >"$T/res2.out" 2>&1 \
    && grep -q "note: --force: the packing or its data changed" "$T/res2.out"; then ok "--force: the resume continues on the new table, with a note"
 else bad "--force resume: $(tail -n 2 "$T/res2.out")"; fi
+# every other key that defines the table of windows, changed alone, is refused too (a checkpoint of a best_fit run
+# with length upsampling on, so that upsample_factor matters): pack_buffer, upsample_len, upsample_factor, a source
+# weight, seq_len, train_data
+U=(--pack best_fit --pack_buffer 64 --upsample_len 200 --upsample_factor 2)
+timeout $HANG_S build/train -c $CONF "${A[@]}" "${U[@]}" --out_dir "$T/resu" --max_steps 2 >"$T/resu.out" 2>&1 || bad "upsampled run: $(tail -n 2 "$T/resu.out")"
+while IFS='|' read -r what pat args; do
+  # shellcheck disable=SC2086
+  ERR_ALSO='[ "$(grep -c loss "$T/resu/metrics.jsonl")" = 2 ]' expect_err "resume with another $what" \
+    "was trained on packed windows (pack = best_fit, pack_buffer 64, upsample_len 200, upsample_factor 2, seq_len 128|$pat|--force" 1 \
+    build/train -c $CONF "${A[@]}" "${U[@]}" --out_dir "$T/resu" --resume latest --max_steps 4 $args
+done <<EOF2
+pack_buffer|this run asks for pack = best_fit, pack_buffer 32,|--pack_buffer 32
+upsample_len|pack_buffer 64, upsample_len 300,|--upsample_len 300
+upsample_factor|upsample_len 200, upsample_factor 3,|--upsample_factor 3
+source weight|train_data '$T/a@2'|--train_data $T/a@2
+seq_len|upsample_factor 2, seq_len 64,|--seq_len 64
+train_data|train_data '$T/b'|--train_data $T/b
+EOF2
 
 # ---- 3. statistics ----
 line=$(grep '^packing: best_fit' "$T/best_fit_1.out")

@@ -100,7 +100,7 @@ sys.exit(0 if worst < 1e-6 and len(recs) > 0 else 1)
 EOF
 }
 B=(-c configs/tiny.conf "${A[@]}" --warmup_steps 2 --lr 1e-3 --min_lr 1e-4)
-for s in cosine linear constant "wsd --lr_cooldown 4" "wsd"; do
+for s in cosine linear constant "wsd --lr_cooldown 4" "wsd" "wsd --lr_cooldown 11"; do   # (11: a cooldown longer than max_steps - warmup_steps)
   n=s_${s// /_}; n=${n//--/}
   if build/train "${B[@]}" --out_dir "$T/$n" --max_steps 12 --lr_schedule $s >"$T/$n.out" 2>&1; then
     check "lr_schedule $s: logged lr = formula" lr_check "$T/$n"
