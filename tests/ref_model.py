@@ -31,7 +31,10 @@ Tolerances (errors are max |C - ref| / max |ref| over a tensor unless said other
         (nonzero grads with |g| below the grad tolerance) are printed for information only.
   Together: grads match the reference, the optimizer is exact on the C side's own grads, and the C step is
   consistent with the reference grads.
-  Several steps (tool_dump --steps N; records grad@k/, step@k/lr, after@k/ for k >= 2, adam/m/, adam/v/, steps):
+  step/gnorm         the global gradient norm the C step clipped with, against the reference gradients' norm, 1e-4
+  Several steps (tool_dump --steps N; records grad@k/, step@k/lr, step@k/gnorm, after@k/ for k >= 2, adam/m/,
+  adam/v/, steps):
+    step@k/gnorm       the norm step k clipped with, against the norm of its dumped gradients grad@k/, 1e-5
     grad@k/<name>      the reference's gradient at the C side's parameters after step k - 1 (the same batch), 1e-4
     step@k/lr          the schedule's rate of step k - 1 written out here (warmup, then cosine or constant), 1e-6
     after@k/<name>     one stateful float64 torch AdamW fed the C side's own grads of steps 1..k (clipping each step
@@ -451,6 +454,17 @@ def schedule_lr(raw, step):
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * frac)) * (lr - min_lr)
 
 
+def check_gnorm(rep, recs, key, grads, tol, what):
+    """The global gradient norm the C side clipped step KEY with (its record) against the norm of GRADS (float64)."""
+    g, e = get_record(recs, key, 0, (1,))
+    if e:
+        rep.check(key, False, e)
+        return
+    want = math.sqrt(sum(float((t.to(F64) ** 2).sum()) for t in grads.values()))
+    err = abs(float(g.item()) - want) / want
+    rep.check(f"{key} (the norm the step clipped with)", err <= tol, f"{float(g.item()):.7g} vs {what} {want:.7g}: rel {err:.1e}")
+
+
 def check_steps(rep, recs, raw, cfg, shapes, P0, grads_c1, lr1, fwd):
     """Steps 2..N of a tool_dump --steps N dump (see the module doc). fwd(P) -> loss at params P (float64 leaves)."""
     n_steps, e = get_record(recs, "steps", 1, (1,))
@@ -479,6 +493,7 @@ def check_steps(rep, recs, raw, cfg, shapes, P0, grads_c1, lr1, fwd):
                     g_c[n] = t.to(F64)
             if not rep.check(f"step {k}: records grad{pre}/", not problems, "; ".join(problems) or f"{len(g_c)} tensors"):
                 return
+            check_gnorm(rep, recs, f"step{pre}/gnorm", g_c, 1e-5, "the norm of its dumped gradients")
             P = {}
             for n in shapes:
                 t, e = get_record(recs, prev + n, 0, shapes[n])
@@ -683,6 +698,7 @@ def run_dump(path, rep):
     lr = float(lr_c.item())
     if not rep.check("step/lr", math.isfinite(lr) and lr > 0, f"{lr:g}"):
         return
+    check_gnorm(rep, recs, "step/gnorm", grads_ref, GRAD_TOL, "the reference gradients' norm")
     after_ref, norm_ref = adamw_torch(P0, grads_ref, cfg, lr)
     coef_ref = clip_coef(grads_ref, cfg["grad_clip"])
     if cfg["grad_clip"] > 0:

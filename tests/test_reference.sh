@@ -49,7 +49,9 @@ for cfg in "${cfgs[@]}"; do
 done
 
 # the same step in distributed layouts (each rank its share of the batch; the dump gathered): the reference holds
-# for the ring, the all-to-all and their product, with tensor and sequence parallelism and document masking
+# for the ring, the all-to-all and their product, with tensor and sequence parallelism and document masking, and
+# for ZeRO-1 (moments sharded over the context ranks) with clipping active, 2 steps: each step's gradient norm,
+# the parameters and the gathered moments
 while read -r tag np args; do
   [ -n "$tag" ] || continue
   dump="$T/$tag.dump"
@@ -64,6 +66,7 @@ done <<'LAYOUTS'
 d_tp2_sp 2 --tp 2 --tp_sp 1
 d_tp2_cp2_a2a_sp 4 --tp 2 --cp 2 --cp_comm a2a --tp_sp 1
 d_cp4_a2a_ring_docs 4 --cp 4 --cp_comm a2a+ring --cp_a2a 2 --doc_mask 1 --eod 7
+d_tp2_cp2_zero1_clip_2steps 4 --tp 2 --cp 2 --zero 1 --steps 2
 LAYOUTS
 
 # a long sequence (3 x 3 attention tiles), YaRN from 65536 original positions (ramp 20..33 at head_dim 64), and 3

@@ -6,9 +6,10 @@
 //   --steps N (default 1): N AdamW steps on the same batch, at the schedule's learning rates of steps 0..N-1; step k >= 2
 //   adds the records grad@k/NAME (its gradients, at the parameters after step k - 1), step@k/lr and after@k/NAME;
 //   then adam/m/NAME and adam/v/NAME (the moments after the last step) and steps (int32 N)
-// Under mpirun the step runs in the config's layout (tp, cp, cp_comm, cp_a2a, tp_sp; dp = 1): each rank holds its
-// share of the batch, and what is dumped is gathered — the logits and greedy hits by position over the context
-// ranks, the weights over TP, the gradients summed over the context ranks as the trainer sums them.
+// Under mpirun the step runs in the config's layout (tp, cp, cp_comm, cp_a2a, tp_sp, zero; dp = 1): each rank holds
+// its share of the batch, and what is dumped is gathered — the logits and greedy hits by position over the context
+// ranks, the weights over TP, the gradients summed over the context ranks as the trainer sums them, the AdamW
+// moments over the ZeRO shards. step/gnorm and step@k/gnorm: the global gradient norm each step clipped with.
 #include "backend/backend.h"
 #include "checkpoint/ckpt.h"
 #include "comm/grid.h"
@@ -24,6 +25,22 @@
 static FILE* out;
 #define rec(...) dump_record(out, __VA_ARGS__)
 #define dump_arena(m, prefix, arena) dump_arena(out, m, prefix, arena)
+
+// under ZeRO: a whole arena gathered from each rank's shard (SHARD: this rank's o->shard elements); else NULL
+static float* zero_whole(const AdamW* o, const Model* m, const float* shard) {
+    if (!o->zg) return NULL;
+    float* whole = be_alloc(m->arena * sizeof(float));
+    be_copy(whole + o->shard * group_rank(o->zg), shard, o->shard * sizeof(float));
+    comm_allgather(o->zg, whole, o->shard);
+    return whole;
+}
+
+// the gradients as reduced for the step: under ZeRO each rank holds the sum only in its shard (reduce-scatter)
+static void dump_grads(const AdamW* o, const Model* m, const char* prefix) {
+    float* whole = zero_whole(o, m, m->grads + (o->zg ? o->shard * group_rank(o->zg) : 0));
+    dump_arena(m, prefix, whole ? whole : m->grads);
+    be_free(whole);
+}
 
 int main(int argc, char** argv) {
     Config c;
@@ -68,7 +85,7 @@ int main(int argc, char** argv) {
     if (grid_build(&g, c.tp, c.cp, config_a2a(&c), err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     if (be_init(g.local_rank, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     Model m;
-    ModelGroups mg = { c.tp > 1 ? g.tp_g : NULL, g.cp_g, NULL, g.a2a_g, g.ring_g };
+    ModelGroups mg = { c.tp > 1 ? g.tp_g : NULL, g.cp_g, c.zero ? g.dpcp_g : NULL, g.a2a_g, g.ring_g };
     model_build(&m, &c, B, T, &mg);
     if (ckpt) {
         TrainState ts;
@@ -157,9 +174,9 @@ int main(int argc, char** argv) {
     float lossf = (float)loss; int one = 1;
     if (root) { rec("hits", 0, 2, d2, hits); rec("logits", 0, 3, d3, logits); rec("loss", 0, 1, &one, &lossf); }
     AdamW opt;
-    adamw_init(&opt, &m, g.dpcp_g, 0);
+    adamw_init(&opt, &m, g.dpcp_g, c.zero);   // (ZeRO-1: the moments sharded over the context ranks, dp being 1)
     adamw_reduce_grads(&opt, &m);   // weights are replicated over the context ranks: their gradients are summed
-    dump_arena(&m, "grad", m.grads);
+    dump_grads(&opt, &m, "grad");
 
     double inv[1024]; float invf[1024];
     float af = (float)rope_inv_freq(&c, m.hd, inv, NULL, NULL);
@@ -169,8 +186,9 @@ int main(int argc, char** argv) {
 
     float lr = lr_at(&c, 0);
     AdamWHyper h = adamw_hyper(&c, lr);
-    adamw_step(&opt, &m, &h, adamw_grad_norm(&opt, &m));
-    if (root) rec("step/lr", 0, 1, &one, &lr);
+    float gn = (float)adamw_grad_norm(&opt, &m);
+    adamw_step(&opt, &m, &h, gn);
+    if (root) { rec("step/lr", 0, 1, &one, &lr); rec("step/gnorm", 0, 1, &one, &gn); }
     dump_arena(&m, "after", m.params);
     for (int k = 2; k <= nsteps; k++) {   // further steps on the same batch
         char pre[32];
@@ -180,18 +198,25 @@ int main(int argc, char** argv) {
         model_backward(&m);
         adamw_reduce_grads(&opt, &m);
         snprintf(pre, sizeof pre, "grad@%d", k);
-        dump_arena(&m, pre, m.grads);
+        dump_grads(&opt, &m, pre);
         lr = lr_at(&c, k - 1);
         h = adamw_hyper(&c, lr);
-        adamw_step(&opt, &m, &h, adamw_grad_norm(&opt, &m));
+        gn = (float)adamw_grad_norm(&opt, &m);
+        adamw_step(&opt, &m, &h, gn);
         snprintf(pre, sizeof pre, "step@%d/lr", k);
         if (root) rec(pre, 0, 1, &one, &lr);
+        snprintf(pre, sizeof pre, "step@%d/gnorm", k);
+        if (root) rec(pre, 0, 1, &one, &gn);
         snprintf(pre, sizeof pre, "after@%d", k);
         dump_arena(&m, pre, m.params);
     }
-    if (nsteps > 1) {   // the moments (every rank holds all of them: no ZeRO here)
-        dump_arena(&m, "adam/m", opt.m);
-        dump_arena(&m, "adam/v", opt.v);
+    if (nsteps > 1) {   // the moments, whole (under ZeRO each rank's shard, gathered as the parameters are)
+        float* mv[2] = { opt.m, opt.v };
+        for (int k = 0; k < 2; k++) {
+            float* whole = zero_whole(&opt, &m, mv[k]);
+            dump_arena(&m, k ? "adam/v" : "adam/m", whole ? whole : mv[k]);
+            be_free(whole);
+        }
         if (root) rec("steps", 1, 1, &one, &nsteps);
     }
     if (root) {
