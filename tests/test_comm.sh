@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The communication layer (comm/comm.h) over MPI: tests/mpi_comm.c at P = 1, 2, 3, 4 ranks, once as is and
+# The communication layer (comm/comm.h) over MPI: tests/mpi_comm.c at P = 1, 2, 3, 4 ranks (every collective is
+# checked at 3 and 4 ranks: with 2, a block sent to the wrong peer of an all-to-all or a ring still arrives right,
+# since the next and the previous rank are the same one; keep P >= 3 here), once as is and
 # once with RINGLM_COMM_MAX_COUNT=7 (every collective split into many MPI calls, every hop sent as blocks
 # of a contiguous type plus a remainder); the CUDA backend's transport under the emulation (NCCL, and staged
 # through pinned host memory), at P = 2 and 3, also split; and more hops than a request holds must stop the job with the
