@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # mutants.sh — a mutation run: plants each one-line bug of a list (default tests/mutants.txt) in a COPY of the
-# repository, one at a time, rebuilds the CPU programs there (make -j2 all), runs the tests the list names for it,
-# and reports whether a test failed (caught) or all passed (missed). This checkout is never modified.
+# repository, one at a time, rebuilds there the CPU programs and the emulated CUDA ones (make all cuda-emu: a mutant
+# of a shared source reaches both; one of backend/cuda/ or comm/data_cuda.c reaches build/emu/), runs the tests the
+# list names for it, and reports whether a test failed (caught) or all passed (missed). Each test is stopped at its
+# first FAIL line (the mutant is caught; the rest of that test would only take time). This checkout is never modified.
 #   bash tests/mutants.sh [--list FILE] [--dir DIR] [--all] [ID...]
 #     --dir DIR   the copy (default /tmp/ringlm-mutants; made with cp -a from this checkout when it does not exist,
 #                 otherwise its sources are refreshed from here; its build/ is reused)
 #     --all       run every listed test of a mutant (default: stop at the first that fails)
+#     --whole     run each test to its end, not only to its first FAIL line
 #     ID...       only these mutants
 # A mutant whose text is not found exactly once in its file is reported "stale" and one that does not compile
 # "no build"; neither is counted. Not a test of the suite (run_all.sh runs tests/test_*.sh only): it takes minutes.
@@ -14,12 +17,13 @@
 set -u
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
-LIST=tests/mutants.txt; DIR=/tmp/ringlm-mutants; ALL=0; ONLY=()
+LIST=tests/mutants.txt; DIR=/tmp/ringlm-mutants; ALL=0; WHOLE=0; ONLY=()
 while [ $# -gt 0 ]; do
   case $1 in
     --list) LIST=$2; shift 2 ;;
     --dir) DIR=$2; shift 2 ;;
     --all) ALL=1; shift ;;
+    --whole) WHOLE=1; shift ;;
     -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) ONLY+=("$1"); shift ;;
   esac
@@ -35,7 +39,30 @@ fi
 cd "$DIR" || exit 2
 export OMP_NUM_THREADS=1
 echo "mutation run in $DIR (list $LIST)"
-make -j2 all >"$DIR/mut_build.log" 2>&1 || { echo "mutants.sh: the unmutated copy does not build (see $DIR/mut_build.log)" >&2; exit 2; }
+build() { make -j2 all >"$1" 2>&1 && make -j2 cuda-emu >>"$1" 2>&1; }
+build "$DIR/mut_build.log" || { echo "mutants.sh: the unmutated copy does not build (see $DIR/mut_build.log)" >&2; exit 2; }
+# stop_session PID: TERM to the session PID leads (a test's EXIT trap removes its files), KILL to what is left
+stop_session() {
+  local i; kill -TERM -- -"$1" 2>/dev/null
+  for ((i = 0; i < 50; i++)); do [ -z "$(ps -o pid= -s "$1")" ] && break; sleep 0.1; done
+  pkill -9 -s "$1" 2>/dev/null; wait "$1" 2>/dev/null
+}
+# run_test T OUT: the test (a script or a binary) in a session of its own, its output to OUT; ended (and its whole
+# session with it) at its first FAIL line unless --whole; a hang is ended after 900 s. Exit status: the test's, or
+# 125 when stopped at a FAIL line
+run_test() {
+  local t=$1 o=$2 pid sid rc end=$((SECONDS + 900))
+  if [[ $t == *.sh ]]; then setsid bash "$t" >"$o" 2>&1 </dev/null & else setsid stdbuf -oL -eL "$t" >"$o" 2>&1 </dev/null & fi
+  pid=$!
+  while kill -0 $pid 2>/dev/null; do
+    if [ $WHOLE -eq 0 ] && grep -q '^FAIL' "$o"; then stop_session $pid; return 125; fi
+    if [ $SECONDS -ge $end ]; then stop_session $pid; return 124; fi
+    sleep 0.2
+  done
+  wait $pid; rc=$?
+  sid=$pid; pkill -9 -s "$sid" 2>/dev/null   # what the test left running in its session
+  return $rc
+}
 
 # the list as shell-readable records: id, file, tests, and the old/new text in files
 REC=$(mktemp -d)
@@ -73,15 +100,15 @@ PYEOF
     table+=("$(printf '%-22s %-28s stale (text not found once)' "$id" "$file")"); other=$((other + 1)); continue
   fi
   line=$(grep -nF -- "$(cat "$REC/$i.new")" "$file" | head -1 | cut -d: -f1)
-  if ! make -j2 all >"$REC/build.log" 2>&1; then
+  if ! build "$REC/build.log"; then
     table+=("$(printf '%-22s %-28s no build' "$id" "$file:$line")"); other=$((other + 1))
   else
     by=""
     for t in $tests; do
       start=$(date +%s)
-      if [[ $t == *.sh ]]; then timeout 900 bash "$t" >"$REC/t.out" 2>&1 </dev/null; rc=$?
-      else timeout 900 "$t" >"$REC/t.out" 2>&1 </dev/null; rc=$?; fi
+      run_test "$t" "$REC/t.out"; rc=$?
       res=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$REC/t.out" | tail -n 1)
+      [ $rc -eq 125 ] && res="stopped at its first FAIL"
       nf=$(echo "$res" | awk '{print $3}')
       if [ "$rc" -ne 0 ] || [ "${nf:-0}" != 0 ] || [ -z "$res" ]; then
         first=$(grep -m1 '^FAIL' "$REC/t.out" | cut -c1-110)
@@ -96,7 +123,7 @@ PYEOF
   cp -a "$REC/orig" "$file"; touch "$file"
   echo "${table[-1]}"
 done <"$REC/index"
-make -j2 all >"$DIR/mut_build.log" 2>&1   # leave the copy built from the unmutated sources
+build "$DIR/mut_build.log"   # leave the copy built from the unmutated sources
 rm -rf "$REC"
 echo "---"
 printf '%s\n' "${table[@]}"
