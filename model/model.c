@@ -36,15 +36,16 @@ static float* carve(Carver* c, size_t n) {
 
 // Which tensors a layer keeps depends on the recompute mode: the residual always; q, k, v (and norm1) unless
 // qkv or full; the attention output, LSE and mid residual unless full; norm2 and the SwiGLU tensors only
-// with none. What is not kept lives in one shared working set (one layer's worth), written by the forward
-// and rewritten by the recomputation in the backward. Memory: layers x kept + one working set + scratch.
-enum { G_RES, G_QKV, G_ATT, G_MLP };
-static int kept(int group, int rc) {
+// with none (and the SwiGLU tensors never with a tiled MLP: one tile's exist at a time). What is not kept lives
+// in one shared working set (one layer's worth), written by the forward and rewritten by the recomputation in the
+// backward. Memory: layers x kept + one working set + scratch.
+enum { G_RES, G_QKV, G_ATT, G_MLP, G_TILE };
+static int kept(int group, int rc, int tiled) {
     return group == G_RES || (group == G_QKV && rc < RECOMPUTE_QKV) || (group == G_ATT && rc < RECOMPUTE_FULL) ||
-           (group == G_MLP && rc == RECOMPUTE_NONE);
+           (group == G_MLP && rc == RECOMPUTE_NONE) || (group == G_TILE && rc == RECOMPUTE_NONE && !tiled);
 }
 static void plan_layers(Model* m, Carver* c) {
-    size_t N = m->N, Ns = m->Ns, C = m->C, Hq = (size_t)m->nh * m->hd, F = m->F;
+    size_t N = m->N, Ns = m->Ns, C = m->C, Hq = (size_t)m->nh * m->hd, F = m->F, R = m->mlp_rows;
     size_t Na = (size_t)m->B * m->T_at, Hqa = (size_t)m->nh_at * m->hd, Hka = (size_t)m->nkv_at * m->hd;   // attention's side
     struct { size_t off, n; int group; } t[] = {
         { offsetof(LayerActs, res), Ns * C, G_RES }, { offsetof(LayerActs, ln1), Ns * C, G_QKV },
@@ -52,18 +53,18 @@ static void plan_layers(Model* m, Carver* c) {
         { offsetof(LayerActs, k), Na * Hka, G_QKV }, { offsetof(LayerActs, v), Na * Hka, G_QKV },
         { offsetof(LayerActs, att), N * Hq, G_ATT }, { offsetof(LayerActs, lse), Na * m->nh_at, G_ATT },
         { offsetof(LayerActs, mid), Ns * C, G_ATT }, { offsetof(LayerActs, ln2), Ns * C, G_MLP },
-        { offsetof(LayerActs, rstd2), Ns, G_MLP },   { offsetof(LayerActs, g), N * F, G_MLP },
-        { offsetof(LayerActs, u), N * F, G_MLP },    { offsetof(LayerActs, h), N * F, G_MLP },
+        { offsetof(LayerActs, rstd2), Ns, G_MLP },   { offsetof(LayerActs, g), R * F, G_TILE },
+        { offsetof(LayerActs, u), R * F, G_TILE },   { offsetof(LayerActs, h), R * F, G_TILE },
     };
-    int nt = sizeof t / sizeof *t, rc = m->recompute;
+    int nt = sizeof t / sizeof *t, rc = m->recompute, tl = m->mlp_tiled;
     size_t start = c->used;
     float* work[sizeof t / sizeof *t];
-    for (int i = 0; i < nt; i++) work[i] = kept(t[i].group, rc) ? NULL : carve(c, t[i].n);
+    for (int i = 0; i < nt; i++) work[i] = kept(t[i].group, rc, tl) ? NULL : carve(c, t[i].n);
     m->act_work = (c->used - start) * sizeof(float);
     start = c->used;
     for (int l = 0; l < m->L; l++)
         for (int i = 0; i < nt; i++)
-            *(float**)((char*)&m->acts[l] + t[i].off) = kept(t[i].group, rc) ? carve(c, t[i].n) : work[i];
+            *(float**)((char*)&m->acts[l] + t[i].off) = kept(t[i].group, rc, tl) ? carve(c, t[i].n) : work[i];
     m->act_kept = (c->used - start) * sizeof(float);
 }
 
@@ -77,7 +78,8 @@ static size_t plan_activations(Model* m, float* base) {
     if (m->sp) { m->full = carve(c, N * C); m->sp_dw = carve(c, (2 * (size_t)m->L + 1) * C); }
     m->dq = carve(c, N * Hq); m->dk = carve(c, N * Hk); m->dv = carve(c, N * Hk);
     m->datt = carve(c, N * Hq); m->D = carve(c, N * m->nh);
-    m->dg = carve(c, N * F); m->du = carve(c, N * F); m->dh = carve(c, N * F);
+    size_t R = m->mlp_rows;
+    m->dg = carve(c, R * F); m->du = carve(c, R * F); m->dh = carve(c, R * F);
     m->logits = carve(c, (size_t)m->lm_chunk * m->Vl);
     m->xlse = carve(c, m->lm_chunk); m->xtl = carve(c, m->lm_chunk); m->xm = carve(c, m->lm_chunk);
     m->losses = carve(c, N); m->hits = carve(c, N);
@@ -133,6 +135,8 @@ void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp
     m->rope_npos = cfg->max_seq_len;
     m->arena = (m->pt.total + shard - 1) / shard * shard;
     m->recompute = recompute_mode(cfg->recompute);   // validated with the config
+    m->mlp_rows = cfg->mlp_tile > 0 && cfg->mlp_tile < m->N ? cfg->mlp_tile : m->N;
+    m->mlp_tiled = m->mlp_rows < m->N;
     m->acts = host_alloc(m->L, sizeof(LayerActs));
     m->act_bytes = plan_activations(m, NULL) * sizeof(float);
 }
@@ -391,12 +395,13 @@ static float* tp_reduce(Model* m, float* y) {
     comm_reduce_scatter_sum(m->tp_g, y, (size_t)m->Ns * m->C);
     return own_rows(m, y);
 }
-static const float* tp_input(Model* m, const float* x) {
+static const float* tp_input_to(Model* m, const float* x, float* full) {   // full [N, C]: where to gather
     if (!m->sp) return x;
-    be_copy(own_rows(m, m->full), x, (size_t)m->Ns * m->C * sizeof(float));
-    comm_allgather(m->tp_g, m->full, (size_t)m->Ns * m->C);
-    return m->full;
+    be_copy(own_rows(m, full), x, (size_t)m->Ns * m->C * sizeof(float));
+    comm_allgather(m->tp_g, full, (size_t)m->Ns * m->C);
+    return full;
 }
+static const float* tp_input(Model* m, const float* x) { return tp_input_to(m, x, m->full); }
 // where a norm's weight gradient accumulates: its place in the gradient arena, or with sequence parallelism (each
 // rank's rows only) a scratch summed over TP at the end of the backward; i = 2 l (ln1), 2 l + 1 (ln2), 2 L (final)
 static float* norm_grad(Model* m, float* dw, int i) { return m->sp ? m->sp_dw + (size_t)i * m->C : dw; }
@@ -448,36 +453,47 @@ static void att_forward(Model* m, int l) {            // att, lse; mid = res + a
     be_copy(a->mid, a->res, m->Ns * C * sizeof(float));
     be_add(a->mid, o, m->Ns * C);
 }
-static void mlp_inputs_forward(Model* m, int l) {     // ln2, g, u, h
+static void norm2_forward(Model* m, int l) {          // ln2
+    LayerActs* a = &m->acts[l];
+    be_rmsnorm_forward(a->ln2, a->rstd2, a->mid, m->w.layer[l].ln2, m->Ns, m->C, m->cfg.norm_eps);
+}
+// the MLP's rows [r0, r0 + n) of its input x [N, C] (ln2, gathered over TP under sequence parallelism): g, u, h [n, F]
+static void mlp_tile_forward(Model* m, int l, const float* x, long r0, long n) {
     LayerW* w = &m->w.layer[l];
     LayerActs* a = &m->acts[l];
-    long N = m->N;
     int C = m->C, F = m->F;
-    be_rmsnorm_forward(a->ln2, a->rstd2, a->mid, w->ln2, m->Ns, C, m->cfg.norm_eps);
-    const float* x = tp_input(m, a->ln2);
-    linear_forward(a->g, x, w->wg, N, C, F);
-    linear_forward(a->u, x, w->wu, N, C, F);
-    be_swiglu_forward(a->h, a->g, a->u, (size_t)N * F);
+    linear_forward(a->g, x + r0 * C, w->wg, n, C, F);
+    linear_forward(a->u, x + r0 * C, w->wu, n, C, F);
+    be_swiglu_forward(a->h, a->g, a->u, (size_t)n * F);
 }
+// rows of the tile starting at row r0
+static long tile_rows(const Model* m, long r0) { return m->N - r0 < m->mlp_rows ? m->N - r0 : m->mlp_rows; }
 
 static void layer_forward(Model* m, int l, float* out) {
     LayerActs* a = &m->acts[l];
-    long N = m->N;
+    int C = m->C;
     qkv_forward(m, l);
     att_forward(m, l);
-    mlp_inputs_forward(m, l);
-    linear_forward(m->proj, a->h, m->w.layer[l].wd, N, m->F, m->C);   // down (row-parallel under TP)
+    norm2_forward(m, l);
+    const float* x = tp_input(m, a->ln2);
+    for (long r0 = 0; r0 < m->N; r0 += m->mlp_rows) {   // one tile of all N rows when untiled
+        long n = tile_rows(m, r0);
+        mlp_tile_forward(m, l, x, r0, n);
+        linear_forward(m->proj + r0 * C, a->h, m->w.layer[l].wd, n, m->F, C);   // down (row-parallel under TP)
+    }
     const float* o = tp_reduce(m, m->proj);
-    be_copy(out, a->mid, m->Ns * m->C * sizeof(float));
-    be_add(out, o, m->Ns * m->C);
+    be_copy(out, a->mid, m->Ns * C * sizeof(float));
+    be_add(out, o, m->Ns * C);
 }
 
-// before layer l's backward: recompute the activations its mode did not keep
+// before layer l's backward: recompute the activations its mode did not keep (a tiled MLP's g, u, h: tile by tile
+// in the backward)
 static void layer_recompute(Model* m, int l) {
     int rc = m->recompute;
     if (rc >= RECOMPUTE_QKV) qkv_forward(m, l);
     if (rc >= RECOMPUTE_FULL) att_forward(m, l);
-    if (rc >= RECOMPUTE_MLP) mlp_inputs_forward(m, l);
+    if (rc >= RECOMPUTE_MLP) norm2_forward(m, l);
+    if (rc >= RECOMPUTE_MLP && !m->mlp_tiled) mlp_tile_forward(m, l, tp_input(m, m->acts[l].ln2), 0, m->N);
 }
 
 void model_attention_inputs(Model* m, int l) {
@@ -558,12 +574,18 @@ static void layer_backward(Model* m, int l) {
     LayerActs* a = &m->acts[l];
     long N = m->N, Ns = m->Ns;
     int C = m->C, Hq = m->nh * m->hd, Hk = m->nkv * m->hd, F = m->F;
-    // MLP: out = mid + h Wd^T
-    linear_backward(m->dh, dw->wd, tp_input(m, m->dres), a->h, w->wd, N, F, C, 0.0f);
-    be_swiglu_backward(m->dg, m->du, m->dh, a->g, a->u, (size_t)N * F);
+    // MLP: out = mid + h Wd^T, tile by tile (a tiled MLP recomputes each tile's g, u, h from ln2). dy: d(out) of every
+    // row — under sequence parallelism gathered into proj, whose rows each tile reads before writing its own d(ln2)
+    const float* dy = tp_input_to(m, m->dres, m->proj);
     const float* x2 = tp_input(m, a->ln2);
-    linear_backward(m->proj, dw->wg, m->dg, x2, w->wg, N, C, F, 0.0f);
-    linear_backward(m->proj, dw->wu, m->du, x2, w->wu, N, C, F, 1.0f);
+    for (long r0 = 0; r0 < N; r0 += m->mlp_rows) {
+        long n = tile_rows(m, r0);
+        if (m->mlp_tiled) mlp_tile_forward(m, l, x2, r0, n);
+        linear_backward(m->dh, dw->wd, dy + r0 * C, a->h, w->wd, n, F, C, 0.0f);
+        be_swiglu_backward(m->dg, m->du, m->dh, a->g, a->u, (size_t)n * F);
+        linear_backward(m->proj + r0 * C, dw->wg, m->dg, x2 + r0 * C, w->wg, n, C, F, 0.0f);
+        linear_backward(m->proj + r0 * C, dw->wu, m->du, x2 + r0 * C, w->wu, n, C, F, 1.0f);
+    }
     be_rmsnorm_backward(m->dres, norm_grad(m, dw->ln2, 2 * l + 1), tp_reduce(m, m->proj), a->mid, w->ln2, a->rstd2, Ns, C);
     // attention: mid = res + att Wo^T
     linear_backward(m->datt, dw->wo, tp_input(m, m->dres), a->att, w->wo, N, Hq, C, 0.0f);

@@ -35,7 +35,7 @@ typedef struct {   // per-layer activations saved for backward, N = B*T rows (at
     float *mid;    // [Ns, C] residual after attention
     float *ln2;    // [Ns, C]
     float *rstd2;  // [Ns]
-    float *g, *u, *h; // [N, F]
+    float *g, *u, *h; // [N, F]; with a tiled MLP [mlp_rows, F]: one tile's, never kept
 } LayerActs;
 
 typedef struct {
@@ -75,12 +75,14 @@ typedef struct {
     float* act_arena;
     size_t act_bytes;          // planned activation + scratch memory of this rank
     int recompute;             // RECOMPUTE_* (config.h): what the layers keep
+    long mlp_rows;             // rows per MLP tile: mlp_tile, or N (untiled)
+    int mlp_tiled;             // mlp_rows < N: the MLP runs tile by tile; g, u, h are recomputed per tile in the backward
     size_t act_kept, act_work; // bytes: the layers' kept activations; the shared working set of one layer
     LayerActs* acts;           // [n_layer]
     float *res_final, *lnf, *rstdf;      // [N, C], [N, C], [N]
     // scratch shared by all layers. proj: a row-parallel projection's output before the residual add
     // (forward), the gradient arriving at a norm's output (backward)
-    float *proj, *dres, *dq, *dk, *dv, *datt, *D, *dg, *du, *dh;
+    float *proj, *dres, *dq, *dk, *dv, *datt, *D, *dg, *du, *dh;   // dg, du, dh: [mlp_rows, F]
     float *logits, *xlse, *xtl, *xm, *losses; // [chunk, Vl], [chunk] x 3, [N]
     float* rope;               // [rope_npos, hd] cos|sin table
     int rope_npos;

@@ -73,7 +73,7 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
     p->flops_model = model_flops_per_token(&c, seq_len) * tokens / world;
     double Cg = c.d_model, hdg = (double)c.d_model / c.n_head, Fg = c.d_ff;
     double qkv = 2 * Cg * hdg * (c.n_head + 2.0 * c.n_kv_head), mlp = 4 * Cg * Fg, att = 2.0 * seq_len * Cg + 2 * hdg * c.n_head * Cg;
-    double extra = rc >= RECOMPUTE_MLP ? mlp : 0;
+    double extra = rc >= RECOMPUTE_MLP || m.mlp_tiled ? mlp : 0;   // a tiled MLP recomputes gate and up per tile
     if (rc >= RECOMPUTE_QKV) extra += qkv;
     if (rc >= RECOMPUTE_FULL) extra += att;
     p->flops_exec = p->flops_model + extra * c.n_layer * tokens / world;

@@ -5,7 +5,7 @@
 #   2. training in fp32 at 1 rank, cp 2 (NCCL), cp 2 (--comm mpi, host-staged), tp 2, tp 2 x cp 2 (NCCL), cp 2 x dp 2
 #      with ZeRO-1 (ranks sharing one emulated GPU: auto picks the staged transport): per-step losses within 1e-5
 #      (relative) of the CPU backend in the same layout;
-#   3. doc_mask (1 rank, cp 2) and every recompute mode (cp 2), fp32, within 1e-5 of the CPU;
+#   3. doc_mask (1 rank, cp 2), every recompute mode and the tiled MLP (cp 2), fp32, within 1e-5 of the CPU;
 #   4. bf16 and tf32 matmuls / attention against the CPU's fp32 (1 rank; bf16 also tp 2 x cp 2 with doc_mask): bf16
 #      within 2e-3, tf32 within 3e-4 per step, and
 #      different from fp32 (the mode ran). Why these: after 3 steps the observed differences are ~1e-4 (bf16, inputs
@@ -114,6 +114,7 @@ trun c_nodoc 1 build --train_data "$T/short/train_*.bin" &&
 for rc in mlp qkv full; do
   trun "g_rc_$rc" 2 $E --cp 2 --recompute $rc && cmp_runs "fp32 recompute $rc (cp 2) vs the CPU without recompute" c_one "g_rc_$rc" 1e-5
 done
+trun g_tile 2 $E --cp 2 --mlp_tile 40 && cmp_runs "fp32 tiled MLP (tiles of 40 of 64 rows, cp 2) vs the CPU untiled" c_one g_tile 1e-5
 
 # ---- 4. bf16 and tf32 ----
 trun g_bf16 1 $E --matmul_precision bf16 && cmp_runs "bf16 vs the CPU's fp32 (tolerance 2e-3)" c_one g_bf16 2e-3

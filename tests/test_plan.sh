@@ -46,6 +46,8 @@ plan_vs_train cp2dp2_zero 4 2 --cp 2 --zero 1
 plan_vs_train a2a_cp4 4 1 --cp 4 --cp_comm a2a
 plan_vs_train a2aring_full 4 1 --cp 4 --cp_comm a2a+ring --cp_a2a 2 --recompute full
 plan_vs_train tp2_sp 2 1 --tp 2 --tp_sp 1
+plan_vs_train tile_none 1 1 --mlp_tile 70
+plan_vs_train tile_tp2_sp_full 2 1 --tp 2 --tp_sp 1 --mlp_tile 50 --recompute full
 plan_vs_train tp2cp2_a2a_sp_mlp 4 1 --tp 2 --cp 2 --cp_comm a2a --tp_sp 1 --recompute mlp
 
 # the longest seq_len: it fits, one chunking unit more does not (8 GiB device, 1B-like model)
