@@ -73,7 +73,7 @@ static const Key KEYS[] = {
     K(cp_comm, T_STR, 0, "ring", "context parallelism: ring (K/V blocks rotate around the cp ranks) | a2a (Ulysses: an all-to-all trades each rank's tokens of all heads for all tokens of 1/cp of the heads; cp_a2a = cp) | a2a+ring (the all-to-all inside groups of cp_a2a consecutive cp ranks, a ring of cp / cp_a2a groups carrying head shards)"),
     K(cp_a2a, T_INT, 0, "0", "all-to-all degree U of cp_comm = a2a (0: cp) or a2a+ring (2 <= U < cp, U divides cp); tp x U divides n_head"),
     K(tp_sp, T_BOOL, 0, "0", "1: sequence parallelism inside TP groups: residual stream, norms and their saved tensors on 1/tp of the tokens (all-gather before q/k/v and gate/up, reduce-scatter after o_proj and down_proj)"),
-    K(zero, T_INT, 0, "0", "ZeRO stage: 0 off, 1 shards the AdamW moments over the dp x cp ranks"),
+    K(zero, T_INT, 0, "0", "ZeRO stage over the dp x cp ranks: 0 off, 1 shards the AdamW moments, 2 also the gradients (reduce-scattered layer by layer in the backward), 3 also the parameters (all-gathered layer by layer before use; docs/long_sequences.md)"),
     K(verify_attention, T_INT, 0, "0", "every N steps compare ring attention with one-process attention (0: off)"),
     K(ckpt_every, T_INT, 0, "0", "save a checkpoint every N steps (0: only the final one); OUT_DIR/ckpt_STEP.h5"),
     K(keep_last, T_INT, 0, "3", "keep the newest K checkpoints (0: keep all)"),
@@ -391,7 +391,7 @@ int config_validate(const Config* c, char* err, size_t errlen) {
              "or 0 (untiled)", c->mlp_tile, rows, c->micro_batch, c->cp > 0 ? c->seq_len / c->cp : 0, rows);
     if (strcmp(c->matmul_precision, "bf16") && strcmp(c->matmul_precision, "tf32") && strcmp(c->matmul_precision, "fp32"))
         FAIL("matmul_precision = '%s' must be bf16, tf32 or fp32", c->matmul_precision);
-    if (c->zero != 0 && c->zero != 1) FAIL("zero = %d must be 0 or 1", c->zero);
+    if (c->zero < 0 || c->zero > 3) FAIL("zero = %d must be 0, 1, 2 or 3", c->zero);
     if (c->n_head % c->tp) FAIL("n_head = %d is not divisible by tp = %d (each TP rank owns whole heads)", c->n_head, c->tp);
     if (c->n_kv_head % c->tp) FAIL("n_kv_head = %d is not divisible by tp = %d (each TP rank owns whole KV heads)", c->n_kv_head, c->tp);
     if (c->d_ff % c->tp) FAIL("d_ff = %d is not divisible by tp = %d", c->d_ff, c->tp);

@@ -37,7 +37,7 @@ typedef struct {
     char cp_comm[16];               // ring | a2a | a2a+ring (config_a2a: the all-to-all degree)
     int cp_a2a;                     // all-to-all degree of a2a+ring (a2a: cp)
     int tp_sp;                      // 1: sequence parallelism inside TP groups
-    int zero;                       // 1: ZeRO-1, AdamW moments sharded over the dp x cp group
+    int zero;                       // ZeRO stage over the dp x cp group: 1 moments, 2 + gradients, 3 + parameters
     int verify_attention;           // every N steps check ring attention against one process (0: off)
     int ckpt_every, keep_last;      // checkpoint every N steps (0: only at the end); keep the newest K
     int save_final;                 // 1: save at the end of the run (default)

@@ -11,18 +11,30 @@
 // ---------------------------------------------------------------------------------------------------
 // building
 
-static void bind_weights(Model* m, Weights* w, float* arena) {
+// where the tensor at arena offset off lives: in `arena`, or (arena = NULL: sharded by ZeRO) in its unit's buffer —
+// layer l's in lay[l % 2], the embedding's and the rest's in io
+static float* place(const Model* m, size_t off, float* arena, float* const lay[2], float* io) {
+    if (arena) return arena + off;
+    int u = zero_unit_of(&m->zu, off);
+    size_t rel = off - m->zu.off[u];
+    if (u == 0) return io + rel;
+    if (u == m->zu.n - 1) return io + m->io_rest + rel;
+    return lay[(u - 1) % 2] + rel;
+}
+static void bind_weights(Model* m, Weights* w, float* arena, float* const lay[2], float* io) {
     const ParamTable* t = &m->pt;
     int i = 0;
-    w->wte = arena + t->p[i++].offset;
+#define AT() place(m, t->p[i++].offset, arena, lay, io)
+    w->wte = AT();
     w->layer = calloc(m->L, sizeof(LayerW));
     for (int l = 0; l < m->L; l++) {
         LayerW* lw = &w->layer[l];
         float** slots[9] = { &lw->ln1, &lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->ln2, &lw->wg, &lw->wu, &lw->wd };
-        for (int s = 0; s < 9; s++) *slots[s] = arena + t->p[i++].offset;
+        for (int s = 0; s < 9; s++) *slots[s] = AT();
     }
-    w->lnf = arena + t->p[i++].offset;
-    w->head = m->cfg.tie_embeddings ? w->wte : arena + t->p[i++].offset;
+    w->lnf = AT();
+    w->head = m->cfg.tie_embeddings ? w->wte : AT();
+#undef AT
 }
 
 // The activation plan: `n` floats at a time carved off a cursor (64-byte aligned pieces). With base = NULL
@@ -113,6 +125,8 @@ void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp
     m->sp = cfg->tp_sp && tp > 1 && m->N % tp == 0;   // (validated with the config)
     m->Ns = m->sp ? m->N / tp : m->N;
     params_build(&m->pt, cfg, tp, tp_rank);
+    m->zero = shard > 1 ? cfg->zero : 0;
+    zero_units(&m->zu, &m->pt, (int)shard, 0);   // (the rank: model_build)
     // this rank's widths come from its shards in the parameter table (the only place sharding is decided)
     const ParamSpec* q = params_find(&m->pt, "model.layers.0.self_attn.q_proj.weight");
     const ParamSpec* k = params_find(&m->pt, "model.layers.0.self_attn.k_proj.weight");
@@ -133,13 +147,26 @@ void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp
     int head_rows = be_tuning()->head_rows;
     m->lm_chunk = m->N < head_rows ? (int)m->N : head_rows;
     m->rope_npos = cfg->max_seq_len;
-    m->arena = (m->pt.total + shard - 1) / shard * shard;
+    m->arena = m->pt.total;
+    if (m->zero >= 2) {   // the embedding's and the rest's unit buffers: shared unless the head is the embedding
+        size_t le = m->zu.len[0], lr = m->zu.len[m->zu.n - 1];
+        m->io_rest = cfg->tie_embeddings ? le : 0;
+        m->io_len = cfg->tie_embeddings ? le + lr : (le > lr ? le : lr);
+    }
     m->recompute = recompute_mode(cfg->recompute);   // validated with the config
     m->mlp_rows = cfg->mlp_tile > 0 && cfg->mlp_tile < m->N ? cfg->mlp_tile : m->N;
     m->mlp_tiled = m->mlp_rows < m->N;
     m->acts = host_alloc(m->L, sizeof(LayerActs));
     m->act_bytes = plan_activations(m, NULL) * sizeof(float);
 }
+
+void model_shape_free(Model* m) { free(m->acts); params_free(&m->pt); zero_units_free(&m->zu); }
+
+// the parameter and gradient memory of a ZeRO stage (floats): the arena, or the shard and the unit buffers
+static size_t param_floats(const Model* m) {
+    return m->zero == 3 ? m->zu.shard + 2 * m->zu.len[1] + m->io_len : m->arena;
+}
+static size_t grad_floats(const Model* m) { return m->zero >= 2 ? m->zu.shard + m->zu.len[1] + m->io_len : m->arena; }
 
 void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGroups* g) {
     const Group *tp_g = g ? g->tp : NULL, *cp_g = g ? g->cp : NULL, *a2a_g = g ? g->a2a : NULL;
@@ -169,14 +196,37 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
         m->hdoc_at = host_alloc((size_t)B * m->T_at, sizeof(int));
     }
 
-    m->params = be_alloc(m->arena * sizeof(float));
-    m->grads = be_alloc(m->arena * sizeof(float));
+    if (m->zero) {
+        m->zg = g->shard;
+        m->zu.rank = group_rank(m->zg);
+    }
     float* host = host_alloc(m->pt.total, sizeof(float));
     params_init(&m->pt, (uint64_t)cfg->seed, host);
-    be_upload(m->params, host, m->pt.total * sizeof(float));
+    if (m->zero == 3) {   // this rank's slices; the layers' and io's buffers filled by gathers
+        m->pshard = be_alloc(m->zu.shard * sizeof(float));
+        for (int u = 0; u < m->zu.n; u++) {
+            size_t s = zero_slice(&m->zu, u);
+            be_upload(m->pshard + m->zu.own[u], host + m->zu.off[u] + s * m->zu.rank, s * sizeof(float));
+        }
+        m->punit[0] = be_alloc(m->zu.len[1] * sizeof(float));
+        m->punit[1] = be_alloc(m->zu.len[1] * sizeof(float));
+        m->pio = be_alloc(m->io_len * sizeof(float));
+        m->zreq = comm_req_create();
+    } else {
+        m->params = be_alloc(m->arena * sizeof(float));
+        be_upload(m->params, host, m->pt.total * sizeof(float));
+    }
     free(host);
-    bind_weights(m, &m->w, m->params);
-    bind_weights(m, &m->dw, m->grads);
+    for (int i = 0; i < 4; i++) m->holds[i] = -1;
+    m->pending = -1;
+    if (m->zero >= 2) {
+        m->gshard = be_alloc(m->zu.shard * sizeof(float));
+        m->gunit = be_alloc(m->zu.len[1] * sizeof(float));
+        m->gio = be_alloc(m->io_len * sizeof(float));
+    } else m->grads = be_alloc(m->arena * sizeof(float));
+    float* glay[2] = { m->gunit, m->gunit };
+    bind_weights(m, &m->w, m->params, m->punit, m->pio);
+    bind_weights(m, &m->dw, m->grads, glay, m->gio);
 
     m->act_arena = be_alloc(m->act_bytes);
     plan_activations(m, m->act_arena);
@@ -194,7 +244,11 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
 }
 
 void model_free(Model* m) {
-    be_free(m->params); be_free(m->grads); be_free(m->act_arena);
+    float* bufs[] = { m->params, m->grads, m->act_arena, m->gshard, m->pshard, m->gunit, m->gio, m->punit[0], m->punit[1],
+                      m->pio };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be_free(bufs[i]);
+    if (m->zreq) comm_req_free(m->zreq);
+    zero_units_free(&m->zu);
     free(m->w.layer); free(m->dw.layer); free(m->acts); free(m->host_losses); free(m->host_hits);
     free(m->htok); free(m->htgt); free(m->hpos); free(m->lpos);
     if (m->doc) be_free(m->doc);
@@ -293,12 +347,15 @@ int model_ring_stats(const Model* m, RingStats* st) {
 }
 
 ModelMemory model_memory(const Model* m) {
-    ModelMemory mm = { m->arena * sizeof(float), m->arena * sizeof(float), m->act_bytes,
+    ModelMemory mm = { param_floats(m) * sizeof(float), grad_floats(m) * sizeof(float), m->act_bytes,
                        (m->have_ring ? ring_buffer_bytes(&m->ring) : 0) + (m->U > 1 ? m->a2a.cap * sizeof(float) : 0) };
     return mm;
 }
 
-void model_zero_grad(Model* m) { be_zero(m->grads, m->arena * sizeof(float)); }
+void model_zero_grad(Model* m) {
+    if (m->zero >= 2) be_zero(m->gshard, m->zu.shard * sizeof(float));   // (the unit buffers are zero between uses)
+    else be_zero(m->grads, m->arena * sizeof(float));
+}
 const float* model_token_losses(const Model* m) { return m->host_losses; }
 const float* model_token_hits(const Model* m) { return m->host_hits; }
 
@@ -474,6 +531,7 @@ static void layer_forward(Model* m, int l, float* out) {
     int C = m->C;
     qkv_forward(m, l);
     att_forward(m, l);
+    if (l + 1 < m->L) zero_prefetch(m, l + 2);   // ZeRO-3: the next layer's parameters, while this MLP runs
     norm2_forward(m, l);
     const float* x = tp_input(m, a->ln2);
     for (long r0 = 0; r0 < m->N; r0 += m->mlp_rows) {   // one tile of all N rows when untiled
@@ -497,6 +555,7 @@ static void layer_recompute(Model* m, int l) {
 }
 
 void model_attention_inputs(Model* m, int l) {
+    zero_gather(m, 1 + l);
     if (m->recompute >= RECOMPUTE_QKV) qkv_forward(m, l);
 }
 
@@ -551,6 +610,7 @@ double model_forward(Model* m, float grad_scale, float* logits_out) {
     long N = m->N;
     int C = m->C;
     // vocab-parallel: each token's row lives on one rank (summed over TP; sequence parallelism: this rank's rows)
+    zero_gather(m, 0);   // ZeRO-3: the embedding (units: 0 embedding, 1 + l layer l, zu.n - 1 the rest)
     if (!m->sp) {
         be_embedding_forward(m->acts[0].res, m->tok, m->w.wte, N, C, m->v0, m->Vl);
         tp_reduce(m, m->acts[0].res);
@@ -558,8 +618,11 @@ double model_forward(Model* m, float grad_scale, float* logits_out) {
         be_embedding_forward(m->proj, m->tok, m->w.wte, N, C, m->v0, m->Vl);
         be_copy(m->acts[0].res, tp_reduce(m, m->proj), (size_t)m->Ns * C * sizeof(float));
     }
-    for (int l = 0; l < m->L; l++)
+    for (int l = 0; l < m->L; l++) {
+        zero_gather(m, 1 + l);
         layer_forward(m, l, l + 1 < m->L ? m->acts[l + 1].res : m->res_final);
+    }
+    zero_gather(m, m->zu.n - 1);   // the final norm and the head (tied: the embedding's buffer still holds it)
     be_rmsnorm_forward(m->lnf, m->rstdf, m->res_final, m->w.lnf, m->Ns, C, m->cfg.norm_eps);
     return head_forward(m, grad_scale, logits_out);
 }
@@ -569,6 +632,7 @@ double model_forward(Model* m, float grad_scale, float* logits_out) {
 
 static void layer_backward(Model* m, int l) {
     layer_recompute(m, l);
+    if (l > 0) zero_prefetch(m, l);   // ZeRO-3: layer l - 1's parameters, while this MLP's backward runs
     LayerW* w = &m->w.layer[l];
     LayerW* dw = &m->dw.layer[l];
     LayerActs* a = &m->acts[l];
@@ -599,23 +663,35 @@ static void layer_backward(Model* m, int l) {
     be_rmsnorm_backward(m->dres, norm_grad(m, dw->ln1, 2 * l), tp_reduce(m, m->proj), a->res, w->ln1, a->rstd1, Ns, C);
 }
 
+// sequence parallelism: norm weight gradients rows [i0, i0 + n) of sp_dw (row 2 l: layer l's ln1, 2 l + 1 its ln2, 2 L
+// the final norm's; each TP rank's rows only) summed over TP and added to the norms' gradients
+static void sp_norm_grads(Model* m, int i0, int n) {
+    if (!m->sp) return;
+    int C = m->C;
+    comm_allreduce_sum(m->tp_g, m->sp_dw + (size_t)i0 * C, (size_t)n * C);
+    for (int i = i0; i < i0 + n; i++) {
+        LayerW* dw = i < 2 * m->L ? &m->dw.layer[i / 2] : NULL;
+        be_add(!dw ? m->dw.lnf : i % 2 ? dw->ln2 : dw->ln1, m->sp_dw + (size_t)i * C, C);
+    }
+}
+
 void model_backward(Model* m) {
     long N = m->N;
-    int C = m->C, L = m->L;
+    int C = m->C, L = m->L, each = m->zero >= 2;   // each: a unit's gradient is complete after its own backward
     if (m->sp) be_zero(m->sp_dw, (2 * (size_t)L + 1) * C * sizeof(float));
     // dlnf: d(lnf) from the fused head backward
     be_zero(m->dres, m->Ns * C * sizeof(float));
+    zero_gather(m, m->zu.n - 1);
     be_rmsnorm_backward(m->dres, norm_grad(m, m->dw.lnf, 2 * L), m->dlnf, m->res_final, m->w.lnf, m->rstdf, m->Ns, C);
-    for (int l = m->L - 1; l >= 0; l--) layer_backward(m, l);
-    be_embedding_backward(m->dw.wte, tp_input(m, m->dres), m->tok, N, C, m->v0, m->Vl);
-    if (m->sp) {   // the norm weights' gradients from every TP rank's rows, added into the arena
-        comm_allreduce_sum(m->tp_g, m->sp_dw, (2 * (size_t)L + 1) * C);
-        for (int l = 0; l < L; l++) {
-            be_add(m->dw.layer[l].ln1, m->sp_dw + (size_t)(2 * l) * C, C);
-            be_add(m->dw.layer[l].ln2, m->sp_dw + (size_t)(2 * l + 1) * C, C);
-        }
-        be_add(m->dw.lnf, m->sp_dw + (size_t)(2 * L) * C, C);
+    if (each) { sp_norm_grads(m, 2 * L, 1); zero_reduce(m, m->zu.n - 1); }   // the rest: final norm and head
+    for (int l = m->L - 1; l >= 0; l--) {
+        zero_gather(m, 1 + l);
+        layer_backward(m, l);
+        if (each) { sp_norm_grads(m, 2 * l, 2); zero_reduce(m, 1 + l); }
     }
+    be_embedding_backward(m->dw.wte, tp_input(m, m->dres), m->tok, N, C, m->v0, m->Vl);
+    if (each) zero_reduce(m, 0);
+    else sp_norm_grads(m, 0, 2 * L + 1);   // every norm's at once
 }
 
 double model_flops_per_token(const Config* c, int seq_len) {

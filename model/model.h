@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "model/config.h"
 #include "model/params.h"
+#include "model/zero.h"
 #include "attention/a2a.h"
 #include "attention/ring.h"
 #include "comm/comm.h"
@@ -68,9 +69,24 @@ typedef struct {
     float* dlnf;               // d(final norm output): this rank's rows of the LM head's input gradient
     int lm_chunk;              // rows per LM-head chunk (bounds logits memory; the backend's tuning)
     ParamTable pt;
-    size_t arena;              // elements of the parameter and gradient arenas: pt.total, padded for ZeRO-1
-    float *params, *grads;     // arenas of `arena` floats (the first pt.total are the table's tensors)
+    size_t arena;              // elements of the parameter and gradient arenas: pt.total (under ZeRO each unit padded)
+    float *params, *grads;     // arenas of `arena` floats; NULL when sharded (grads: ZeRO-2, 3; params: ZeRO-3)
     Weights w, dw;
+    // ZeRO over zg (model/zero.h)
+    int zero;                  // stage: 0 none, 1 the moments, 2 also the gradients, 3 also the parameters sharded
+    const Group* zg;           // the dp x cp ranks the arena is sharded over (NULL: none)
+    ZeroUnits zu;
+    float *gshard, *pshard;    // stage >= 2: this rank's slices of the reduced gradients [zu.shard]; stage 3: of the
+                               // parameters (the optimizer's)
+    float *gunit, *gio;        // stage >= 2: the gradient of the layer in the backward [one layer unit]; of the embedding
+                               // and the rest (io_len; the rest at io_rest) — each zero again after its reduce-scatter
+    float *punit[2], *pio;     // stage 3: the gathered parameters of two layers (layer l in punit[l % 2]); of the
+                               // embedding and the rest
+    size_t io_len, io_rest;    // io_rest = 0: untied head, the embedding and the rest take turns in one buffer
+    int holds[4];              // stage 3: the unit each parameter buffer holds (-1: none): punit[0], punit[1], the
+                               // embedding's, the rest's (= the embedding's buffer when io_rest = 0)
+    int pending;               // stage 3: the buffer whose gather is in flight (-1: none), completed by zreq
+    CommReq* zreq;
     // activations: one allocation carved into named tensors
     float* act_arena;
     size_t act_bytes;          // planned activation + scratch memory of this rank
@@ -99,7 +115,7 @@ typedef struct {
 typedef struct {
     const Group* tp;      // tensor parallelism: the ranks that split every layer (NULL: none)
     const Group* cp;      // context parallelism: the ranks each sequence is split over (NULL: none)
-    const Group* shard;   // ZeRO-1: arenas are padded to a multiple of this group's size (NULL: no padding)
+    const Group* shard;   // ZeRO (cfg->zero): the arena is sharded over this group (NULL: not sharded)
     const Group* a2a;     // the all-to-all group inside cp (cp_comm = a2a | a2a+ring), else NULL
     const Group* ring;    // the ring: cp without all-to-all, the ring across all-to-all groups with it (NULL: none)
 } ModelGroups;
@@ -113,10 +129,14 @@ typedef struct {
 // Under TP (Megatron): q/k/v and gate/up are column-parallel (this rank's heads / F slice), o_proj and
 // down_proj row-parallel followed by an all-reduce over tp_g; embedding and LM head are vocab-parallel
 // with a vocab-parallel cross-entropy (the [tokens x vocab] logits never exist on one rank).
+// ZeRO (cfg->zero over g->shard, model/zero.h): the arena in units; stage 2 keeps only this rank's slices of the
+// reduced gradients (reduce-scattered over g->shard inside model_backward), stage 3 only its slices of the
+// parameters (all-gathered unit by unit inside model_forward and model_backward).
 void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGroups* g);
-// The same shapes, table and activation plan for TP rank tp_rank of tp, a ring of cp, arenas padded to a
-// multiple of shard — sizes only, no backend memory (m->acts is allocated; free it and m->pt after use).
+// The same shapes, table and activation plan for TP rank tp_rank of tp, a ring of cp, ZeRO (cfg->zero) over shard
+// ranks — sizes only, no backend memory (free with model_shape_free).
 void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp_rank, int cp, size_t shard);
+void model_shape_free(Model* m);
 void model_free(Model* m);
 
 // Set the batch: tokens, targets (-1 = ignored) and positions, each [B*T] host int32 (this rank's tokens).
@@ -159,3 +179,21 @@ int model_ring_stats(const Model* m, RingStats* st);
 typedef struct { size_t params, grads, acts, ring; } ModelMemory;   // bytes of this rank's arenas (ring: the ring's and
                                                                      // the all-to-all's buffers)
 ModelMemory model_memory(const Model* m);
+
+// ---- ZeRO inside the graph (model/zero.c); each is a no-op below its stage ----
+// stage 3: unit u's parameters gathered into its buffer (waits for a gather in flight); zero_prefetch starts it
+void zero_gather(Model* m, int u);
+void zero_prefetch(Model* m, int u);
+// stage 3: the gathered buffers are stale (the parameter shards changed: an update, a load)
+void zero_invalidate(Model* m);
+// stage >= 2: unit u's gradient of this micro-batch is complete: reduce-scattered over zg, this rank's slice added to
+// gshard, the buffer zeroed
+void zero_reduce(Model* m, int u);
+// stage >= 1: the gradient arena reduce-scattered unit by unit (each rank's slices hold the sum); the parameter arena
+// all-gathered unit by unit
+void zero_reduce_arena(Model* m, float* arena);
+void zero_allgather_arena(Model* m, float* arena);
+// A whole arena on every rank (new backend memory, be_free it) from every rank's slices: src holds this rank's slices
+// at their arena offsets (packed = 0) or as a packed shard buffer (packed = 1: moments, gshard, pshard). Without
+// sharding a copy of src. For dumps.
+float* zero_whole(const Model* m, const float* src, int packed);

@@ -14,7 +14,7 @@ typedef struct {
 
 typedef struct {
     // bytes per rank
-    double params, grads, moments;       // the arenas (moments after ZeRO-1)
+    double params, grads, moments;       // the arenas, or under ZeRO the shards and unit buffers
     double acts_kept;                    // every layer's kept activations
     double acts_work;                    // the one-layer working set of recomputed tensors
     double acts_scratch;                 // gradients in flight, LM-head chunk, RoPE table, batch
@@ -27,7 +27,8 @@ typedef struct {
     double a2a_sent, a2a_msgs;           // bytes and messages of its all-to-alls (cp_comm = a2a | a2a+ring)
     double tp_payload;                   // bytes all-reduced over the TP group (traffic ~ 2 (tp-1)/tp x this; with
                                          // tp_sp the same bytes as all-gathers and reduce-scatters)
-    double dp_payload;                   // bytes of gradients reduced over dp x cp (+ as many all-gathered under ZeRO)
+    double dp_sent, dp_msgs;             // bytes and messages this rank sends over dp x cp: the gradients' all-reduce, or
+                                         // ZeRO's reduce-scatters and all-gathers (comm.h's counting; model/zero.h)
     double flops_model, flops_exec;      // model FLOPs (6N + attention) and executed with recomputation
     // one ring hop: its transfer time at link_gbs and the attention work it overlaps at tflops
     double hop_xfer_s, hop_compute_s;

@@ -6,33 +6,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-void zero_shard(size_t total, size_t arena, int size, int rank, size_t* shard, size_t* lo, size_t* hi) {
-    *shard = arena / size;
-    size_t a = *shard * rank, b = a + *shard;
-    *lo = a < total ? a : total;
-    *hi = b < total ? b : total;
-}
-
-int adamw_owned(const AdamW* o, const ParamSpec* p, size_t* a, size_t* b) {
-    *a = p->offset > o->lo ? p->offset : o->lo;
-    *b = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
-    return *a < *b;
-}
+int adamw_owned(const AdamW* o, const ParamSpec* p, size_t* a, size_t* b) { return zero_owned(o->zu, p, a, b); }
+size_t adamw_index(const AdamW* o, size_t e) { return zero_index(o->zu, e); }
 
 void adamw_init(AdamW* o, const Model* model, const Group* replicas, int zero) {
     memset(o, 0, sizeof *o);
-    size_t total = model->pt.total;
     o->rg = replicas;
-    o->zg = zero && replicas && group_size(replicas) > 1 ? replicas : NULL;
-    o->lo = 0; o->hi = total; o->shard = total;
-    if (o->zg) {
-        if (model->arena % group_size(o->zg)) {
-            fprintf(stderr, "adamw: the model's arena (%zu) is not padded to a multiple of the ZeRO group (%d)\n",
-                    model->arena, group_size(o->zg));
-            exit(1);
-        }
-        zero_shard(total, model->arena, group_size(o->zg), group_rank(o->zg), &o->shard, &o->lo, &o->hi);
+    o->zg = model->zg;
+    o->stage = model->zero;
+    o->zu = &model->zu;
+    if (zero && replicas && group_size(replicas) > 1 && (!o->zg || group_size(o->zg) != group_size(replicas))) {
+        fprintf(stderr, "adamw: ZeRO over %d replicas needs the model built with that shard group\n", group_size(replicas));
+        exit(1);
     }
+    o->shard = o->zu->shard;
     o->m = be_alloc(o->shard * sizeof(float));
     o->v = be_alloc(o->shard * sizeof(float));
     o->seg = calloc(model->pt.n, sizeof(BeSegment));
@@ -40,7 +27,7 @@ void adamw_init(AdamW* o, const Model* model, const Group* replicas, int zero) {
         const ParamSpec* p = &model->pt.p[i];
         size_t a, b;
         if (adamw_owned(o, p, &a, &b))
-            o->seg[o->nseg++] = (BeSegment){ a, b - a, p->split == SPLIT_REPLICATED };
+            o->seg[o->nseg++] = (BeSegment){ o->stage >= 2 ? adamw_index(o, a) : a, b - a, p->split == SPLIT_REPLICATED };
     }
 }
 
@@ -71,14 +58,14 @@ AdamWHyper adamw_hyper(const Config* c, float lr) {
 }
 
 void adamw_reduce_grads(AdamW* o, Model* model) {
-    if (!o->rg || group_size(o->rg) == 1) return;
-    if (o->zg) comm_reduce_scatter_sum(o->zg, model->grads, o->shard);
+    if (!o->rg || group_size(o->rg) == 1 || o->stage >= 2) return;
+    if (o->zg) zero_reduce_arena(model, model->grads);
     else comm_allreduce_sum(o->rg, model->grads, model->pt.total);
 }
 
 double adamw_grad_norm(const AdamW* o, const Model* model) {
     double s[2];   // [0] TP-sharded tensors, [1] replicated tensors
-    be_sumsq_segments(s, 2, model->grads, o->seg, o->nseg);
+    be_sumsq_segments(s, 2, o->stage >= 2 ? model->gshard : model->grads, o->seg, o->nseg);
     if (o->zg) ctl_sum_f64(o->zg, s, 2);
     if (model->tp > 1) s[0] = ctl_sum(model->tp_g, s[0]);
     return sqrt(s[0] + s[1]);
@@ -96,8 +83,12 @@ void adamw_step(AdamW* o, Model* model, const AdamWHyper* h, double gnorm) {
         const ParamSpec* p = &model->pt.p[i];
         size_t a, b;
         if (!adamw_owned(o, p, &a, &b)) continue;
-        be_adamw(model->params + a, model->grads + a, o->m + (a - o->lo), o->v + (a - o->lo), b - a, h->lr,
-                 h->beta1, h->beta2, h->eps, p->decay ? h->weight_decay : 0.0f, bc1, bc2, gscale);
+        size_t k = adamw_index(o, a);   // in the packed shards
+        float* prm = o->stage == 3 ? model->pshard + k : model->params + a;
+        const float* g = o->stage >= 2 ? model->gshard + k : model->grads + a;
+        be_adamw(prm, g, o->m + k, o->v + k, b - a, h->lr, h->beta1, h->beta2, h->eps, p->decay ? h->weight_decay : 0.0f,
+                 bc1, bc2, gscale);
     }
-    if (o->zg) comm_allgather(o->zg, model->params, o->shard);
+    if (o->stage == 3) zero_invalidate(model);
+    else if (o->zg) zero_allgather_arena(model, model->params);
 }

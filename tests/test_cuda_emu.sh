@@ -3,8 +3,10 @@
 # (make cuda-emu: build/emu/train, build/emu/eval, build/emu/tests/emu_faults), run against the CPU backend.
 #   1. the emulation's own rules: each broken rule ends the program with one line naming the kernel or call;
 #   2. training in fp32 at 1 rank, cp 2 (NCCL), cp 2 (--comm mpi, host-staged), tp 2, tp 2 x cp 2 (NCCL), cp 2 x dp 2
-#      with ZeRO-1 (ranks sharing one emulated GPU: auto picks the staged transport): per-step losses within 1e-5
-#      (relative) of the CPU backend in the same layout;
+#      with ZeRO-1 (ranks sharing one emulated GPU: auto picks the staged transport), cp 2 x dp 2 with ZeRO-3 (NCCL:
+#      the next layer's parameters gathered on the communication stream, ordered by events: the race checker sees
+#      every access), dp 2 with ZeRO-2 (staged): per-step losses within 1e-5 (relative) of the CPU backend in the same
+#      layout;
 #   3. doc_mask (1 rank, cp 2), every recompute mode and the tiled MLP (cp 2), fp32, within 1e-5 of the CPU;
 #   4. bf16 and tf32 matmuls / attention against the CPU's fp32 (1 rank; bf16 also tp 2 x cp 2 with doc_mask): bf16
 #      within 2e-3, tf32 within 3e-4 per step, and
@@ -93,6 +95,8 @@ cp2mpi 2 8 --cp 2 --comm mpi
 tp2 2 8 --tp 2
 tp2cp2 4 8 --tp 2 --cp 2
 cp2dp2z 4 1 --cp 2 --zero 1
+cp2dp2z3 4 8 --cp 2 --zero 3 --micro_batch 1 --recompute full
+dp2z2 2 1 --zero 2
 RUNS
 cmp_runs "layout independence: cp 2 x dp 2 ZeRO-1 on the emulated GPU vs one CPU process" c_one g_cp2dp2z 1e-5
 grep -q "^transport: nccl" "$T/g_tp2cp2.out" && grep -q "^transport: mpi, staged .*(ranks share a GPU)" "$T/g_cp2dp2z.out" &&

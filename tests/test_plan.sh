@@ -42,6 +42,9 @@ PY
 for rc in none mlp qkv full; do plan_vs_train "p1_$rc" 1 1 --recompute "$rc"; done
 plan_vs_train tp2cp2_zero 4 1 --tp 2 --cp 2 --zero 1 --recompute qkv
 plan_vs_train cp2dp2_zero 4 2 --cp 2 --zero 1
+plan_vs_train cp2dp2_zero2 4 2 --cp 2 --zero 2 --recompute mlp
+plan_vs_train tp2cp2_zero3 4 1 --tp 2 --cp 2 --zero 3 --recompute full
+plan_vs_train dp2_zero3_tied 2 2 --zero 3 --tie_embeddings 1
 # the all-to-all (KV heads replicated: 2 KV heads for 4 ranks) and its product with the ring; sequence parallelism
 plan_vs_train a2a_cp4 4 1 --cp 4 --cp_comm a2a
 plan_vs_train a2aring_full 4 1 --cp 4 --cp_comm a2a+ring --cp_a2a 2 --recompute full

@@ -90,12 +90,12 @@ int main(int argc, char** argv) {
     if (json) {
         printf("{\"seq_len\": %d, \"params\": %.0f, \"grads\": %.0f, \"moments\": %.0f, \"acts_kept\": %.0f, "
                "\"acts_work\": %.0f, \"acts_scratch\": %.0f, \"ring\": %.0f, \"workspace\": %.0f, \"total\": %.0f, "
-               "\"memory\": %.0f, \"ring_sent\": %.0f, \"ring_msgs\": %.0f, \"a2a_sent\": %.0f, \"a2a_msgs\": %.0f, \"tp_payload\": %.0f, \"dp_payload\": %.0f, \"flops_model\": %.6g, "
+               "\"memory\": %.0f, \"ring_sent\": %.0f, \"ring_msgs\": %.0f, \"a2a_sent\": %.0f, \"a2a_msgs\": %.0f, \"tp_payload\": %.0f, \"dp_sent\": %.0f, \"dp_msgs\": %.0f, \"flops_model\": %.6g, "
                "\"flops_exec\": %.6g, \"hop_xfer_s\": %.6g, \"hop_compute_s\": %.6g, \"longest\": {\"none\": %d, "
                "\"mlp\": %d, \"qkv\": %d, \"full\": %d}}\n", c.seq_len, p.params, p.grads, p.moments, p.acts_kept,
                p.acts_work, p.acts_scratch, p.ring, p.workspace, p.total, mem, p.ring_sent, p.ring_msgs, p.a2a_sent,
                p.a2a_msgs, p.tp_payload,
-               p.dp_payload, p.flops_model, p.flops_exec, p.hop_xfer_s, p.hop_compute_s, longest[0], longest[1],
+               p.dp_sent, p.dp_msgs, p.flops_model, p.flops_exec, p.hop_xfer_s, p.hop_compute_s, longest[0], longest[1],
                longest[2], longest[3]);
         return 0;
     }
@@ -117,10 +117,11 @@ int main(int argc, char** argv) {
     printf("\nlongest seq_len that fits this layout: none %d, mlp %d, qkv %d, full %d\n", longest[0], longest[1],
            longest[2], longest[3]);
     printf("\nper step per rank (%d micro-batches): ring sends %.3f GiB in %.0f hops, all-to-all %.3f GiB in %.0f messages, "
-           "TP %s %.3f GiB, DP/ZeRO reduces %.3f GiB%s;\n"
+           "TP %s %.3f GiB, DP%s sends %.3f GiB in %.0f messages;\n"
            "  %.3f TFLOP model, %.3f TFLOP executed (recomputation included)\n", p.accum, p.ring_sent / GIB, p.ring_msgs,
            p.a2a_sent / GIB, p.a2a_msgs, c.tp_sp && c.tp > 1 ? "all-gathers + reduce-scatters" : "all-reduces",
-           p.tp_payload / GIB, p.dp_payload / GIB, c.zero && dp * c.cp > 1 ? " (reduce-scatter) + the same all-gathered" : "",
+           p.tp_payload / GIB, c.zero && dp * c.cp > 1 ? " (ZeRO reduce-scatters and all-gathers)" : " (all-reduce)",
+           p.dp_sent / GIB, p.dp_msgs,
            p.flops_model / 1e12, p.flops_exec / 1e12);
     if (c.cp / config_a2a(&c) > 1)
         printf("ring hop: %.3f ms transfer at %.0f GB/s against %.3f ms of attention at %.3g TFLOP/s: %s\n",

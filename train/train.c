@@ -526,6 +526,11 @@ static int sample_ready(const Run* r) {
                              "written); no samples in this run (build/sample runs any checkpoint on a ring)\n");
         return 0;
     }
+    if (c->zero == 3) {
+        if (r->rank0) printf("note: sample_every: samples need every parameter on the rank (zero = 3 holds a shard); no "
+                             "samples in this run (build/sample runs any checkpoint)\n");
+        return 0;
+    }
     return 1;
 }
 
@@ -651,6 +656,11 @@ static void setup_layout(Run* r, const Group* world) {
     if (r->accum * c->micro_batch * r->g.dp != c->batch_size) {
         snprintf(msg, sizeof msg, "train: batch_size = %d is not a multiple of micro_batch * dp = %d * %d",
                  c->batch_size, c->micro_batch, r->g.dp);
+        grid_check(world, 1, msg);
+    }
+    if (c->zero >= 2 && r->g.dp * r->g.cp == 1) {
+        snprintf(msg, sizeof msg, "train: zero = %d shards gradients%s over the dp x cp ranks, and this layout has one "
+                 "(dp 1 x cp 1): run on more ranks, or use zero = 0 or 1", c->zero, c->zero == 3 ? " and parameters" : "");
         grid_check(world, 1, msg);
     }
     r->rank0 = r->g.rank == 0;
@@ -1070,7 +1080,7 @@ static void check_capacity(Run* r, const Group* world) {
     if (!fail && p.total > avail) {
         snprintf(msg, sizeof msg, "train: this layout needs %.2f GiB per rank (parameters %.2f, gradients %.2f, AdamW "
                  "moments %.2f, activations %.2f, ring %.2f, workspace %.2f) but %.2f GiB are available (%d ranks on "
-                 "this node); try recompute = full, a larger cp or tp, zero = 1, or a smaller micro_batch (build/plan)",
+                 "this node); try recompute = full, mlp_tile, a larger cp or tp, zero = 1, 2 or 3, or a smaller micro_batch (build/plan)",
                  p.total / G, p.params / G, p.grads / G, p.moments / G, (p.acts_kept + p.acts_work + p.acts_scratch) / G,
                  p.ring / G, p.workspace / G, avail / G, node_ranks);
         fail = 1;
@@ -1165,12 +1175,16 @@ int main(int argc, char** argv) {
     }
     print_memory(r);
     if (c->dump_weights[0]) {   // collective over each TP group; world rank 0 writes
-        // under ZeRO-1 each rank holds only its own shard of the reduced gradient: assemble the whole
-        if (r->opt.zg) comm_allgather(r->opt.zg, r->m.grads, r->opt.shard);
+        // under ZeRO each rank holds only its own slices of the reduced gradient (ZeRO-3: and of the parameters):
+        // assemble the whole
+        const Model* m = &r->m;
+        float* prm = zero_whole(m, m->zero == 3 ? m->pshard : m->params, m->zero == 3);
+        float* grd = zero_whole(m, m->zero >= 2 ? m->gshard : m->grads, m->zero >= 2);
         FILE* f = r->rank0 ? dump_open(c->dump_weights) : NULL;
         int e = errno, dfail = r->rank0 && !f;
-        dump_arena(f, &r->m, "param", r->m.params);
-        dump_arena(f, &r->m, "grad", r->m.grads);
+        dump_arena(f, m, "param", prm);
+        dump_arena(f, m, "grad", grd);
+        be_free(prm); be_free(grd);
         if (f && (ferror(f) || fflush(f))) { e = errno; dfail = 1; }
         if (f && fclose(f) && !dfail) { e = errno; dfail = 1; }
         if (dfail) snprintf(msg, sizeof msg, "train: cannot write dump_weights '%s': %s", c->dump_weights, strerror(e));
