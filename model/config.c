@@ -81,6 +81,7 @@ static const Key KEYS[] = {
     K(ckpt_io, T_STR, 0, "collective", "checkpoint data transfers: collective (MPI-IO aggregation, for parallel file systems) | independent"),
     K(comm, T_STR, 0, "auto", "data transport between ranks: auto (the backend's: CPU mpi, GPU nccl) | mpi (a GPU stages through host memory) | nccl"),
     K(recompute, T_STR, 0, "none", "activation recomputation: none | mlp (norm2 + SwiGLU) | qkv (also norm1, q, k, v) | full (the whole layer from its input; the ring rotates K/V again)"),
+    K(offload, T_STR, 0, "none", "activation offload: none | ckpt (with recompute qkv or full, each layer's saved tensors go to pinned host memory on a copy stream while the next layers compute and come back one layer ahead in the backward; the CUDA backend only; docs/long_sequences.md)"),
     K(mlp_tile, T_INT, 0, "0", "rows per MLP tile: the MLP runs over tiles of this many of a rank's micro_batch x seq_len / cp rows, its [rows x d_ff] tensors never whole, each tile's recomputed in the backward (0: untiled)"),
     K(matmul_precision, T_STR, 0, "bf16", "GPU matmuls: bf16 | tf32 tensor cores (fp32 accumulation) | fp32; the CPU backend always computes fp32"),
     K(timeout_s, T_FLOAT, 0, "600", "watchdog: a collective or ring transfer that waits longer aborts the job naming the ranks that did not arrive (0: off)"),
@@ -384,6 +385,11 @@ int config_validate(const Config* c, char* err, size_t errlen) {
         FAIL("comm = '%s' must be auto, mpi or nccl", c->comm);
     if (recompute_mode(c->recompute) < 0)
         FAIL("recompute = '%s' must be none, mlp, qkv or full", c->recompute);
+    if (strcmp(c->offload, "none") && strcmp(c->offload, "ckpt")) FAIL("offload = '%s' must be none or ckpt", c->offload);
+    if (!strcmp(c->offload, "ckpt") && recompute_mode(c->recompute) < RECOMPUTE_QKV)
+        FAIL("offload = ckpt moves the layers' saved inputs to host memory, and recompute = %s saves more than their inputs "
+             "(every layer's q, k, v%s): use recompute = qkv or full", c->recompute,
+             recompute_mode(c->recompute) == RECOMPUTE_NONE ? " and MLP tensors" : "");
     long long rows = (long long)c->micro_batch * (c->cp > 0 ? c->seq_len / c->cp : 0);
     if (c->mlp_tile < 0) FAIL("mlp_tile = %d must be >= 0 (0: untiled)", c->mlp_tile);
     if (c->mlp_tile > rows)

@@ -74,10 +74,16 @@ static void plan_layers(Model* m, Carver* c) {
     for (int i = 0; i < nt; i++) work[i] = kept(t[i].group, rc, tl) ? NULL : carve(c, t[i].n);
     m->act_work = (c->used - start) * sizeof(float);
     start = c->used;
+    // a layer's kept tensors are contiguous (its slot); with offload two slots serve all layers (layer l: slot l % 2)
+    int slots = m->offload && m->L > 2 ? 2 : m->L;
     for (int l = 0; l < m->L; l++)
-        for (int i = 0; i < nt; i++)
-            *(float**)((char*)&m->acts[l] + t[i].off) = kept(t[i].group, rc, tl) ? carve(c, t[i].n) : work[i];
+        for (int i = 0; i < nt; i++) {
+            float** at = (float**)((char*)&m->acts[l] + t[i].off);
+            if (!kept(t[i].group, rc, tl)) *at = work[i];
+            else *at = l < slots ? carve(c, t[i].n) : *(float**)((char*)&m->acts[l % 2] + t[i].off);
+        }
     m->act_kept = (c->used - start) * sizeof(float);
+    m->kept_floats = (c->used - start) / slots;
 }
 
 static size_t plan_activations(Model* m, float* base) {
@@ -154,6 +160,7 @@ void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp
         m->io_len = cfg->tie_embeddings ? le + lr : (le > lr ? le : lr);
     }
     m->recompute = recompute_mode(cfg->recompute);   // validated with the config
+    m->offload = !strcmp(cfg->offload, "ckpt");       // (with recompute qkv or full: validated)
     m->mlp_rows = cfg->mlp_tile > 0 && cfg->mlp_tile < m->N ? cfg->mlp_tile : m->N;
     m->mlp_tiled = m->mlp_rows < m->N;
     m->acts = host_alloc(m->L, sizeof(LayerActs));
@@ -165,6 +172,9 @@ void model_shape_free(Model* m) { free(m->acts); params_free(&m->pt); zero_units
 // the parameter and gradient memory of a ZeRO stage (floats): the arena, or the shard and the unit buffers
 static size_t param_floats(const Model* m) {
     return m->zero == 3 ? m->zu.shard + 2 * m->zu.len[1] + m->io_len : m->arena;
+}
+size_t offload_host_bytes(const Model* m) {
+    return m->offload && m->L > 2 ? (size_t)(m->L - 2) * m->kept_floats * sizeof(float) : 0;
 }
 static size_t grad_floats(const Model* m) { return m->zero >= 2 ? m->zu.shard + m->zu.len[1] + m->io_len : m->arena; }
 
@@ -230,6 +240,11 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
 
     m->act_arena = be_alloc(m->act_bytes);
     plan_activations(m, m->act_arena);
+    m->slot_layer[0] = m->slot_layer[1] = -1;
+    if (m->offload && m->L > 2) {
+        m->host_acts = be_host_alloc(offload_host_bytes(m));
+        for (int s = 0; s < 2; s++) { m->out_done[s] = be_event_create(); m->in_done[s] = be_event_create(); }
+    }
 
     float* rope = host_alloc((size_t)m->rope_npos * m->hd, sizeof(float));
     rope_table(cfg, m->hd, m->rope_npos, rope);
@@ -248,6 +263,8 @@ void model_free(Model* m) {
                       m->pio };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be_free(bufs[i]);
     if (m->zreq) comm_req_free(m->zreq);
+    be_host_free(m->host_acts);
+    for (int s = 0; s < 2; s++) { be_event_free(m->out_done[s]); be_event_free(m->in_done[s]); }
     zero_units_free(&m->zu);
     free(m->w.layer); free(m->dw.layer); free(m->acts); free(m->host_losses); free(m->host_hits);
     free(m->htok); free(m->htgt); free(m->hpos); free(m->lpos);
@@ -526,11 +543,44 @@ static void mlp_tile_forward(Model* m, int l, const float* x, long r0, long n) {
 // rows of the tile starting at row r0
 static long tile_rows(const Model* m, long r0) { return m->N - r0 < m->mlp_rows ? m->N - r0 : m->mlp_rows; }
 
+// ---- offload = ckpt (model.h): the copy queue moves layer l's slot (l % 2) to host memory and back ----
+static float* slot_of_layer(Model* m, int l) { return m->acts[l].res; }   // (res: the slot's first tensor)
+static float* host_of_layer(Model* m, int l) { return m->host_acts + (size_t)l * m->kept_floats; }
+// before layer l's kept tensors are written: its slot's copy to host (layer l - 2's) must have finished
+static void slot_take(Model* m, int l) {
+    if (!m->host_acts) return;
+    int s = l % 2;
+    if (m->slot_layer[s] >= 0 && m->slot_layer[s] < m->L - 2 && m->offloading) be_wait_event(m->out_done[s]);
+    m->slot_layer[s] = l;
+}
+// layer l's kept tensors are complete: to host (the last two layers stay in their slots for the backward)
+static void slot_out(Model* m, int l) {
+    if (!m->host_acts || !m->offloading || l >= m->L - 2) return;
+    be_copy_to_host_async(host_of_layer(m, l), slot_of_layer(m, l), m->kept_floats * sizeof(float), m->out_done[l % 2]);
+}
+// start bringing layer l back into its slot (after everything queued so far: the slot's previous layer is done)
+static void slot_prefetch(Model* m, int l) {
+    int s = l % 2;
+    if (!m->host_acts || l < 0 || m->slot_layer[s] == l) return;
+    be_copy_from_host_async(slot_of_layer(m, l), host_of_layer(m, l), m->kept_floats * sizeof(float), m->in_done[s]);
+    m->slot_layer[s] = l;
+    m->in_flight[s] = 1;
+}
+// layer l's kept tensors in its slot before anything queued after this reads them
+static void slot_ready(Model* m, int l) {
+    int s = l % 2;
+    if (!m->host_acts) return;
+    slot_prefetch(m, l);
+    if (m->in_flight[s]) { be_wait_event(m->in_done[s]); m->in_flight[s] = 0; }
+}
+
 static void layer_forward(Model* m, int l, float* out) {
     LayerActs* a = &m->acts[l];
     int C = m->C;
+    if (m->recompute == RECOMPUTE_FULL) slot_out(m, l);   // full keeps the layer's input only: complete now
     qkv_forward(m, l);
     att_forward(m, l);
+    if (m->recompute == RECOMPUTE_QKV) slot_out(m, l);    // qkv also the attention output, LSE and mid residual
     if (l + 1 < m->L) zero_prefetch(m, l + 2);   // ZeRO-3: the next layer's parameters, while this MLP runs
     norm2_forward(m, l);
     const float* x = tp_input(m, a->ln2);
@@ -540,6 +590,7 @@ static void layer_forward(Model* m, int l, float* out) {
         linear_forward(m->proj + r0 * C, a->h, m->w.layer[l].wd, n, m->F, C);   // down (row-parallel under TP)
     }
     const float* o = tp_reduce(m, m->proj);
+    if (l + 1 < m->L) slot_take(m, l + 1);   // out: the next layer's input, in its slot
     be_copy(out, a->mid, m->Ns * C * sizeof(float));
     be_add(out, o, m->Ns * C);
 }
@@ -556,6 +607,7 @@ static void layer_recompute(Model* m, int l) {
 
 void model_attention_inputs(Model* m, int l) {
     zero_gather(m, 1 + l);
+    slot_ready(m, l);
     if (m->recompute >= RECOMPUTE_QKV) qkv_forward(m, l);
 }
 
@@ -611,6 +663,8 @@ double model_forward(Model* m, float grad_scale, float* logits_out) {
     int C = m->C;
     // vocab-parallel: each token's row lives on one rank (summed over TP; sequence parallelism: this rank's rows)
     zero_gather(m, 0);   // ZeRO-3: the embedding (units: 0 embedding, 1 + l layer l, zu.n - 1 the rest)
+    m->offloading = m->offload && grad_scale != 0.0f;   // offload: only what a backward will read
+    slot_take(m, 0);
     if (!m->sp) {
         be_embedding_forward(m->acts[0].res, m->tok, m->w.wte, N, C, m->v0, m->Vl);
         tp_reduce(m, m->acts[0].res);
@@ -686,6 +740,8 @@ void model_backward(Model* m) {
     if (each) { sp_norm_grads(m, 2 * L, 1); zero_reduce(m, m->zu.n - 1); }   // the rest: final norm and head
     for (int l = m->L - 1; l >= 0; l--) {
         zero_gather(m, 1 + l);
+        slot_ready(m, l);         // offload: this layer's kept tensors back (prefetched)
+        slot_prefetch(m, l - 1);  // and the next one's on their way while this layer's backward runs
         layer_backward(m, l);
         if (each) { sp_norm_grads(m, 2 * l, 2); zero_reduce(m, 1 + l); }
     }

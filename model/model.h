@@ -12,6 +12,7 @@
 #include "attention/a2a.h"
 #include "attention/ring.h"
 #include "comm/comm.h"
+#include "backend/backend.h"
 
 typedef struct {   // pointers into the parameter (or gradient) arena for one layer
     float *ln1, *wq, *wk, *wv, *wo, *ln2, *wg, *wu, *wd;
@@ -91,6 +92,16 @@ typedef struct {
     float* act_arena;
     size_t act_bytes;          // planned activation + scratch memory of this rank
     int recompute;             // RECOMPUTE_* (config.h): what the layers keep
+    // offload = ckpt: the layers' kept tensors (contiguous per layer, kept_floats) live in two device slots, layer l's
+    // in slot l % 2, and every layer's but the last two (still in their slots when the backward starts) is copied to
+    // pinned host memory after the forward writes it and back one layer ahead in the backward (the copy queue)
+    int offload;
+    size_t kept_floats;        // one layer's kept tensors in its slot
+    float* host_acts;          // [(L - 2) kept_floats] be_host_alloc
+    BeEvent *out_done[2], *in_done[2];   // per slot: its last copy to host / from host
+    int slot_layer[2];         // the layer whose kept tensors a slot holds (-1: none)
+    int in_flight[2];          // a copy from host into the slot not yet waited for
+    int offloading;            // this forward copies out (a backward follows: grad_scale != 0)
     long mlp_rows;             // rows per MLP tile: mlp_tile, or N (untiled)
     int mlp_tiled;             // mlp_rows < N: the MLP runs tile by tile; g, u, h are recomputed per tile in the backward
     size_t act_kept, act_work; // bytes: the layers' kept activations; the shared working set of one layer
@@ -179,6 +190,8 @@ int model_ring_stats(const Model* m, RingStats* st);
 typedef struct { size_t params, grads, acts, ring; } ModelMemory;   // bytes of this rank's arenas (ring: the ring's and
                                                                      // the all-to-all's buffers)
 ModelMemory model_memory(const Model* m);
+// offload = ckpt: the pinned host memory of the layers' kept tensors (0 without offload)
+size_t offload_host_bytes(const Model* m);
 
 // ---- ZeRO inside the graph (model/zero.c); each is a no-op below its stage ----
 // stage 3: unit u's parameters gathered into its buffer (waits for a gather in flight); zero_prefetch starts it

@@ -30,6 +30,7 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
     p->grads = (double)mm.grads;
     p->moments = 2.0 * m.zu.shard * 4;   // (without ZeRO one unit: the whole arena)
     p->acts_kept = (double)m.act_kept;
+    p->host = (double)offload_host_bytes(&m);
     p->acts_work = (double)m.act_work;
     p->acts_scratch = (double)m.act_bytes - m.act_kept - m.act_work;
     int U = m.U, Rr = l->cp / U;   // all-to-all degree, ring size

@@ -20,7 +20,8 @@ typedef struct {
     double acts_scratch;                 // gradients in flight, LM-head chunk, RoPE table, batch
     double ring;                         // K/V and dK/dV double buffers
     double workspace;                    // the backend's own (CUDA: cuBLAS + bf16 attention copies; CPU ~0)
-    double total;
+    double total;                        // device memory
+    double host;                         // pinned host memory (offload = ckpt: the layers' saved tensors)
     // per step per rank
     double ring_sent;                    // bytes this rank sends around its ring (forward + backward + recompute)
     double ring_msgs;                    // and as messages (hops)

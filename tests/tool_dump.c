@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
         ckpt_init();
         if (ckpt_read_config(ckpt, &c, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
         // the checkpoint's training layout is not this run's: one process unless the command line says otherwise
-        c.tp = c.cp = 1; c.cp_a2a = 0; c.tp_sp = 0; c.zero = 0;
+        c.tp = c.cp = 1; c.cp_a2a = 0; c.tp_sp = 0; c.zero = 0; c.mlp_tile = 0;
+        snprintf(c.offload, sizeof c.offload, "none");
         snprintf(c.cp_comm, sizeof c.cp_comm, "ring");
     }
     for (int i = 1; i < argc; i += 2) {

@@ -658,6 +658,11 @@ static void setup_layout(Run* r, const Group* world) {
                  c->batch_size, c->micro_batch, r->g.dp);
         grid_check(world, 1, msg);
     }
+    if (!strcmp(c->offload, "ckpt") && !strcmp(be_name(), "cpu")) {
+        snprintf(msg, sizeof msg, "train: offload = ckpt moves saved activations from device to host memory, and the cpu "
+                 "backend keeps them in host memory already: use offload = none (the CUDA backend offloads)");
+        grid_check(world, 1, msg);
+    }
     if (c->zero >= 2 && r->g.dp * r->g.cp == 1) {
         snprintf(msg, sizeof msg, "train: zero = %d shards gradients%s over the dp x cp ranks, and this layout has one "
                  "(dp 1 x cp 1): run on more ranks, or use zero = 0 or 1", c->zero, c->zero == 3 ? " and parameters" : "");
@@ -1061,10 +1066,13 @@ static void print_memory(const Run* r) {
     double obytes = ctl_max(w, 2.0 * r->opt.shard * sizeof(float));
     double pmax = ctl_max(w, (double)mm.params), gmax = ctl_max(w, (double)mm.grads);
     double amax = ctl_max(w, (double)mm.acts), ringmax = ctl_max(w, (double)mm.ring);
+    double host = ctl_max(w, (double)be_host_bytes());   // pinned host memory (offload)
+    char pinned[64] = "";
+    if (r->m.offload) snprintf(pinned, sizeof pinned, ", pinned host %.2f MiB", host * mib);
     if (r->rank0)
         printf("memory per rank: params %.2f MiB, grads %.2f MiB, AdamW moments %.2f MiB, activations %.1f MiB, "
-               "ring buffers %.1f MiB, peak RSS %.1f MiB (max over ranks; min %.1f)\n", pmax * mib, gmax * mib,
-               obytes * mib, amax * mib, ringmax * mib, rss_max, rss_min);
+               "ring buffers %.1f MiB%s, peak RSS %.1f MiB (max over ranks; min %.1f)\n", pmax * mib, gmax * mib,
+               obytes * mib, amax * mib, ringmax * mib, pinned, rss_max, rss_min);
 }
 
 // Before any large allocation: the plan of this layout (the same shapes model_build allocates) against the
@@ -1083,6 +1091,17 @@ static void check_capacity(Run* r, const Group* world) {
                  "this node); try recompute = full, mlp_tile, a larger cp or tp, zero = 1, 2 or 3, or a smaller micro_batch (build/plan)",
                  p.total / G, p.params / G, p.grads / G, p.moments / G, (p.acts_kept + p.acts_work + p.acts_scratch) / G,
                  p.ring / G, p.workspace / G, avail / G, node_ranks);
+        fail = 1;
+    }
+    // offload: the pinned host memory of every rank of this node against what the node has
+    double host = ctl_max(world, p.host), hostavail = meminfo_bytes("MemAvailable");
+    const char* hook = getenv("RINGLM_TEST_HOST_AVAILABLE_MIB");   // (a test hook: the host memory this check sees)
+    if (hook) hostavail = atof(hook) * 1048576.0;
+    if (!fail && host * node_ranks > hostavail) {
+        snprintf(msg, sizeof msg, "train: offload = ckpt keeps %.3g GiB of saved activations per rank in pinned host memory, "
+                 "%.3g GiB for the %d ranks of this node, but the node has %.3g GiB available; try a larger cp (fewer "
+                 "tokens per rank), recompute = full (less saved per layer) or offload = none (build/plan --host_gib)",
+                 host / G, host * node_ranks / G, node_ranks, hostavail / G);
         fail = 1;
     }
     grid_check(world, fail, msg);
