@@ -101,20 +101,30 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
     // one hop against the attention work of one block pair (zigzag: half of a full Tl x Tl block)
     p->hop_xfer_s = Rr > 1 ? hop / (l->link_gbs * 1e9) : 0;
     p->hop_compute_s = 2.0 * Ta * Ta * m.hd * m.nh_at / (l->tflops * 1e12);
+    if (l->peak_tflops > 0) {   // the time model: a layer per micro-batch, its recomputation, the offload copies
+        double rate = l->peak_tflops * 1e12 * l->mfu, toks = (double)l->micro_batch * seq_len / ((double)l->tp * l->cp);
+        double per_layer = Cg * c.n_head * hdg * 2 + Cg * c.n_kv_head * hdg * 2 + 3 * Cg * Fg;   // matmul parameters
+        double fwd = toks * (2 * per_layer + 2.0 * seq_len * Cg);   // (causal attention: 2 seq_len C per token)
+        p->layer_fwd_s = fwd / rate;
+        p->layer_bwd_s = (2 * fwd + toks * extra) / rate;
+        p->offload_xfer_s = m.offload && m.L > 2 ? (double)m.kept_floats * 4 / (l->pcie_gbs * 1e9) : 0;
+        double ex = (m.L > 2 ? m.L - 2 : 0) * ((p->offload_xfer_s > p->layer_fwd_s ? p->offload_xfer_s - p->layer_fwd_s : 0) +
+                                              (p->offload_xfer_s > p->layer_bwd_s ? p->offload_xfer_s - p->layer_bwd_s : 0));
+        p->offload_exposed_s = p->accum * ex;
+        p->step_s = p->flops_exec / rate + p->dp_sent / (l->link_gbs * 1e9) + p->offload_exposed_s;
+    }
     model_shape_free(&m);
     return 0;
 }
 
-int plan_longest(const Config* c, const PlanLayout* l, const char* mode, double mem_bytes, int limit) {
-    Config cm = *c;
-    snprintf(cm.recompute, sizeof cm.recompute, "%s", mode);
+int plan_longest(const Config* c, const PlanLayout* l, double mem_bytes, double host_bytes, int limit) {
     int unit = (strcmp(c->cp_layout, "zigzag") == 0 ? 2 * l->cp : l->cp) * 128;
     char err[256];
     Plan p;
     int lo = 0, hi = limit / unit;   // in units: lo fits (or 0), the answer is in [lo, hi]
     while (lo < hi) {
         int mid = lo + (hi - lo + 1) / 2;
-        if (!plan_step(&p, &cm, l, mid * unit, err, sizeof err) && p.total <= mem_bytes) lo = mid;
+        if (!plan_step(&p, c, l, mid * unit, err, sizeof err) && p.total <= mem_bytes && p.host <= host_bytes) lo = mid;
         else hi = mid - 1;
     }
     return lo * unit;

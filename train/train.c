@@ -1079,7 +1079,8 @@ static void print_memory(const Run* r) {
 // memory the backend has for this rank; one line naming both on every rank when it does not fit.
 static void check_capacity(Run* r, const Group* world) {
     const Config* c = &r->c;
-    PlanLayout l = { r->g.tp, r->g.cp, r->g.dp, c->zero, c->micro_batch, be_name(), 1, 1 };
+    PlanLayout l = { .tp = r->g.tp, .cp = r->g.cp, .dp = r->g.dp, .zero = c->zero, .micro_batch = c->micro_batch,
+                     .backend = be_name(), .link_gbs = 1, .tflops = 1 };
     Plan p;
     char msg[512];
     int fail = plan_step(&p, c, &l, c->seq_len, msg, sizeof msg);

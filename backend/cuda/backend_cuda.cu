@@ -26,6 +26,7 @@ static void* g_blas_ws = NULL;
 static const size_t BLAS_WS_BYTES = (size_t)32 << 20;
 static int g_prec = CU_BF16;
 static size_t g_alloc_now = 0, g_alloc_peak = 0;   // bytes held through be_alloc (sizes kept in a small table)
+static size_t g_host_bytes = 0, g_host_peak = 0;    // pinned host memory held through be_host_alloc
 
 cudaStream_t cu_stream(void) { return g_stream; }
 int cu_precision(void) { return g_prec; }
@@ -115,9 +116,9 @@ static void memory_report(void) {
     note_device_use();
     printf("cuda backend: device %d memory: peak held %.1f MiB (be_alloc: params, grads, moments, activations, ring "
            "buffers %.1f MiB at most; scratch %.1f MiB at that peak), cuBLAS workspace %.0f MiB; device in use at most "
-           "%.2f of %.2f GiB (sampled at synchronisations)\n", g_device, g_held_peak / 1048576.0, g_alloc_peak / 1048576.0,
-           g_held_ws_at_peak / 1048576.0, BLAS_WS_BYTES / 1048576.0, g_dev_used_peak / 1073741824.0,
-           g_dev_total / 1073741824.0);
+           "%.2f of %.2f GiB (sampled at synchronisations); pinned host memory at most %zu bytes\n", g_device,
+           g_held_peak / 1048576.0, g_alloc_peak / 1048576.0, g_held_ws_at_peak / 1048576.0, BLAS_WS_BYTES / 1048576.0,
+           g_dev_used_peak / 1073741824.0, g_dev_total / 1073741824.0, g_host_peak);
     fflush(stdout);
 }
 
@@ -458,7 +459,6 @@ void be_download(void* dst, const void* src, size_t bytes) {
     note_device_use();
 }
 // pinned host memory (its size kept in front of it) and the copy stream (made at the first asynchronous copy)
-static size_t g_host_bytes = 0;
 static cudaStream_t g_copy_stream;
 static cudaEvent_t g_copy_ready;   // recorded on the compute stream before each asynchronous copy
 void* be_host_alloc(size_t bytes) {
@@ -475,6 +475,7 @@ void* be_host_alloc(size_t bytes) {
     memset(p, 0, bytes + 64);
     *(size_t*)p = bytes;
     g_host_bytes += bytes;
+    if (g_host_bytes > g_host_peak) g_host_peak = g_host_bytes;
     return p + 64;
 }
 void be_host_free(void* p) {
