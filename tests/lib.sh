@@ -62,6 +62,20 @@ sys.exit(0 if worst <= float(sys.argv[3]) else 1)
 PYEOF
 }
 
+# resumed_tail DESCRIPTION FULL RUN: $T/RUN logged exactly steps 3 and 4 (a run resumed at step 2), their losses within
+# 1e-5 relative of $T/FULL's (an uninterrupted run)
+resumed_tail() {
+  $PY - "$T/$2/metrics.jsonl" "$T/$3/metrics.jsonl" <<'PYEOF' >"$T/r.out" 2>&1 && ok "$1: $(cat "$T/r.out")" || bad "$1: $(cat "$T/r.out")"
+import json, sys
+a = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
+b = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2]))}
+assert sorted(b) == [3, 4], sorted(b)
+w = max(abs(a[s] - b[s]) / a[s] for s in (3, 4))
+print(f"steps 3-4 within {w:.1e} of the uninterrupted run")
+assert w <= 1e-5
+PYEOF
+}
+
 # sub_result NAME RC FILE: adds the last "N passed, N failed" line in FILE (the output of a sub-run that exited
 # RC) to the counts. One more failure when the sub-run timed out or was killed (RC 124 or 137), printed no such
 # line, exited non-zero without a failed check, or exited 0 with failed checks.

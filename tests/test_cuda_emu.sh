@@ -144,19 +144,8 @@ PYEOF
 trun c_full4 1 build --max_steps 4
 trun c_half 1 build --max_steps 2 --save_final 1 && trun g_resume 1 $E --max_steps 4 --resume "$T/c_half/ckpt_00000002.h5"
 trun g_half 2 $E --max_steps 2 --save_final 1 --cp 2 && trun c_resume 1 build --max_steps 4 --resume "$T/g_half/ckpt_00000002.h5"
-tail2() {   # DESCRIPTION RUN: its steps 3-4 against c_full4's
-  $PY - "$T/c_full4/metrics.jsonl" "$T/$2/metrics.jsonl" <<'PYEOF' >"$T/r.out" 2>&1 && ok "$1: $(cat "$T/r.out")" || bad "$1: $(cat "$T/r.out")"
-import json, sys
-a = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
-b = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2]))}
-assert sorted(b) == [3, 4], sorted(b)
-w = max(abs(a[s] - b[s]) / a[s] for s in (3, 4))
-print(f"steps 3-4 within {w:.1e} of an uninterrupted CPU run")
-assert w <= 1e-5
-PYEOF
-}
-tail2 "CPU checkpoint resumed on the emulated GPU" g_resume
-tail2 "emulated-GPU checkpoint (cp 2) resumed on the CPU" c_resume
+resumed_tail "CPU checkpoint resumed on the emulated GPU" c_full4 g_resume
+resumed_tail "emulated-GPU checkpoint (cp 2) resumed on the CPU" c_full4 c_resume
 
 # ---- 7. eval by position ----
 CK="$T/c_half/ckpt_00000002.h5"

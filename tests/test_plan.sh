@@ -116,6 +116,7 @@ for r in j["rows"]:
 base = rows["recompute full (the best before these options)"]["longest"]
 assert all(r["longest"] >= base for r in j["rows"][4:]), "an option shortens the longest sequence"
 off = rows["full + offload ckpt"]
+assert "all: full + mlp_tile + zero 3 + offload ckpt" in rows
 ex = 14 * (max(0, off["offload_xfer_s"] - off["layer_fwd_s"]) + max(0, off["offload_xfer_s"] - off["layer_bwd_s"]))
 assert off["offload_exposed_s"] == 0 and ex == 0, off   # 16 layers, 14 offloaded; one sequence per micro-batch
 print("; ".join(out) + f"; each fits, 2048 tokens more do not; offload copy {off['offload_xfer_s']*1e3:.1f} ms per layer "

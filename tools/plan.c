@@ -123,7 +123,7 @@ static int longest(const Config* c0, const PlanLayout* l0, double mem, double ho
         { "recompute full (the best before these options)", { 3, 0, z0, 0 } },
         { "full + mlp_tile", { 3, tile_rows, z0, 0 } }, { "full + zero 2", { 3, 0, 2, 0 } },
         { "full + zero 3", { 3, 0, 3, 0 } }, { "full + offload ckpt", { 3, 0, z0, 1 } },
-        { "full + mlp_tile + zero 3 + offload ckpt", { 3, tile_rows, 3, 1 } },
+        { "all: full + mlp_tile + zero 3 + offload ckpt", { 3, tile_rows, 3, 1 } },
     };
     int nr = sizeof rows / sizeof *rows;
     if (!json)
@@ -133,7 +133,13 @@ static int longest(const Config* c0, const PlanLayout* l0, double mem, double ho
     else printf("{\"memory\": %.0f, \"host_memory\": %.0f, \"rows\": [", mem, host);
     for (int i = 0, k = 0; i < nr; i++) {
         Opt o = rows[i].o;
-        if ((o.zero >= 2 && P == 1) || (o.offload && !gpu)) continue;
+        const char* name = rows[i].name;
+        if (i == nr - 1) {   // all that apply: no ZeRO-2/3 on one replica, no offload on the cpu
+            if (P == 1) o.zero = z0;
+            o.offload = gpu;
+            name = P == 1 ? (gpu ? "all: full + mlp_tile + offload ckpt" : "all: full + mlp_tile")
+                          : (gpu ? name : "all: full + mlp_tile + zero 3");
+        } else if ((o.zero >= 2 && P == 1) || (o.offload && !gpu)) continue;
         Config c = *c0;
         PlanLayout l = *l0;
         apply(&c, &l, o);
@@ -148,9 +154,9 @@ static int longest(const Config* c0, const PlanLayout* l0, double mem, double ho
         if (json)
             printf("%s{\"option\": \"%s\", \"args\": \"%s\", \"longest\": %d, \"total\": %.0f, \"host\": %.0f, "
                    "\"offload_xfer_s\": %.6g, \"layer_fwd_s\": %.6g, \"layer_bwd_s\": %.6g, \"offload_exposed_s\": %.6g}",
-                   k++ ? ", " : "", rows[i].name, opt_args(o), L, p.total, p.host, p.offload_xfer_s, p.layer_fwd_s,
+                   k++ ? ", " : "", name, opt_args(o), L, p.total, p.host, p.offload_xfer_s, p.layer_fwd_s,
                    p.layer_bwd_s, p.offload_exposed_s);
-        else printf("  %-48s %9s  %s\n", rows[i].name, L ? tokens(L) : "none", hide);
+        else printf("  %-48s %9s  %s\n", name, L ? tokens(L) : "none", hide);
     }
     if (json) printf("]}\n");
     return 0;
