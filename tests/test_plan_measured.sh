@@ -27,7 +27,7 @@ rss_run() {   # NAME NP DP ARGS...: "planned_MiB measured_MiB" of the CPU traine
 read -r p0 r0 <<<"$(rss_run tiny 1 1 --d_model 64 --n_layer 1 --d_ff 128 --seq_len 128 --max_seq_len 128)"
 over=$($PY -c "print(f'{$r0 - $p0:.1f}')")
 echo "     fixed overhead $over MiB (a tiny model's peak RSS $r0 MiB minus its plan $p0 MiB)"
-M=(--d_model 256 --n_layer 4 --d_ff 704 --seq_len 4096 --max_seq_len 4096)
+M=(--d_model 256 --n_layer 4 --d_ff 704 --seq_len 2048 --max_seq_len 2048)
 while read -r name np dp args; do
   # shellcheck disable=SC2086
   read -r p r <<<"$(rss_run "$name" "$np" "$dp" "${M[@]}" $args)" || continue
