@@ -640,6 +640,7 @@ static void print_doc_lengths(const char* out, int n_shards, int64_t window) {
 }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     Options o = parse_args(argc, argv);
     Corpus c = {0};
     collect(&c, &o);

@@ -245,6 +245,7 @@ static float* full_logits(Model* m, const Grid* g, const int* tok, int n) {
 }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
     for (int i = 1; i < argc; i++)

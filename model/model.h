@@ -90,6 +90,10 @@ typedef struct {
     int *apos, *hrpos;         // doc_positions: [N] attention's positions (backend: the positions given), RoPE's
                                // positions (host: restarted at each document); NULL otherwise (apos = pos)
     float* host_losses;        // [N] host
+    // progress inside one forward pass (evaluation of a long window): called after each layer with (ctx, layers
+    // done, n_layer); NULL: none
+    void (*layer_done)(void* ctx, int done, int n_layer);
+    void* layer_done_ctx;
     int want_hits;             // evaluation: also record whether each target is the greedy prediction
     float *hits, *host_hits;   // [N] backend / host: 1 = the target is the argmax of the logits
 } Model;

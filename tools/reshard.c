@@ -872,6 +872,7 @@ static int convert(const Opts* o) {
 }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     grid_mpi_init(&argc, &argv);
     W = group_world();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);     // errors are ours, one line each

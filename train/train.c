@@ -254,6 +254,7 @@ typedef struct {
     char metrics_path[CFG_STR + 64];
     int32_t* win;                   // [batch_size, seq_len + 1] windows of the step (every rank fetches all)
     double flops_tok;
+    double t_loop, t_line;          // rank 0, progress clock: the start of this run's steps; the last step line
 } Run;
 
 // every window of the step, or those of a validation pass: n windows from global index g0
@@ -399,19 +400,35 @@ static void metrics_sync(Run* r, int step) {
         metrics_fail(r, step, "fdatasync", errno);
 }
 
-// rank 0: the step line (every log_every steps, the last, validations and a stop) and the metrics record
-static void log_step(Run* r, int step, const StepResult* s, const RingStep* rs, int have_ring, long long cursor, int stop) {
+// a step line is printed at least every LINE_S seconds whatever log_every says: a run that logs rarely still shows
+// that it is alive, and how far it has to go
+#define LINE_S 30.0
+
+// rank 0: the step line (every log_every steps, the last, validations, a stop, and LINE_S after the previous line),
+// with the time since this run's first step and the time its remaining steps will take at its mean rate so far
+static void log_line(Run* r, int step, const StepResult* s, const RingStep* rs, int have_ring, int step0, int stop) {
     const Config* c = &r->c;
     int T = c->seq_len, last = step + 1 == c->max_steps;
+    double now = progress_now(), el = now - r->t_loop, eta = el / (step + 1 - step0) * (c->max_steps - step - 1);
+    if (!((step + 1) % c->log_every == 0 || last || !isnan(s->vloss) || stop || now - r->t_line >= LINE_S)) return;
+    r->t_line = now;
     double tps = (double)c->batch_size * T / s->dt, gflops = tps * r->flops_tok / 1e9;
-    if ((step + 1) % c->log_every == 0 || last || !isnan(s->vloss) || stop) {
-        printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.2f GFLOP/s | %.1f ms",
-               step + 1, c->max_steps, s->loss, s->lr, s->gnorm, tps, gflops, s->dt * 1e3);
-        if (have_ring) printf(" | ring imbalance %.2f hidden %.0f%%", rs->busy_max / rs->busy_mean, 100 * rs->hidden);
-        if (!isnan(s->vloss)) printf(" | val loss %.6f", s->vloss);
-        printf("\n");
-        fflush(stdout);
-    }
+    char els[32], etas[32];
+    fmt_duration(el, els, sizeof els);
+    fmt_duration(eta, etas, sizeof etas);
+    printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.2f GFLOP/s | %.1f ms",
+           step + 1, c->max_steps, s->loss, s->lr, s->gnorm, tps, gflops, s->dt * 1e3);
+    if (have_ring) printf(" | ring imbalance %.2f hidden %.0f%%", rs->busy_max / rs->busy_mean, 100 * rs->hidden);
+    if (!isnan(s->vloss)) printf(" | val loss %.6f", s->vloss);
+    printf(" | %s elapsed, ETA %s\n", els, etas);
+    fflush(stdout);
+}
+
+// rank 0: the step's record in metrics.jsonl
+static void log_record(Run* r, int step, const StepResult* s, const RingStep* rs, int have_ring, long long cursor) {
+    const Config* c = &r->c;
+    int T = c->seq_len;
+    double tps = (double)c->batch_size * T / s->dt, gflops = tps * r->flops_tok / 1e9;
     char* rec = NULL;
     size_t len = 0;
     FILE* f = open_memstream(&rec, &len);   // the whole record first: it is written with one write, or not at all
@@ -1079,6 +1096,7 @@ static void check_capacity(Run* r, const Group* world) {
 }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
     static Run run;
@@ -1118,6 +1136,7 @@ int main(int argc, char** argv) {
     if (getenv("RINGLM_TEST_STEP_SLOW_MS")) step_slow_ms = atol(getenv("RINGLM_TEST_STEP_SLOW_MS"));
     signal(SIGUSR1, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
+    if (r->rank0) r->t_loop = r->t_line = progress_now();
     for (int step = step0; step < c->max_steps; step++) {
         StepResult s = train_step(r, step, &cursor);
         t_total += s.dt;
@@ -1133,13 +1152,15 @@ int main(int argc, char** argv) {
             s.vr = model_verify_attention(&r->m, r->g.world_g, step + 1);
         done_steps = step + 1;
         int stop = (int)ctl_max(r->g.world_g, (double)stop_signal);   // every rank stops at the same step
+        // the lines in the order of events: the step, its checkpoint, the stop
+        if (r->rank0) log_line(r, step, &s, &rs, have_ring, step0, stop);
         if ((c->ckpt_every && (step + 1) % c->ckpt_every == 0) || (stop && step + 1 < c->max_steps)) {
             save(r, step + 1, cursor);
             saved_at = step + 1;
         }
         if (r->rank0 && stop) printf("stopping after step %d on signal %d: checkpoint saved; continue with --resume latest\n",
                                      step + 1, stop);
-        if (r->rank0) log_step(r, step, &s, &rs, have_ring, cursor, stop);
+        if (r->rank0) log_record(r, step, &s, &rs, have_ring, cursor);
         check_metrics(r, step + 1, cursor, saved_at == step + 1);
         if (sampling && ((step + 1) % c->sample_every == 0 || step + 1 == c->max_steps)) train_sample(r, step + 1);
         if (stop) break;
