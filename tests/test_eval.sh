@@ -259,6 +259,28 @@ for d in range(2):                      # 2 documents x 3 windows (256 tokens, 1
 assert got == want, [(g, w) for g, w in zip(got, want) if g != w][:2] or (len(got), len(want))
 PYEOF
 
+# 5c''. stdout into a file is line-buffered: the first line ("data: ...") is in the file while the first document
+#     runs. Deterministic: eval's stderr is a pipe that is not read after series 1's first progress line (after a
+#     layer of the first window), and more than the pipe holds is still to print (a line per layer of 969 sliding
+#     windows on the test clock), so eval waits there, alive, with its stdout as it is at that moment (before:
+#     block-buffered, nothing until much later)
+$PY - "$T/lb.out" build/eval --ckpt "$CK" --data "$VAL" --seq_len 32 --stride 1 --doc_len 1000 --docs 1 \
+  --out "$T/ev" --name lb <<'PYEOF' >"$T/lb.res" 2>&1 && ok "stdout into a file: $(cat "$T/lb.res")" || bad "stdout into a file: $(tail -3 "$T/lb.res")"
+import os, subprocess, sys
+out = sys.argv[1]
+p = subprocess.Popen(sys.argv[2:], stdout=open(out, "w"), stderr=subprocess.PIPE, text=True,
+                     env=dict(os.environ, RINGLM_TEST_PROGRESS_TICK="10"))
+for line in p.stderr:
+    if line.startswith("eval series 1/1:"): break
+alive = p.poll() is None
+have = [l for l in open(out) if l.startswith("data: ")]
+rest = p.stderr.read(); rc = p.wait()
+assert rc == 0, rest[-300:]
+assert alive, "eval ended before the check (the pipe should have held it)"
+assert have, "the first line is not in the file while the first document runs"
+print("the first line is in the file while the first document runs")
+PYEOF
+
 # 5d. without an end-of-document token (--eod -1) the units are consecutive windows of the stream, and the series
 #     line says so (not "documents")
 run 1 "${E[@]}" --eod -1 --name nodoc >"$T/nodoc.out" 2>&1 || bad "--eod -1 run: $(tail -2 "$T/nodoc.out")"
