@@ -298,7 +298,7 @@ def tb(d, truth, src=None):
     assert [e["step"] for e in evs[1:]] == sorted(tr), [e["step"] for e in evs[1:]]
     nval = 0
     for e in evs[1:]:
-        want = {tag(k): f32(v) for k, v in tr[e["step"]].items() if k != "step"}
+        want = {tag(k): f32(v) for k, v in tr[e["step"]].items() if k != "step" and not isinstance(v, str)}
         assert e["scalars"] == want, (e["step"], e["scalars"], want)
         nval += len(want)
     wt = [e["wall_time"] for e in evs]
@@ -331,7 +331,7 @@ def tbpkg(d, truth):
     ea.Reload()
     pa = pea.EventAccumulator(d, size_guidance={"tensors": 0})
     pa.Reload()
-    keys = {k for r in tr.values() for k in r if k != "step"}
+    keys = {k for r in tr.values() for k, v in r.items() if k != "step" and not isinstance(v, str)}
     assert set(ea.Tags()["scalars"]) == {tag(k) for k in keys} == set(pa.PluginTagToContent("scalars")), ea.Tags()["scalars"]
     for k in keys:
         want = [(s, f32(r[k])) for s, r in sorted(tr.items()) if k in r]
@@ -361,6 +361,20 @@ $PY $PLOT "$T/b" --label b --out "$T/p/b_trainer.svg" >/dev/null && $PY $PLOT "$
   ok "dedupe: the appended file gives the same SVG and CSV as the trainer's own metrics.jsonl" ||
   bad "dedupe: b_appended plots unlike b/metrics.jsonl"
 check "CSV: 40 rows of a, steps 1..40" chk csv_rows "$T/p/two.csv" a 40 1-40
+# resumes marked: b resumed at step 20 on the same layout (its first records say "start": "new" / "resume" and the
+# layout); one dashed line per panel at step 21, labelled in the loss panel; a without a resume has none; a resume
+# on another layout (the same records, the layout edited) names both layouts
+sed '21s/"layout": "[^"]*"/"layout": "tp 1 x cp 2 x dp 1"/' "$T/b/metrics.jsonl" >"$T/lay.jsonl"
+$PY $PLOT "$T/lay.jsonl" --out "$T/p/lay.svg" >/dev/null 2>&1
+if [ "$(grep -c 'class="resume"' "$T/p/b_trainer.svg")" = 4 ] \
+   && grep -q '"start": "new", "layout": "tp 1 x cp 1 x dp 1"}$' <(sed -n 1p "$T/b/metrics.jsonl") \
+   && grep -q '"start": "resume", "layout": "tp 1 x cp 1 x dp 1"}$' <(sed -n 21p "$T/b/metrics.jsonl") \
+   && [ "$(grep -c '"start"' "$T/b/metrics.jsonl")" = 2 ] \
+   && grep -q 'class="resume-label"[^>]*>resumed at step 20</text>' "$T/p/b_trainer.svg" \
+   && $PY $PLOT "$T/a" --out "$T/p/a.svg" >/dev/null && ! grep -q 'class="resume' "$T/p/a.svg" \
+   && grep -q '>resumed at step 20: tp 1 x cp 1 x dp 1 -&gt; tp 1 x cp 2 x dp 1</text>' "$T/p/lay.svg"; then
+  ok "resumes marked: b's resume at step 20 in each panel (labelled), a has none, a layout change names both layouts"
+else bad "resume marks: $(grep -c 'class="resume"' "$T/p/b_trainer.svg") lines; $(grep -o 'resume-label[^<]*' "$T/p/b_trainer.svg" "$T/p/lay.svg" | head -3)"; fi
 # a restart that does not reach its old tail again: 1..30 of a, then 21..25 of b -> 1..25, 21..25 from b
 { head -n 30 "$T/a/metrics.jsonl"; sed -n 21,25p "$T/b/metrics.jsonl"; } >"$T/restart.jsonl"
 $PY $PLOT "$T/restart.jsonl" "$T/a" --out "$T/p/restart.svg" >"$T/o" 2>&1 &&

@@ -255,6 +255,7 @@ typedef struct {
     int32_t* win;                   // [batch_size, seq_len + 1] windows of the step (every rank fetches all)
     double flops_tok;
     double t_loop, t_line;          // rank 0, progress clock: the start of this run's steps; the last step line
+    int records;                    // rank 0: records this process wrote (the first says how the run started)
 } Run;
 
 // every window of the step, or those of a validation pass: n windows from global index g0
@@ -446,6 +447,9 @@ static void log_record(Run* r, int step, const StepResult* s, const RingStep* rs
             s->tr.bytes[TRAFFIC_HOP], s->tr.bytes[TRAFFIC_A2A], s->tr.bytes[TRAFFIC_ALLREDUCE], s->tr.bytes[TRAFFIC_PARTS],
             s->tr.messages[TRAFFIC_HOP], s->tr.messages[TRAFFIC_A2A]);
     if (!isnan(s->vloss)) fprintf(f, ", \"val_loss\": %.9g", s->vloss);
+    if (!r->records++)   // the first record of this process: how it started, on which layout (plot_metrics marks resumes)
+        fprintf(f, ", \"start\": \"%s\", \"layout\": \"tp %d x cp %d x dp %d%s\"", c->resume[0] ? "resume" : init_from[0] ?
+                "init_from" : "new", r->g.tp, r->g.cp, r->g.dp, c->zero ? ", zero 1" : "");
     if (s->vr.checked) fprintf(f, ", \"verify_max_abs\": %.3e, \"verify_max_rel\": %.3e", s->vr.max_abs, s->vr.max_rel);
     fprintf(f, "}\n");
     if (fclose(f)) { free(rec); metrics_fail(r, step + 1, "formatting the record", errno); return; }
