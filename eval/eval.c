@@ -671,6 +671,29 @@ static int score_doc(const Args* a, Net* n, Loader* ld, long long start, int32_t
     return fail;
 }
 
+// the note for a series evaluated with plain RoPE past the trained context: where perplexity usually rises (the
+// trained RoPE's own range: its original context when it was trained with scaling) and the --rope to compare, in
+// that range's units (a model trained with yarn:4:1024 at 2048 is compared with yarn:4:1024 and yarn:8:1024 at 8192)
+static void rope_hint(int T, const Config* saved) {
+    int scaled = strcmp(saved->rope_scaling, "none") != 0;
+    int base = scaled ? saved->rope_original_max_seq_len : saved->seq_len, need = (T + base - 1) / base;
+    if (!scaled) {
+        printf("note: context %d exceeds the trained %d with plain RoPE; perplexity usually rises past %d "
+               "(compare --rope yarn:%d:%d)\n", T, saved->seq_len, base, need, base);
+        return;
+    }
+    char f[32], as[96] = "", was[64], more[64];
+    config_format(saved, "rope_factor", f, sizeof f);
+    int yarn = !strcmp(saved->rope_scaling, "yarn"), trained = (int)(saved->rope_factor + 0.5f);
+    // the --rope spellings: yarn:F:L, linear:F
+    if (yarn) { snprintf(was, sizeof was, "yarn:%s:%d", f, base); snprintf(more, sizeof more, "yarn:%d:%d", need, base); }
+    else { snprintf(was, sizeof was, "%s:%s", saved->rope_scaling, f); snprintf(more, sizeof more, "%s:%d", saved->rope_scaling, need); }
+    if (need > trained) snprintf(as, sizeof as, ", or %s to cover %d", more, T);
+    printf("note: context %d exceeds the trained %d with plain RoPE, and the model was trained with %s x%s over %d "
+           "tokens: perplexity usually rises past %d (compare --rope %s as trained%s)\n", T, saved->seq_len,
+           saved->rope_scaling, f, base, base, was, as);
+}
+
 // one series: per-position NLL sums and counts over the documents (summed over every rank), in buckets
 static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, Series* se, double* sum, double* cnt) {
     int T = a->seq_len, ns = a->ns;
@@ -744,9 +767,7 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
         report_rope_text(se->rope, se->rope_trained, rope, sizeof rope);
         printf("series %d: %s [RoPE %s] — %d %s at context %d (%s)\n", s + 1, se->label, rope, nd, unit, T, how);
         if (!ckpt_read_config_quiet(ckpt, &saved) && T > saved.seq_len && !strcmp(c.rope_scaling, "none"))
-            printf("note: context %d exceeds the trained %d with plain RoPE; perplexity usually rises past %d "
-                   "(compare --rope yarn:%d:%d)\n", T, saved.seq_len, saved.seq_len,
-                   (T + saved.seq_len - 1) / saved.seq_len, saved.seq_len);
+            rope_hint(T, &saved);
     }
     free(win); free(score); free(docs);
     loader_close(&ld);

@@ -281,6 +281,12 @@ assert have, "the first line is not in the file while the first document runs"
 print("the first line is in the file while the first document runs")
 PYEOF
 
+# 5c'''. plain RoPE past the trained context: the note names the trained RoPE's range (CK: yarn x2 over 128 tokens)
+#     and the --rope spellings to compare in that range's units (before: yarn:F:seq_len, not the trained one)
+run 1 --ckpt "$CK" --rope none --data "$VAL" --seq_len 512 --docs 1 --out "$T/ev" --name hint >"$T/hint.out" 2>&1
+grep -qxF "note: context 512 exceeds the trained 128 with plain RoPE, and the model was trained with yarn x2 over 128 tokens: perplexity usually rises past 128 (compare --rope yarn:2:128 as trained, or yarn:4:128 to cover 512)" "$T/hint.out" \
+  && ok "plain-RoPE note: compare --rope yarn:2:128 as trained, or yarn:4:128" || bad "plain-RoPE note: $(grep note "$T/hint.out" || tail -2 "$T/hint.out")"
+
 # 5d. without an end-of-document token (--eod -1) the units are consecutive windows of the stream, and the series
 #     line says so (not "documents")
 run 1 "${E[@]}" --eod -1 --name nodoc >"$T/nodoc.out" 2>&1 || bad "--eod -1 run: $(tail -2 "$T/nodoc.out")"
