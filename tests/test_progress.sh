@@ -23,7 +23,19 @@ print("     " + "; ".join(f"step {k}: {t}" for k, t in got))
 assert got == want, (got, want)
 PYEOF
 
-# 2. every program sets line-buffered stdout first thing (stdout_lines() in each main of the programs and benchmarks)
+# 2. a resume that drops the validation its checkpoint's run had (no --val_data) says so in one WARNING line; with
+#    --val_data it says nothing of it
+build/prepare --out "$T/dv" --val-frac 0.3 model attention >/dev/null || bad "prepare with a held-out split"
+V=(-c configs/tiny.conf --train_data "$T/dv/train_*.bin" --out_dir "$T/val")
+build/train "${V[@]}" --val_data "$T/dv/val_*.bin" --max_steps 2 >/dev/null 2>&1 \
+  && build/train "${V[@]}" --val_data "" --max_steps 3 --resume latest >"$T/drop.out" 2>&1 \
+  && build/train "${V[@]}" --val_data "$T/dv/val_*.bin" --max_steps 4 --resume latest >"$T/keep.out" 2>&1 || bad "validation runs: $(tail -2 "$T/drop.out")"
+[ "$(grep -c "^WARNING: no validation in this run: the checkpoint's run validated on val_data '$T/dv/val_\*.bin'" "$T/drop.out")" = 1 ] \
+  && ! grep -q 'val loss' "$T/drop.out" && ! grep -q 'no validation' "$T/keep.out" && grep -q 'val loss' "$T/keep.out" \
+  && ok "a resume without --val_data says plainly that it drops the checkpoint's validation; one with it does not" \
+  || bad "validation dropped at a resume: $(grep -i 'valid' "$T/drop.out" "$T/keep.out" | head -3)"
+
+# 3. every program sets line-buffered stdout first thing (stdout_lines() in each main of the programs and benchmarks)
 miss=$(for f in $(grep -l '^int main(' data/*.c eval/*.c train/*.c tools/*.c tools/bench/*.c); do
   awk '/^int main\(/ {getline; if ($0 !~ /^    stdout_lines\(\);/) print FILENAME}' "$f"; done)
 n=$(grep -l '^int main(' data/*.c eval/*.c train/*.c tools/*.c tools/bench/*.c | wc -l)

@@ -947,6 +947,17 @@ static void lr_jump_warning(const Config* c, const char* cpath, long long step) 
     fflush(stdout);
 }
 
+// rank 0: say plainly when a resume drops the validation the checkpoint's run had (val_data given there, not here)
+static void val_drop_warning(const Config* c, const char* cpath) {
+    Config old;
+    char e[1024];
+    if (c->val_data[0] || ckpt_read_config(cpath, &old, e, sizeof e) || !old.val_data[0]) return;
+    printf("WARNING: no validation in this run: the checkpoint's run validated on val_data '%s', and this run has no "
+           "val_data (a command line or config file without it); give --val_data '%s' to go on validating\n",
+           old.val_data, old.val_data);
+    fflush(stdout);
+}
+
 static void resume(Run* r) {
     char cpath[CFG_STR + 600], notes[4096];
     int fail = ckpt_resolve(r->c.resume, r->c.out_dir, cpath, sizeof cpath, msg, sizeof msg);
@@ -962,6 +973,7 @@ static void resume(Run* r) {
     check_ckpt_tokens(&r->g, cpath, "the checkpoint");
     resume_checks(r, cpath);
     if (r->rank0) lr_jump_warning(&r->c, cpath, r->ts.step);
+    if (r->rank0) val_drop_warning(&r->c, cpath);
 }
 
 // --init_from: the checkpoint's parameters only, resharded to this layout; the training state stays fresh
