@@ -149,7 +149,7 @@ void model_zero_grad(Model* m);
 const float* model_token_losses(const Model* m);
 // With m->want_hits set before model_forward: per token 1 when the target is the argmax (greedy) prediction.
 const float* model_token_hits(const Model* m);
-// Matmul FLOPs per token for throughput (6 * matmul params + 6 * n_layer * T * C, see README)
+// Matmul FLOPs per token for throughput (6 * matmul params + 6 * n_layer * T * C, see docs/benchmarks.md)
 double model_flops_per_token(const Config* c, int seq_len);
 
 // Make layer l's attention inputs (q, k, v after RoPE) current when the recompute mode does not keep them

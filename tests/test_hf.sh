@@ -21,7 +21,7 @@
 #    LlamaForCausalLM.from_pretrained with matching logits; AutoTokenizer loads an export; the README's step 6
 #    (export, from_pretrained, AutoTokenizer, model.generate(**tok(...))) runs as printed, and generate() gives
 #    the ids of a greedy decode by full forwards (which needs tools/setup/hf_torch_py311.py in build/hfenv: PyTorch
-#    1.13's torch.distributed.fsdp under Python 3.11); README.md holds the snippet this test runs.
+#    1.13's torch.distributed.fsdp under Python 3.11); docs/huggingface.md holds the snippet this test runs.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
 
@@ -231,7 +231,7 @@ HCHK="$HFPY tests/hf_check.py"
 
 # a corpus with the cases build/prepare skips, non-ASCII text and a file that is not UTF-8
 C=$T/corpus; mkdir -p "$C/src/sub" "$C/src/.hidden" "$C/docs" "$C/other"
-cp model/*.c "$C/src/"; cp eval/report.c "$C/src/sub/"; cp README.md checkpoint/FORMAT.md "$C/docs/"
+cp model/*.c "$C/src/"; cp eval/report.c "$C/src/sub/"; cat README.md docs/*.md >"$C/docs/README.md"; cp checkpoint/FORMAT.md "$C/docs/"
 printf 'Größe – ελληνικά – 日本語 – emoji 🙂\n\ttabs and  spaces \r\n' > "$C/docs/unicode.txt"
 printf 'caf\xe9 latin-1\n' > "$C/other/latin1.txt"
 printf 'special-token text is text: <|endoftext|> <s> </s>\n' > "$C/docs/specials.txt"
@@ -429,9 +429,9 @@ out = model.generate(**tok("def main(", return_tensors="pt"), max_new_tokens=32)
 print(tok.decode(out[0]))
 EOF
 README
-$PY -c "import sys; sys.exit(open(sys.argv[2]).read() not in open(sys.argv[1]).read())" README.md "$T/step6.sh" \
-  && ok "README.md's step 6 is the snippet run here ($(grep -c '' "$T/step6.sh") lines)" \
-  || bad "README.md's step 6 (\"Extend an existing model\") is not the snippet tests/test_hf.sh runs: update one of them"
+$PY -c "import sys; sys.exit(open(sys.argv[2]).read() not in open(sys.argv[1]).read())" docs/huggingface.md "$T/step6.sh" \
+  && ok "docs/huggingface.md's step 6 is the snippet run here ($(grep -c '' "$T/step6.sh") lines)" \
+  || bad "docs/huggingface.md's step 6 (\"Extend an existing model\") is not the snippet tests/test_hf.sh runs: update one of them"
 mkdir -p "$R/build" "$R/out" "$R/home/models" && ln -s "$PWD/tools" "$R/tools" && ln -s "$(dirname "$(dirname "$HFPY")")" "$R/build/hfenv" \
   && ln -s "$T/Z" "$R/out/ext" && ln -s "$T/tok/bpe" "$R/home/models/llama-4k"
 (cd "$R" && env -u RINGLM_PYTHON -u RINGLM_HFENV HOME="$R/home" timeout $HANG_S bash -e "$T/step6.sh") >"$T/step6.out" 2>"$T/step6.err" \

@@ -153,14 +153,14 @@ if HFPY=$(bash tools/setup/hf_env.sh 2>"$T/env.err"); then
   PH=(env RINGLM_HFENV="$(dirname "$(dirname "$HFPY")")" tools/prepare_hf)
   mkdir -p "$T/tok" "$T/doc/d"
   cat model/*.c > "$T/train.txt"
-  $HFPY tests/hf_check.py tokenizers "$T/tok" "$T/train.txt" README.md >"$T/t1" 2>&1 && $HFPY tests/hf_hostile.py tokenizers "$T/tok" "$T/train.txt" README.md >>"$T/t1" 2>&1 \
+  $HFPY tests/hf_check.py tokenizers "$T/tok" "$T/train.txt" README.md docs/*.md >"$T/t1" 2>&1 && $HFPY tests/hf_hostile.py tokenizers "$T/tok" "$T/train.txt" README.md docs/*.md >>"$T/t1" 2>&1 \
     && ok "tokenizers of 7 kinds trained locally" || bad "tokenizers: $(tail -n 3 "$T/t1")"
   # item 8: a long document (model/, comm/, README.md, a run of whitespace, a text without spaces) encoded in pieces
   # of 4096 characters gives exactly the ids of the whole document
   $PY - "$T/doc" <<'PYEOF'
 import glob, os, random, sys
 d = sys.argv[1]
-src = "".join(open(p, encoding="utf-8").read() for p in sorted(glob.glob("model/*.[ch]")) + ["README.md"])
+src = "".join(open(p, encoding="utf-8").read() for p in sorted(glob.glob("model/*.[ch]")) + ["README.md"] + sorted(glob.glob("docs/*.md")))
 r = random.Random(7)
 junk = "".join(r.choice("aabbcdeeef") for _ in range(9000))
 text = src[:120000] + "\n\n \t \n" + " " * 200 + "x\n" + junk[:200] + "\n" + src[120000:160000]

@@ -891,7 +891,7 @@ static int check_data_order(Run* r, const char* cpath) {
     return 0;
 }
 
-// after a checkpoint has loaded: the checks and notes of a resume (see README, "Reliability")
+// after a checkpoint has loaded: the checks and notes of a resume (see docs/reliability.md)
 static void resume_checks(Run* r, const char* cpath) {
     int fail = r->rank0 && check_run_id(r, cpath);
     grid_check(r->g.world_g, fail, msg);
@@ -942,7 +942,7 @@ static void lr_jump_warning(const Config* c, const char* cpath, long long step) 
     printf("WARNING: the learning rate jumps at the resume: step %lld had lr %.3e under the checkpoint's schedule (%s) "
            "and gets %.3e under this run's (%s). To extend a run without a jump: keep its decay where it was "
            "(--lr_horizon %d with cosine or linear: min_lr after it), or train with lr_schedule = wsd, which stays at lr "
-           "until its final lr_cooldown steps (README: \"Extending a run\")\n", step + 1, was, sched_old, now, sched_new,
+           "until its final lr_cooldown steps (docs/training.md, \"Extending a run\")\n", step + 1, was, sched_old, now, sched_new,
            old.lr_horizon ? old.lr_horizon : old.max_steps);
     fflush(stdout);
 }
