@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# demo.sh — the end-to-end showcase behind `make demo` (about 3.5-4 minutes on 2 cores):
+# demo.sh — the end-to-end showcase behind `make demo` (time: see docs/demo.md; measured there with the load):
 #  1. prepare long documents from source trees already on this machine, tools/stdlib_docs.sh's list (each Python
 #     standard-library package one document, "a whole codebase is one document", and each top-level module one
 #     more; not this repository's own sources, so that the data, and with it every number below, does not change
@@ -105,6 +105,6 @@ acc = sum(float(r["accuracy"] or 0) for r in rows) / len(rows)
 dig = sum(float(r["digit_accuracy"] or 0) for r in rows) / len(rows)
 print(f"                 keys retrieved: {acc:.0%} of the {len(rows)} cells' trials, digits right: {dig:.0%} (chance: 10%)."
       "\n                 This model has never seen a passkey document: 0% is the expected result here, and it says"
-      "\n                 that the evaluation runs, not that long-context retrieval failed. README, \"Passkey retrieval"
+      "\n                 that the evaluation runs, not that long-context retrieval failed. docs/experiments.md, \"Passkey retrieval"
       "\n                 with document-aware packing\", trains models on passkey documents that do retrieve.")
 PY
