@@ -9,6 +9,7 @@
 static double clock_s(clockid_t id) { struct timespec t; clock_gettime(id, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
+double wall_s(void) { return clock_s(CLOCK_REALTIME); }
 
 double progress_now(void) {
     static long reads = 0;

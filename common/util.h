@@ -29,6 +29,7 @@ void fmt_duration(double s, char* out, size_t n);
 // when it is printed; every program calls it first
 void stdout_lines(void);
 double cpu_s(void);   // CPU time of the whole process (all threads), seconds
+double wall_s(void);  // the real-time clock, seconds since the epoch (TensorBoard's wall times)
 
 int cmp_str(const void* a, const void* b);        // qsort comparator for an array of char*
 int cmp_double(const void* a, const void* b);     // qsort comparator for an array of double

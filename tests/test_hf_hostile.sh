@@ -112,8 +112,8 @@ ERR_RC=1 ERR_ALSO='unchanged "$T/ex1"' expect_err "hf_export --force: a failure 
   "hf_export: cannot move the new files into '$T/ex1'|the previous files are back in place" 1 \
   env RINGLM_TEST_HF_FAIL=hf_export:swap_new "${EXP[@]}" "$T/m.h5" --out "$T/ex1" --force --dtype bf16 --max_shard_size 20KB
 check "hf_export --force with --tokenizer pointing into the export it replaces" "${EXP[@]}" "$T/m.h5" --out "$T/ex1" --force --tokenizer "$T/ex1"
-unchanged "$T/ex1" && grep -q "tokenizer files: tokenizer.json, tokenizer_config.json; replaced the previous export (5 files)" "$T/check.out" \
-  && ok "the tokenizer inside --out is read before the swap: the re-export equals the export byte for byte ($(grep -o 'tokenizer files: [^;]*' "$T/check.out"))" \
+unchanged "$T/ex1" && grep -q "; tokenizer: tokenizer.json, tokenizer_config.json; replaced the previous export (5 files)" "$T/check.out" \
+  && ok "the tokenizer inside --out is read before the swap: the re-export equals the export byte for byte ($(grep -o 'tokenizer: [^;]*' "$T/check.out"))" \
   || bad "re-export with the tokenizer in --out: $(cat "$T/check.out"); $(ls -A "$T/ex1")"
 check "hf_export --force bf16 (5 files replaced)" "${EXP[@]}" "$T/m.h5" --out "$T/ex1" --force --dtype bf16 --tokenizer "$T/tokw"
 check "import the bf16 export" "${IMP[@]}" "$T/ex1" --out "$T/ex1.h5"

@@ -260,7 +260,6 @@ typedef struct {
     TbWriter tb;                    // rank 0: tensorboard_dir's event file (tb.f NULL: none, or given up after a failure)
 } Run;
 
-static double wall_clock(void) { struct timespec t; clock_gettime(CLOCK_REALTIME, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 
 // every window of the step, or those of a validation pass: n windows from global index g0
 static int fetch_windows(Loader* ld, long long g0, int n, int T, int32_t* win) {
@@ -458,7 +457,7 @@ static void log_record(Run* r, int step, const StepResult* s, const RingStep* rs
     fprintf(f, "}\n");
     if (fclose(f)) { free(rec); metrics_fail(r, step + 1, "formatting the record", errno); return; }
     metrics_append(r, step + 1, rec, len);
-    if (r->tb.f && tb_write_record(&r->tb, wall_clock(), step + 1, rec)) {   // live curves are not worth stopping for
+    if (r->tb.f && tb_write_record(&r->tb, wall_s(), step + 1, rec)) {   // live curves are not worth stopping for
         printf("WARNING: cannot write the TensorBoard event file '%s' (%s): no more TensorBoard events in this run; "
                "metrics.jsonl goes on (tools/metrics_to_tensorboard.py converts it)\n", r->tb.path, strerror(errno));
         tb_close(&r->tb);
@@ -1049,7 +1048,7 @@ static void open_outputs(Run* r, const char* metrics_path) {
         }
         // TensorBoard: a new event file per run (a resumed run's starts over at its first step; TensorBoard drops the
         // earlier file's later steps)
-        if (!fail && r->c.tensorboard_dir[0]) fail = tb_open(&r->tb, r->c.tensorboard_dir, wall_clock(), r->ts.step + 1, msg, sizeof msg);
+        if (!fail && r->c.tensorboard_dir[0]) fail = tb_open(&r->tb, r->c.tensorboard_dir, wall_s(), r->ts.step + 1, msg, sizeof msg);
         // the run id: a resumed run keeps its checkpoint's (or the out_dir's, for older files); a new run gets one
         char dir_id[40];
         int have = rundir_read_id(r->c.out_dir, dir_id, sizeof dir_id);
