@@ -429,8 +429,10 @@ def panel(svg, key, title, left, top, ax, runs_data, log, smooth_n, xname):
             if ax.inside(x):
                 xx = ax.map(x)
                 svg.line(xx, top, xx, bot, col, f'class="resume" stroke-width="1" stroke-dasharray="4 4"')
-                if key == "loss":
-                    svg.text(xx + 3, top + 14 + 13 * ((j + n) % 3), "start", text, f'class="resume-label" font-size="10" fill="{col}"')
+                if key == "loss":   # right of the line, or left of it where the text would leave the frame
+                    fits = xx + 3 + 0.6 * 10 * len(text) <= right
+                    svg.text(xx + 3 if fits else xx - 3, top + 14 + 13 * ((j + n) % 3), "start" if fits else "end", text,
+                             f'class="resume-label" font-size="10" fill="{col}"')
         for x, y in d["raw"] + d["val"]:          # a nan / inf value: a triangle pointing down from the top edge
             if not math.isfinite(y) and ax.inside(x):
                 xx = ax.map(x)
