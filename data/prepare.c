@@ -639,7 +639,10 @@ static void print_doc_lengths(const char* out, int n_shards, int64_t window) {
     free(pat);
 }
 
+#define VAL_FEW_DOCS 8   // a held-out split of fewer documents gets a warning
+
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     Options o = parse_args(argc, argv);
     Corpus c = {0};
     collect(&c, &o);
@@ -674,6 +677,11 @@ int main(int argc, char** argv) {
            "other %d)\n", c.n_docs, c.files.n, c.skip_binary, c.skip_empty, c.skip_symlink, c.skip_hidden, c.skip_other);
     print_split(&train, o.out);
     print_split(&val, o.out);
+    if (o.val_frac > 0 && val.n_docs < VAL_FEW_DOCS)   // asked for a held-out split, got one too small to compare with
+        printf("WARNING: the held-out split has only %d document%s (--val-frac %g of %d): a validation loss or a "
+               "perplexity by position over so few documents is noisy, and differences between settings may not show; "
+               "give more documents (more paths, or --doc-per file) or a larger --val-frac\n", val.n_docs,
+               val.n_docs == 1 ? "" : "s", o.val_frac, c.n_docs);
     if (o.doc_lengths >= 0) print_doc_lengths(o.out, train.n_shards, o.doc_lengths);
     free(train.path); free(val.path);
     corpus_free(&c);

@@ -482,21 +482,49 @@ static int find_docs(Loader* ld, int eod, long long need, int max, Doc** out, lo
     return n;
 }
 
-// the clock of the progress lines: the monotonic clock; RINGLM_TEST_PROGRESS_TICK=S (tests) makes it a counter that
-// advances S seconds per reading, so that the tests of elapsed times and ETAs do not depend on the machine's speed
-static double progress_now(void) {
-    static long reads = 0;
-    const char* tick = getenv("RINGLM_TEST_PROGRESS_TICK");
-    return tick && *tick ? atof(tick) * (double)++reads : now_s();
+// progress lines on stderr (rank 0): "WHAT: DONE/TOTAL, ELAPSED s elapsed, ETA S s" after each unit on a terminal
+// (rewritten in place), else at every quarter, at the end, and whenever PROGRESS_S seconds passed since the last
+// line; inside a unit (one long window takes minutes at 100K tokens) a line after a layer of its forward pass when
+// PROGRESS_S passed: "WHAT: DONE/TOTAL, in DONE+1: [window W/NW, ]layer L/NL, ..."; the ETA from the fraction done
+#define PROGRESS_S 10.0
+typedef struct {
+    const char* what;
+    int rank, done, total, win, nwin;   // units done of total; inside the next: window win of nwin (sliding windows)
+    double t0, t_line;                  // progress clock: the start, the last line
+} Progress;
+
+static void progress_start(Progress* p, int rank, const char* what, int total) {
+    *p = (Progress){ .what = what, .rank = rank, .total = total, .nwin = 1 };
+    if (!rank) p->t0 = p->t_line = progress_now();
 }
 
-static void progress(int rank, const char* what, int done, int total, double t0) {
-    if (rank) return;
-    double el = progress_now() - t0, eta = done ? el / done * (total - done) : 0;
+static void progress_line(Progress* p, double now, double frac, const char* inside, int tty, int end) {
+    double el = now - p->t0, eta = frac > 0 ? el / frac * (1 - frac) : 0;
+    fprintf(stderr, "%s%s: %d/%d%s, %.1f s elapsed, ETA %.1f s%s", tty ? "\r" : "", p->what, p->done, p->total, inside,
+            el, eta, end ? "\n" : "");
+    p->t_line = now;
+}
+
+static void progress(Progress* p, int done) {
+    p->done = done;
+    if (p->rank) return;
+    double now = progress_now();
+    int tty = isatty(2), total = p->total;
+    if (tty || done == total || (total >= 4 && done % (total / 4 ? total / 4 : 1) == 0) || now - p->t_line >= PROGRESS_S)
+        progress_line(p, now, (double)done / total, "", tty, !tty || done == total);
+}
+
+// Model.layer_done: inside a unit, after a layer of the forward pass
+static void progress_layer(void* ctx, int l, int nl) {
+    Progress* p = ctx;
+    if (p->rank) return;
+    double now = progress_now();
+    if (now - p->t_line < PROGRESS_S) return;
+    char inside[96], w[48] = "";
+    if (p->nwin > 1) snprintf(w, sizeof w, "window %d/%d, ", p->win + 1, p->nwin);
+    snprintf(inside, sizeof inside, ", in %d: %slayer %d/%d", p->done + 1, w, l, nl);
     int tty = isatty(2);
-    if (tty || done == total || (total >= 4 && done % (total / 4 ? total / 4 : 1) == 0))
-        fprintf(stderr, "%s%s: %d/%d, %.1f s elapsed, ETA %.1f s%s", tty ? "\r" : "", what, done, total, el, eta,
-                tty && done < total ? "" : "\n");
+    progress_line(p, now, (p->done + (p->win + (double)l / nl) / p->nwin) / p->total, inside, tty, !tty);
 }
 
 static int out_file(const Args* a, char* path, size_t n, const char* suffix) {
@@ -618,7 +646,7 @@ static int series_eod(const Args* a, const Grid* g, const Config* c, const char*
 // score one document: its first T targets, or sliding windows over its first doc_len tokens (model
 // positions are window positions; losses are booked at document positions). 0, or 1 on a read error.
 static int score_doc(const Args* a, Net* n, Loader* ld, long long start, int32_t* win, unsigned char* score,
-                     double* sum, double* cnt, int eod, int* book) {
+                     double* sum, double* cnt, int eod, int* book, Progress* pr) {
     int T = a->seq_len, fail = 0;
     if (a->doc_mask) {   // a packed window: each target booked at its position in its document
         fail |= loader_read(ld, start, T + 1, win);
@@ -633,12 +661,37 @@ static int score_doc(const Args* a, Net* n, Loader* ld, long long start, int32_t
         run_window(n, win, score, sum, cnt, NULL, 0, NULL);
         return fail;
     }
+    pr->nwin = (int)((a->doc_len - T) / a->stride + 1);
     for (long long w = 0; w + T <= a->doc_len; w += a->stride) {
+        pr->win = (int)(w / a->stride);
         fail |= loader_read(ld, start + w, T + 1, win);
         for (int t = 0; t < T; t++) score[t] = w == 0 || t >= T - a->stride;
         run_window(n, win, score, sum, cnt, NULL, w, NULL);
     }
     return fail;
+}
+
+// the note for a series evaluated with plain RoPE past the trained context: where perplexity usually rises (the
+// trained RoPE's own range: its original context when it was trained with scaling) and the --rope to compare, in
+// that range's units (a model trained with yarn:4:1024 at 2048 is compared with yarn:4:1024 and yarn:8:1024 at 8192)
+static void rope_hint(int T, const Config* saved) {
+    int scaled = strcmp(saved->rope_scaling, "none") != 0;
+    int base = scaled ? saved->rope_original_max_seq_len : saved->seq_len, need = (T + base - 1) / base;
+    if (!scaled) {
+        printf("note: context %d exceeds the trained %d with plain RoPE; perplexity usually rises past %d "
+               "(compare --rope yarn:%d:%d)\n", T, saved->seq_len, base, need, base);
+        return;
+    }
+    char f[32], as[96] = "", was[64], more[64];
+    config_format(saved, "rope_factor", f, sizeof f);
+    int yarn = !strcmp(saved->rope_scaling, "yarn"), trained = (int)(saved->rope_factor + 0.5f);
+    // the --rope spellings: yarn:F:L, linear:F
+    if (yarn) { snprintf(was, sizeof was, "yarn:%s:%d", f, base); snprintf(more, sizeof more, "yarn:%d:%d", need, base); }
+    else { snprintf(was, sizeof was, "%s:%s", saved->rope_scaling, f); snprintf(more, sizeof more, "%s:%d", saved->rope_scaling, need); }
+    if (need > trained) snprintf(as, sizeof as, ", or %s to cover %d", more, T);
+    printf("note: context %d exceeds the trained %d with plain RoPE, and the model was trained with %s x%s over %d "
+           "tokens: perplexity usually rises past %d (compare --rope %s as trained%s)\n", T, saved->seq_len,
+           saved->rope_scaling, f, base, base, was, as);
 }
 
 // one series: per-position NLL sums and counts over the documents (summed over every rank), in buckets
@@ -670,11 +723,14 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
     double *usum = calloc((size_t)nd * nb, sizeof(double)), *ucnt = calloc((size_t)nd * nb, sizeof(double));
     double *dsum = malloc(span * sizeof(double)), *dcnt = malloc(span * sizeof(double));
     snprintf(what, sizeof what, "eval series %d/%d", s + 1, ns);
-    double t0 = progress_now();   // this series' own clock: its elapsed time and its rate give its ETA
+    Progress pr;   // this series' own clock: its elapsed time and its rate give its ETA
+    progress_start(&pr, g->rank, what, nd);
+    n.m.layer_done = progress_layer;
+    n.m.layer_done_ctx = &pr;
     for (int j = 0; j < nd; j++) {
         if (j % g->dp == g->dp_rank) {   // documents are dealt round-robin to the data-parallel replicas
             memset(dsum, 0, span * sizeof(double)); memset(dcnt, 0, span * sizeof(double));
-            fail |= score_doc(a, &n, &ld, docs[j].start, win, score, dsum, dcnt, eod, book);
+            fail |= score_doc(a, &n, &ld, docs[j].start, win, score, dsum, dcnt, eod, book, &pr);
             for (long long p = 0; p < span; p++) {
                 if (!dcnt[p]) continue;
                 sum[p] += dsum[p]; cnt[p] += dcnt[p];
@@ -682,7 +738,7 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
                 if (k >= 0) { usum[(size_t)j * nb + k] += dsum[p]; ucnt[(size_t)j * nb + k] += dcnt[p]; }
             }
         }
-        progress(g->rank, what, j + 1, nd, t0);
+        progress(&pr, j + 1);
     }
     if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
     grid_check(g->world_g, fail, msg);
@@ -711,9 +767,7 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
         report_rope_text(se->rope, se->rope_trained, rope, sizeof rope);
         printf("series %d: %s [RoPE %s] — %d %s at context %d (%s)\n", s + 1, se->label, rope, nd, unit, T, how);
         if (!ckpt_read_config_quiet(ckpt, &saved) && T > saved.seq_len && !strcmp(c.rope_scaling, "none"))
-            printf("note: context %d exceeds the trained %d with plain RoPE; perplexity usually rises past %d "
-                   "(compare --rope yarn:%d:%d)\n", T, saved.seq_len, saved.seq_len,
-                   (T + saved.seq_len - 1) / saved.seq_len, saved.seq_len);
+            rope_hint(T, &saved);
     }
     free(win); free(score); free(docs);
     loader_close(&ld);
@@ -773,8 +827,9 @@ static void eval_passkey(const Args* a, const Grid* g) {
     grid_check(world, fail, msg);
     double* acc = calloc(a->nlens * a->ndepths, sizeof(double));
     double* digits = calloc(a->nlens * a->ndepths, sizeof(double));
-    double t0 = progress_now();
     int total = a->nlens * a->ndepths * a->trials, done = 0;
+    Progress pr;
+    progress_start(&pr, g->rank, "passkey", total);
     for (int li = 0; li < a->nlens; li++) {
         int T = a->lens[li];
         Config c;
@@ -783,6 +838,8 @@ static void eval_passkey(const Args* a, const Grid* g) {
         char ckpt[2048];
         net_open(&n, &a->ser[0], a, g, T, &c, &u, ckpt);
         n.m.want_hits = 1;
+        n.m.layer_done = progress_layer;
+        n.m.layer_done_ctx = &pr;
         int sep = series_eod(a, g, &c, ckpt, 1);   // token 0 of every passkey document
         if (li == 0) {
             warn_rope(g, "passkey", &u, ckpt);
@@ -813,7 +870,7 @@ static void eval_passkey(const Args* a, const Grid* g) {
                 int all = 1;
                 for (int i = T - PASSKEY_DIGITS; i < T; i++) { all &= hit[i] > 0.5; right += hit[i] > 0.5; }
                 correct += all;
-                progress(g->rank, "passkey", ++done, total, t0);
+                progress(&pr, ++done);
             }
             acc[li * a->ndepths + di] = (double)correct / a->trials;
             digits[li * a->ndepths + di] = (double)right / (a->trials * PASSKEY_DIGITS);
@@ -862,6 +919,7 @@ static void eval_doc_lengths(const Args* a, const Grid* g) {
 }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
     for (int i = 1; i < argc; i++)

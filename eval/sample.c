@@ -245,6 +245,7 @@ static float* full_logits(Model* m, const Grid* g, const int* tok, int n) {
 }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
     for (int i = 1; i < argc; i++)
@@ -319,11 +320,10 @@ int main(int argc, char** argv) {
         if (made + 1 < a.max_tokens) lg = decoder_step(&d, next, n - 1);
     }
     double dt = now_s() - t0;
-    if (root) {
-        printf("\n");
-        fprintf(stderr, "sample: %d prompt tokens, %d generated in %.2f s (%.1f tokens/s; tp %d x cp %d, KV cache)\n", np, made,
-                dt, made / (dt > 0 ? dt : 1e-9), a.tp, a.cp);
-    }
+    if (root)   // the statistics on a line of their own after the text, on stdout: in order with the text also under
+                // mpirun, which forwards stdout and stderr separately (on stderr they could land in the middle of it)
+        printf("\nsample: %d prompt tokens, %d generated in %.2f s (%.1f tokens/s; tp %d x cp %d, KV cache)\n", np, made,
+               dt, made / (dt > 0 ? dt : 1e-9), a.tp, a.cp);
     if (a.verify && made > 0) {   // every generated position's logits from one full forward over the whole sequence
         int L = n - 1, S2 = (L + parts - 1) / parts * parts;
         Model m2;

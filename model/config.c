@@ -35,6 +35,7 @@ static const Key KEYS[] = {
     K(train_data, T_STR, 0, "", "training shards: glob pattern, directory or file"),
     K(val_data, T_STR, 0, "", "validation shards (empty: no validation)"),
     K(out_dir, T_STR, 0, "out", "output directory (metrics.jsonl, config.txt, checkpoints)"),
+    K(tensorboard_dir, T_STR, 0, "", "also write each step's metrics as TensorBoard event files into this directory while training, tags as tools/metrics_to_tensorboard.py's (empty: none)"),
     K(seq_len, T_INT, 0, "1024", "tokens per training sequence"),
     K(batch_size, T_INT, 0, "8", "sequences per optimizer step (global, over all data-parallel replicas)"),
     K(micro_batch, T_INT, 0, "1", "sequences per forward/backward on one rank; accumulation = batch_size / (micro_batch * dp)"),

@@ -48,6 +48,7 @@ typedef struct {
     char matmul_precision[16];      // bf16 | tf32 | fp32 (tensor-core matmuls on a GPU; the CPU is always fp32)
     char resume[CFG_STR];           // resume from: a checkpoint file, a directory (its latest), or 'latest'
     char dump_weights[CFG_STR];     // at the end, write the final weights here (test dump format)
+    char tensorboard_dir[CFG_STR];  // TensorBoard event files written during training here (empty: none)
     unsigned char given[128];       // per key (table order): CFG_GIVEN_FILE / _CLI when set by a file / the command line
 } Config;
 enum { CFG_DEFAULT = 0, CFG_GIVEN_FILE = 1, CFG_GIVEN_CLI = 2 };

@@ -542,8 +542,10 @@ double model_forward(Model* m, float grad_scale, float* logits_out) {
         be_embedding_forward(m->proj, m->tok, m->w.wte, N, C, m->v0, m->Vl);
         be_copy(m->acts[0].res, tp_reduce(m, m->proj), (size_t)m->Ns * C * sizeof(float));
     }
-    for (int l = 0; l < m->L; l++)
+    for (int l = 0; l < m->L; l++) {
         layer_forward(m, l, l + 1 < m->L ? m->acts[l + 1].res : m->res_final);
+        if (m->layer_done) m->layer_done(m->layer_done_ctx, l + 1, m->L);
+    }
     be_rmsnorm_forward(m->lnf, m->rstdf, m->res_final, m->w.lnf, m->Ns, C, m->cfg.norm_eps);
     return head_forward(m, grad_scale, logits_out);
 }

@@ -90,6 +90,10 @@ typedef struct {
     int *apos, *hrpos;         // doc_positions: [N] attention's positions (backend: the positions given), RoPE's
                                // positions (host: restarted at each document); NULL otherwise (apos = pos)
     float* host_losses;        // [N] host
+    // progress inside one forward pass (evaluation of a long window): called after each layer with (ctx, layers
+    // done, n_layer); NULL: none
+    void (*layer_done)(void* ctx, int done, int n_layer);
+    void* layer_done_ctx;
     int want_hits;             // evaluation: also record whether each target is the greedy prediction
     float *hits, *host_hits;   // [N] backend / host: 1 = the target is the argmax of the logits
 } Model;
@@ -145,7 +149,7 @@ void model_zero_grad(Model* m);
 const float* model_token_losses(const Model* m);
 // With m->want_hits set before model_forward: per token 1 when the target is the argmax (greedy) prediction.
 const float* model_token_hits(const Model* m);
-// Matmul FLOPs per token for throughput (6 * matmul params + 6 * n_layer * T * C, see README)
+// Matmul FLOPs per token for throughput (6 * matmul params + 6 * n_layer * T * C, see docs/benchmarks.md)
 double model_flops_per_token(const Config* c, int seq_len);
 
 // Make layer l's attention inputs (q, k, v after RoPE) current when the recompute mode does not keep them

@@ -14,7 +14,7 @@ source tests/lib.sh
 build/prepare --out "$T/data" --val-frac 0 model attention >/dev/null || { bad "prepare"; finish; }
 # short documents (two README lines each): every window holds document boundaries
 mkdir -p "$T/docs"
-awk -v d="$T/docs" 'NF { b = b $0 "\n"; if (++k == 2) { f = sprintf("%s/p%05d.txt", d, n++); printf "%s", b > f; close(f); b = ""; k = 0 } }' README.md
+awk -v d="$T/docs" 'NF { b = b $0 "\n"; if (++k == 2) { f = sprintf("%s/p%05d.txt", d, n++); printf "%s", b > f; close(f); b = ""; k = 0 } }' README.md docs/*.md
 build/prepare --out "$T/short" --val-frac 0 "$T/docs" >/dev/null 2>&1 || { bad "prepare short documents"; finish; }
 cat > "$T/a.conf" <<CONF
 vocab_size = 257

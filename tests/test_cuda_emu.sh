@@ -103,7 +103,7 @@ grep -q "^transport: nccl" "$T/g_tp2cp2.out" && grep -q "^transport: mpi, staged
 # ---- 3. doc_mask and recompute ----
 # short documents (two lines of the README each, ~150 bytes): every 64-token window holds document boundaries
 mkdir -p "$T/docs"
-awk -v d="$T/docs" 'NF { b = b $0 "\n"; if (++k == 2) { f = sprintf("%s/p%05d.txt", d, n++); printf "%s", b > f; close(f); b = ""; k = 0 } }' README.md
+awk -v d="$T/docs" 'NF { b = b $0 "\n"; if (++k == 2) { f = sprintf("%s/p%05d.txt", d, n++); printf "%s", b > f; close(f); b = ""; k = 0 } }' README.md docs/*.md
 build/prepare --out "$T/short" --val-frac 0 "$T/docs" >/dev/null 2>&1 || bad "prepare short documents"
 SH=(--train_data "$T/short/train_*.bin" --doc_mask 1)
 trun c_doc 1 build "${SH[@]}" && trun g_doc 1 $E "${SH[@]}" && cmp_runs "fp32 doc_mask, 1 rank" c_doc g_doc 1e-5

@@ -29,6 +29,7 @@ static int positive(const char* opt, const char* v, double* out) {
 }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     Config c;
     char err[1024];
     config_defaults(&c);

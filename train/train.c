@@ -8,6 +8,7 @@
 #include "comm/grid.h"
 #include "common/files.h"
 #include "common/rundir.h"
+#include "common/tbevents.h"
 #include "common/util.h"
 #include "data/meta.h"
 #include "data/shards.h"
@@ -254,7 +255,11 @@ typedef struct {
     char metrics_path[CFG_STR + 64];
     int32_t* win;                   // [batch_size, seq_len + 1] windows of the step (every rank fetches all)
     double flops_tok;
+    double t_loop, t_line;          // rank 0, progress clock: the start of this run's steps; the last step line
+    int records;                    // rank 0: records this process wrote (the first says how the run started)
+    TbWriter tb;                    // rank 0: tensorboard_dir's event file (tb.f NULL: none, or given up after a failure)
 } Run;
+
 
 // every window of the step, or those of a validation pass: n windows from global index g0
 static int fetch_windows(Loader* ld, long long g0, int n, int T, int32_t* win) {
@@ -399,19 +404,35 @@ static void metrics_sync(Run* r, int step) {
         metrics_fail(r, step, "fdatasync", errno);
 }
 
-// rank 0: the step line (every log_every steps, the last, validations and a stop) and the metrics record
-static void log_step(Run* r, int step, const StepResult* s, const RingStep* rs, int have_ring, long long cursor, int stop) {
+// a step line is printed at least every LINE_S seconds whatever log_every says: a run that logs rarely still shows
+// that it is alive, and how far it has to go
+#define LINE_S 30.0
+
+// rank 0: the step line (every log_every steps, the last, validations, a stop, and LINE_S after the previous line),
+// with the time since this run's first step and the time its remaining steps will take at its mean rate so far
+static void log_line(Run* r, int step, const StepResult* s, const RingStep* rs, int have_ring, int step0, int stop) {
     const Config* c = &r->c;
     int T = c->seq_len, last = step + 1 == c->max_steps;
+    double now = progress_now(), el = now - r->t_loop, eta = el / (step + 1 - step0) * (c->max_steps - step - 1);
+    if (!((step + 1) % c->log_every == 0 || last || !isnan(s->vloss) || stop || now - r->t_line >= LINE_S)) return;
+    r->t_line = now;
     double tps = (double)c->batch_size * T / s->dt, gflops = tps * r->flops_tok / 1e9;
-    if ((step + 1) % c->log_every == 0 || last || !isnan(s->vloss) || stop) {
-        printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.2f GFLOP/s | %.1f ms",
-               step + 1, c->max_steps, s->loss, s->lr, s->gnorm, tps, gflops, s->dt * 1e3);
-        if (have_ring) printf(" | ring imbalance %.2f hidden %.0f%%", rs->busy_max / rs->busy_mean, 100 * rs->hidden);
-        if (!isnan(s->vloss)) printf(" | val loss %.6f", s->vloss);
-        printf("\n");
-        fflush(stdout);
-    }
+    char els[32], etas[32];
+    fmt_duration(el, els, sizeof els);
+    fmt_duration(eta, etas, sizeof etas);
+    printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.2f GFLOP/s | %.1f ms",
+           step + 1, c->max_steps, s->loss, s->lr, s->gnorm, tps, gflops, s->dt * 1e3);
+    if (have_ring) printf(" | ring imbalance %.2f hidden %.0f%%", rs->busy_max / rs->busy_mean, 100 * rs->hidden);
+    if (!isnan(s->vloss)) printf(" | val loss %.6f", s->vloss);
+    printf(" | %s elapsed, ETA %s\n", els, etas);
+    fflush(stdout);
+}
+
+// rank 0: the step's record in metrics.jsonl
+static void log_record(Run* r, int step, const StepResult* s, const RingStep* rs, int have_ring, long long cursor) {
+    const Config* c = &r->c;
+    int T = c->seq_len;
+    double tps = (double)c->batch_size * T / s->dt, gflops = tps * r->flops_tok / 1e9;
     char* rec = NULL;
     size_t len = 0;
     FILE* f = open_memstream(&rec, &len);   // the whole record first: it is written with one write, or not at all
@@ -429,10 +450,18 @@ static void log_step(Run* r, int step, const StepResult* s, const RingStep* rs, 
             s->tr.bytes[TRAFFIC_HOP], s->tr.bytes[TRAFFIC_A2A], s->tr.bytes[TRAFFIC_ALLREDUCE], s->tr.bytes[TRAFFIC_PARTS],
             s->tr.messages[TRAFFIC_HOP], s->tr.messages[TRAFFIC_A2A]);
     if (!isnan(s->vloss)) fprintf(f, ", \"val_loss\": %.9g", s->vloss);
+    if (!r->records++)   // the first record of this process: how it started, on which layout (plot_metrics marks resumes)
+        fprintf(f, ", \"start\": \"%s\", \"layout\": \"tp %d x cp %d x dp %d%s\"", c->resume[0] ? "resume" : init_from[0] ?
+                "init_from" : "new", r->g.tp, r->g.cp, r->g.dp, c->zero ? ", zero 1" : "");
     if (s->vr.checked) fprintf(f, ", \"verify_max_abs\": %.3e, \"verify_max_rel\": %.3e", s->vr.max_abs, s->vr.max_rel);
     fprintf(f, "}\n");
     if (fclose(f)) { free(rec); metrics_fail(r, step + 1, "formatting the record", errno); return; }
     metrics_append(r, step + 1, rec, len);
+    if (r->tb.f && tb_write_record(&r->tb, wall_s(), step + 1, rec)) {   // live curves are not worth stopping for
+        printf("WARNING: cannot write the TensorBoard event file '%s' (%s): no more TensorBoard events in this run; "
+               "metrics.jsonl goes on (tools/metrics_to_tensorboard.py converts it)\n", r->tb.path, strerror(errno));
+        tb_close(&r->tb);
+    }
     free(rec);
 }
 
@@ -861,7 +890,7 @@ static int check_data_order(Run* r, const char* cpath) {
     return 0;
 }
 
-// after a checkpoint has loaded: the checks and notes of a resume (see README, "Reliability")
+// after a checkpoint has loaded: the checks and notes of a resume (see docs/reliability.md)
 static void resume_checks(Run* r, const char* cpath) {
     int fail = r->rank0 && check_run_id(r, cpath);
     grid_check(r->g.world_g, fail, msg);
@@ -912,8 +941,19 @@ static void lr_jump_warning(const Config* c, const char* cpath, long long step) 
     printf("WARNING: the learning rate jumps at the resume: step %lld had lr %.3e under the checkpoint's schedule (%s) "
            "and gets %.3e under this run's (%s). To extend a run without a jump: keep its decay where it was "
            "(--lr_horizon %d with cosine or linear: min_lr after it), or train with lr_schedule = wsd, which stays at lr "
-           "until its final lr_cooldown steps (README: \"Extending a run\")\n", step + 1, was, sched_old, now, sched_new,
+           "until its final lr_cooldown steps (docs/training.md, \"Extending a run\")\n", step + 1, was, sched_old, now, sched_new,
            old.lr_horizon ? old.lr_horizon : old.max_steps);
+    fflush(stdout);
+}
+
+// rank 0: say plainly when a resume drops the validation the checkpoint's run had (val_data given there, not here)
+static void val_drop_warning(const Config* c, const char* cpath) {
+    Config old;
+    char e[1024];
+    if (c->val_data[0] || ckpt_read_config(cpath, &old, e, sizeof e) || !old.val_data[0]) return;
+    printf("WARNING: no validation in this run: the checkpoint's run validated on val_data '%s', and this run has no "
+           "val_data (a command line or config file without it); give --val_data '%s' to go on validating\n",
+           old.val_data, old.val_data);
     fflush(stdout);
 }
 
@@ -932,6 +972,7 @@ static void resume(Run* r) {
     check_ckpt_tokens(&r->g, cpath, "the checkpoint");
     resume_checks(r, cpath);
     if (r->rank0) lr_jump_warning(&r->c, cpath, r->ts.step);
+    if (r->rank0) val_drop_warning(&r->c, cpath);
 }
 
 // --init_from: the checkpoint's parameters only, resharded to this layout; the training state stays fresh
@@ -1005,6 +1046,9 @@ static void open_outputs(Run* r, const char* metrics_path) {
                 fail = 1;
             }
         }
+        // TensorBoard: a new event file per run (a resumed run's starts over at its first step; TensorBoard drops the
+        // earlier file's later steps)
+        if (!fail && r->c.tensorboard_dir[0]) fail = tb_open(&r->tb, r->c.tensorboard_dir, wall_s(), r->ts.step + 1, msg, sizeof msg);
         // the run id: a resumed run keeps its checkpoint's (or the out_dir's, for older files); a new run gets one
         char dir_id[40];
         int have = rundir_read_id(r->c.out_dir, dir_id, sizeof dir_id);
@@ -1079,6 +1123,7 @@ static void check_capacity(Run* r, const Group* world) {
 }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
     static Run run;
@@ -1118,6 +1163,7 @@ int main(int argc, char** argv) {
     if (getenv("RINGLM_TEST_STEP_SLOW_MS")) step_slow_ms = atol(getenv("RINGLM_TEST_STEP_SLOW_MS"));
     signal(SIGUSR1, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
+    if (r->rank0) r->t_loop = r->t_line = progress_now();
     for (int step = step0; step < c->max_steps; step++) {
         StepResult s = train_step(r, step, &cursor);
         t_total += s.dt;
@@ -1133,18 +1179,22 @@ int main(int argc, char** argv) {
             s.vr = model_verify_attention(&r->m, r->g.world_g, step + 1);
         done_steps = step + 1;
         int stop = (int)ctl_max(r->g.world_g, (double)stop_signal);   // every rank stops at the same step
+        // the lines in the order of events: the step, its checkpoint, the stop
+        if (r->rank0) log_line(r, step, &s, &rs, have_ring, step0, stop);
         if ((c->ckpt_every && (step + 1) % c->ckpt_every == 0) || (stop && step + 1 < c->max_steps)) {
             save(r, step + 1, cursor);
             saved_at = step + 1;
         }
         if (r->rank0 && stop) printf("stopping after step %d on signal %d: checkpoint saved; continue with --resume latest\n",
                                      step + 1, stop);
-        if (r->rank0) log_step(r, step, &s, &rs, have_ring, cursor, stop);
+        if (r->rank0) log_record(r, step, &s, &rs, have_ring, cursor);
         check_metrics(r, step + 1, cursor, saved_at == step + 1);
         if (sampling && ((step + 1) % c->sample_every == 0 || step + 1 == c->max_steps)) train_sample(r, step + 1);
         if (stop) break;
     }
     if (saved_at != done_steps && c->save_final) save(r, done_steps, cursor);   // the final checkpoint (max_steps 0: the fresh model)
+    if (r->rank0 && tb_close(&r->tb))
+        printf("WARNING: cannot complete the TensorBoard event file '%s': %s\n", r->tb.path, strerror(errno));
     if (r->rank0 && r->metrics_fd >= 0) {   // the records on disk, checked
         metrics_sync(r, done_steps);
         if (close(r->metrics_fd) && !r->metrics_failed) metrics_fail(r, done_steps, "close", errno);

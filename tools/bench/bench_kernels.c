@@ -39,6 +39,7 @@ static int parse_list(const char* s, int* out, int max) {
 static double timed_region(BeTimer* t) { BeTimes r = be_timer_read(t); return r.wall_s; }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     const char* prec = "bf16";
     int gemm = 8192, reps = 5, nh = 16, nkv = 4, Ts[16] = { 8192, 16384, 32768, 65536 }, nT = 4, hds[4] = { 64, 128 }, nhd = 2;
     for (int i = 1; i < argc; i++) {
