@@ -107,19 +107,18 @@ void ringmap_init(RingMap* m, int P, int B, int Tl, int nseg, int runs) {
     m->nseg = calloc(n, sizeof(int));
     m->seg0 = calloc(n * (Tl + 1), sizeof(int));
     m->span0 = calloc(n * (Tl + 1), sizeof(int));
-    m->sorted = calloc(n * Tl, 1);
     m->span = calloc(n * Tl, sizeof(RingSpan));
     m->vis = calloc((size_t)B * P * P, 1);
     m->need = calloc((size_t)B * P * P, 1);
     m->keep = calloc((size_t)B * P, sizeof(int));
-    if (!m->nseg || !m->seg0 || !m->span0 || !m->sorted || !m->span || !m->vis || !m->need || !m->keep) {
+    if (!m->nseg || !m->seg0 || !m->span0 || !m->span || !m->vis || !m->need || !m->keep) {
         fprintf(stderr, "ring: out of host memory for the decisions of %d ranks x %d sequences x %d tokens\n", P, B, Tl);
         exit(1);
     }
 }
 
 void ringmap_free(RingMap* m) {
-    free(m->nseg); free(m->seg0); free(m->span0); free(m->sorted); free(m->span); free(m->vis); free(m->need); free(m->keep);
+    free(m->nseg); free(m->seg0); free(m->span0); free(m->span); free(m->vis); free(m->need); free(m->keep);
     memset(m, 0, sizeof *m);
 }
 
@@ -144,6 +143,11 @@ static int make_segments(const RingMap* m, const int* pos, const int* doc, int* 
     return n;
 }
 
+static int by_doc(const void* a, const void* b) {
+    int x = ((const RingSpan*)a)->doc, y = ((const RingSpan*)b)->doc;
+    return (x > y) - (x < y);
+}
+
 void ringmap_set(RingMap* m, const int* pos, const int* doc, int prune) {
     int P = m->P, B = m->B, Tl = m->Tl;
     m->pos = pos; m->doc = doc; m->prune = prune;
@@ -155,7 +159,7 @@ void ringmap_set(RingMap* m, const int* pos, const int* doc, int prune) {
             RingSpan* sp = m->span + o;
             int n = make_segments(m, p, d, s0), ns = 0;
             m->nseg[jb] = n;
-            for (int a = 0; a < n; a++) {   // per segment, per document: the lowest and highest position
+            for (int a = 0; a < n; a++) {   // per segment, per document: the lowest and highest position, by document id
                 sp0[a] = ns;
                 int first = ns, sorted = 1;
                 for (int i = s0[a]; i < s0[a + 1]; i++) {
@@ -168,7 +172,16 @@ void ringmap_set(RingMap* m, const int* pos, const int* doc, int prune) {
                         if (p[i] > sp[ns - 1].hi) sp[ns - 1].hi = p[i];
                     }
                 }
-                m->sorted[o + a] = (unsigned char)sorted;
+                if (!sorted) {   // (rows of documents over several ranks, then whole ones: ids out of order) sort, merge
+                    qsort(sp + first, ns - first, sizeof(RingSpan), by_doc);
+                    int k = first;
+                    for (int i = first + 1; i < ns; i++) {
+                        if (sp[i].doc != sp[k].doc) { sp[++k] = sp[i]; continue; }
+                        if (sp[i].lo < sp[k].lo) sp[k].lo = sp[i].lo;
+                        if (sp[i].hi > sp[k].hi) sp[k].hi = sp[i].hi;
+                    }
+                    ns = k + 1;
+                }
             }
             sp0[n] = ns;
         }
@@ -205,19 +218,12 @@ int ringmap_classify(const RingMap* m, int b, int dst, int qs, int src, int ks) 
     for (int i = 1; i < nk; i++) { if (K[i].lo < kmin) kmin = K[i].lo; if (K[i].hi > kmax) kmax = K[i].hi; }
     if (qmax < kmin) return RING_SKIP;
     int one_doc = 1;
-    if (m->doc) {
+    if (m->doc) {   // a document of both with a key at or before a query (spans by increasing id)
         int vis = 0;
-        if (m->sorted[qo * m->Tl + qs] && m->sorted[ko * m->Tl + ks]) {   // a document of both with a key at or before a query
-            for (int i = 0, j = 0; i < nq && j < nk && !vis;) {
-                if (Q[i].doc < K[j].doc) i++;
-                else if (Q[i].doc > K[j].doc) j++;
-                else { vis = Q[i].hi >= K[j].lo; i++; j++; }
-            }
-        } else {   // (ids out of order: decided from their ranges)
-            int qd0 = Q[0].doc, qd1 = Q[0].doc, kd0 = K[0].doc, kd1 = K[0].doc;
-            for (int i = 1; i < nq; i++) { if (Q[i].doc < qd0) qd0 = Q[i].doc; if (Q[i].doc > qd1) qd1 = Q[i].doc; }
-            for (int i = 1; i < nk; i++) { if (K[i].doc < kd0) kd0 = K[i].doc; if (K[i].doc > kd1) kd1 = K[i].doc; }
-            vis = !(qd1 < kd0 || kd1 < qd0);
+        for (int i = 0, j = 0; i < nq && j < nk && !vis;) {
+            if (Q[i].doc < K[j].doc) i++;
+            else if (Q[i].doc > K[j].doc) j++;
+            else { vis = Q[i].hi >= K[j].lo; i++; j++; }
         }
         if (!vis) return RING_SKIP;
         one_doc = nq == 1 && nk == 1 && Q[0].doc == K[0].doc;

@@ -62,8 +62,7 @@ typedef struct {
     int* nseg;                  // [P * B] segments of rank j's rows of sequence b
     int* seg0;                  // [P * B, Tl + 1] their first rows, and the end
     int* span0;                 // [P * B, Tl + 1] the first span of each segment, and the end
-    unsigned char* sorted;      // [P * B, Tl] the segment's spans increase in document id (else: decided from ranges)
-    RingSpan* span;             // [P * B, Tl]
+    RingSpan* span;             // [P * B, Tl] per segment, one per document, by increasing id
     unsigned char* vis;         // [B, P (src), P (dst)]: some key of src's block is visible to some query of dst
     unsigned char* need;        // [B, P (src), P (distance d)]: src's block is sent on to the rank at distance d >= 1
     int* keep;                  // [B, P (src)]: the rows of src's block that leave it: up to the last key segment another
