@@ -5,7 +5,8 @@
 
 Writes DIR/MIX/train_000000.bin (llm.c uint16 shard, byte tokenizer: each document is the end-of-document token 256
 followed by random bytes) and DIR/MIX/meta.json, N windows of S tokens (+ 1) per mix. Lengths count the eod token.
-  short       every document S / 32 tokens (1K in 32K windows)
+  short       every document S / 32 tokens (1K in 32K windows; boundaries on chunk edges)
+  shortvar    lengths uniform in [S / 64, 3 S / 64] (0.5K..1.5K in 32K: all short, boundaries anywhere)
   long_short  one document of 3 S / 4 then 8 of S / 32, per window (24K + 8 x 1K in 32K): stream windows start at the
               long one
   powerlaw    Pareto lengths (alpha 1.1) from S / 256 up to S, cut at S
@@ -21,6 +22,8 @@ def lengths(mix, S, total, rng):
     while n < total:
         if mix == "short":
             ls = [S // 32]
+        elif mix == "shortvar":
+            ls = [rng.randint(S // 64, 3 * S // 64)]
         elif mix == "long_short":
             ls = [3 * S // 4] + [S // 32] * 8
         elif mix == "powerlaw":
@@ -29,7 +32,7 @@ def lengths(mix, S, total, rng):
         elif mix == "midchunk":
             ls = [rng.randint(S // 16, 3 * S // 16)]
         else:
-            sys.exit(f"cp_mixes.py: unknown mix '{mix}' (short, long_short, powerlaw, midchunk)")
+            sys.exit(f"cp_mixes.py: unknown mix '{mix}' (short, shortvar, long_short, powerlaw, midchunk)")
         out += ls
         n += sum(ls)
     return out
