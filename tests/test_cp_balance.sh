@@ -98,11 +98,13 @@ same_losses one cp4 1e-5 >"$T/cmp" && ok "document sharding at cp 4, three steps
 for v in "cp4 1" "cp4full 0"; do
   read -r name prune <<<"$v"
   build/plan -c "$CONF" --cp 4 "${DOC[@]}" --cp_prune "$prune" --balance --windows 12 --json >"$T/$name.bal" 2>&1
-  $PY - "$T/$name.bal" "$T/$name/metrics.jsonl" <<'PYEOF' >"$T/b" 2>&1 && ok "cp_prune $prune: ring bytes counted per step = build/plan --balance: $(cat "$T/b")" || bad "cp_prune $prune bytes: $(cat "$T/b")"
+  $PY - "$T/$name.bal" "$T/$name/metrics.jsonl" "$prune" <<'PYEOF' >"$T/b" 2>&1 && ok "cp_prune $prune: ring bytes counted per step = build/plan --balance: $(cat "$T/b")" || bad "cp_prune $prune bytes: $(cat "$T/b")"
 import json, sys
-p = json.load(open(sys.argv[1])); got = [json.loads(l)["sent_hop_bytes"] for l in open(sys.argv[2])]
-print(got)
+p = json.load(open(sys.argv[1])); r = [json.loads(l) for l in open(sys.argv[2])]
+got = [x["sent_hop_bytes"] for x in r]; pruned = [x["cp_blocks_pruned"] for x in r]
+print(f"{got}; blocks not sent per step {pruned}")
 assert got == p["step_hop_bytes_rank0"], (got, p["step_hop_bytes_rank0"])
+assert all(x > 0 for x in pruned) if sys.argv[3] == "1" else not any(pruned)
 PYEOF
 done
 $PY - "$T/cp4.bal" "$T/cp4full.bal" <<'PYEOF' >"$T/b" 2>&1 && ok "the pruned schedule sends less: $(cat "$T/b")" || bad "pruned vs full bytes: $(cat "$T/b")"

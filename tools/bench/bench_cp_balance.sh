@@ -25,7 +25,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 
 run_plan=1; [ "$STEP" = only ] && run_plan=0
 # ---- data
-[ $run_plan = 1 ] && $PY tools/bench/cp_mixes.py --out "$OUT/mix" --seq_len "$SEQ" --windows "$WINDOWS" short shortvar long_short powerlaw midchunk >&2 || exit 1
+if [ $run_plan = 1 ]; then $PY tools/bench/cp_mixes.py --out "$OUT/mix" --seq_len "$SEQ" --windows "$WINDOWS" short shortvar long_short powerlaw midchunk >&2 || exit 1; fi
 LIB=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
 [ -f "$OUT/stdlib_file/meta.json" ] || build/prepare --out "$OUT/stdlib_file" --doc-per file --val-frac 0.1 --seed 3 "$LIB" >&2 || exit 1
 [ -f "$OUT/stdlib_dir/meta.json" ] || build/prepare --out "$OUT/stdlib_dir" --doc-per dir --val-frac 0.1 "$LIB"/*/ >&2 || exit 1
@@ -95,8 +95,8 @@ for cp in 4 2; do
 echo
 echo "step time, cp $cp, long_short at seq_len $S2 (6144 + 8 x 256), $cp ranks on $(nproc) cores$([ "$cp" -gt "$(nproc)" ] && echo ' (oversubscribed)'), OMP_NUM_THREADS=1, $(date -u +%F):"
 echo
-echo "| sharding | schedule | step ms (median of steps 2..$STEPS) | ring imbalance (busy CPU time, max / mean) | hidden | ring bytes / step (rank 0) | loss step $STEPS |"
-echo "|---|---|---:|---:|---:|---:|---:|"
+echo "| sharding | schedule | step ms (median of steps 2..$STEPS) | attention busy s, slowest rank | ring imbalance (busy, max / mean) | longest ring wait s | hidden | ring bytes / step (rank 0) | loss step $STEPS |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
 for v in "window 0" "window 1" "document 1"; do
   read -r sh pr <<<"$v"
   rm -rf "$OUT/run_$cp$sh$pr"
@@ -109,7 +109,8 @@ import json, statistics, sys
 sh, pr, path = sys.argv[1:4]
 r = [json.loads(l) for l in open(path)][1:]
 med = lambda k: statistics.median(x[k] for x in r)
-print(f"| {sh} | {'pruned' if pr == '1' else 'full'} | {med('step_ms'):.0f} | {med('cp_imbalance'):.2f} | {100 * med('cp_hidden'):.0f}% "
+print(f"| {sh} | {'pruned' if pr == '1' else 'full'} | {med('step_ms'):.0f} | {med('cp_busy_max_s'):.2f} | {med('cp_imbalance'):.2f} "
+      f"| {med('cp_wait_max_s'):.2f} | {100 * med('cp_hidden'):.0f}% "
       f"| {med('sent_hop_bytes') / 1048576:.1f} MiB | {r[-1]['loss']:.6f} |")
 PYEOF
 done
