@@ -104,7 +104,7 @@ p = json.load(open(sys.argv[1])); r = [json.loads(l) for l in open(sys.argv[2])]
 got = [x["sent_hop_bytes"] for x in r]; pruned = [x["cp_blocks_pruned"] for x in r]
 print(f"{got}; blocks not sent per step {pruned}")
 assert got == p["step_hop_bytes_rank0"], (got, p["step_hop_bytes_rank0"])
-assert all(x > 0 for x in pruned) if sys.argv[3] == "1" else not any(pruned)
+assert sys.argv[3] == "1" or not any(pruned)   # (the full schedule leaves nothing out; rank 0 here shortens, not skips)
 PYEOF
 done
 $PY - "$T/cp4.bal" "$T/cp4full.bal" <<'PYEOF' >"$T/b" 2>&1 && ok "the pruned schedule sends less: $(cat "$T/b")" || bad "pruned vs full bytes: $(cat "$T/b")"
