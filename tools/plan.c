@@ -177,7 +177,8 @@ int main(int argc, char** argv) {
     printf("\nlongest seq_len that fits this layout: none %d, mlp %d, qkv %d, full %d\n", longest[0], longest[1],
            longest[2], longest[3]);
     printf("\nper step per rank (%d micro-batches): ring sends %.3f GiB in %.0f hops, all-to-all %.3f GiB in %.0f messages, "
-           "TP %s %.3f GiB, DP/ZeRO reduces %.3f GiB%s;\n"
+           "TP %s %.3f GiB, DP/ZeRO reduces %.3f GiB%s (the ring: its full schedule; with cp_prune = 1 it sends less where ranks "
+           "cannot see each other's keys, as --balance measures on the data);\n"
            "  %.3f TFLOP model, %.3f TFLOP executed (recomputation included)\n", p.accum, p.ring_sent / GIB, p.ring_msgs,
            p.a2a_sent / GIB, p.a2a_msgs, c.tp_sp && c.tp > 1 ? "all-gathers + reduce-scatters" : "all-reduces",
            p.tp_payload / GIB, p.dp_payload / GIB, c.zero && dp * c.cp > 1 ? " (reduce-scatter) + the same all-gathered" : "",
