@@ -5,7 +5,7 @@
 # build/plan --balance (model/balance.h):
 #  1. training with document sharding at cp 2 and 4 (zigzag and contiguous), tp 2 x cp 2, a2a 2 x ring 2, dp 2 x cp 2
 #     and on the emulated CUDA backend (NCCL) gives one process's loss and first-step gradients (1e-5); three steps at
-#     cp 4 give its losses, with the pruned and the full schedule bit-identical;
+#     cp 4 give its losses (and --verify_attention agrees), with the pruned and the full schedule bit-identical;
 #  2. the ring bytes the comm layer counts (rank 0, every step) equal build/plan --balance's prediction for the same
 #     windows, pruned and full, and the pruned schedule sends less;
 #  3. build/eval --doc_mask --cp_shard document books every target at its position in its document: per-position NLL
@@ -87,8 +87,11 @@ else bad "no build/emu/train (make cuda-emu)"; fi
 
 STEPS=3
 train_run one 1 --max_steps 3 || true
-train_run cp4 4 --max_steps 3 --cp 4 "${DOC[@]}" || true
+train_run cp4 4 --max_steps 3 --cp 4 "${DOC[@]}" --verify_attention 1 || true
 train_run cp4full 4 --max_steps 3 --cp 4 "${DOC[@]}" --cp_prune 0 || true
+grep -q "verify_attention step 3: ring vs one process" "$T/cp4.out" && ! grep -q WARNING "$T/cp4.out" \
+  && ok "cp 4 document sharding: --verify_attention agrees: $(grep -m1 -o 'max rel diff [0-9.e+-]*' "$T/cp4.out")" \
+  || bad "cp 4 document sharding: verify_attention missing or warned"
 same_losses one cp4 1e-5 >"$T/cmp" && ok "document sharding at cp 4, three steps: losses equal one process within 1e-5 ($(sed 's/^ *//' "$T/cmp"))" || bad "cp 4 three steps: $(cat "$T/cmp")"
 [ -s "$T/cp4/metrics.jsonl" ] && [ "$(grep -o '"loss": [0-9.e+-]*' "$T/cp4/metrics.jsonl")" = "$(grep -o '"loss": [0-9.e+-]*' "$T/cp4full/metrics.jsonl")" ] \
   && ok "pruned and full schedule: bit-identical losses ($(grep -o '"loss": [0-9.]*' "$T/cp4/metrics.jsonl" | tr '\n' ' '))" \
