@@ -540,7 +540,7 @@ int ckpt_resolve(const char* spec, const char* out_dir, char* path, size_t n, ch
 struct Cmp { hid_t grp; const Config* c; char* diff_model; char* diff_train; int missing; char* missing_key;
              int malformed; const char* const* allow; };
 // keys that say how this run is launched, not what it trains: never reported as changed
-static const char* OPERATIONAL[] = { "resume", "out_dir", "dump_weights", "tp", "cp", "cp_layout", "zero", "ckpt_io", "comm", "timeout_s",
+static const char* OPERATIONAL[] = { "resume", "out_dir", "dump_weights", "tp", "cp", "cp_layout", "cp_shard", "cp_shard_min", "cp_prune", "zero", "ckpt_io", "comm", "timeout_s",
                                      "log_every", "verify_attention", "ckpt_every", "keep_last", "save_final", "recompute", NULL };
 static void compare_key(const char* key, int is_model, void* vctx) {
     struct Cmp* x = vctx;

@@ -71,8 +71,12 @@ void comm_traffic_count(int kind, const Group* g, size_t n, int root);
 // ---- the ring hop: send n floats to the next rank of g and receive n floats from the previous one ----
 // Both directions start together (a device transport must group them); complete with comm_test (never
 // blocks, drives progress) or comm_wait. Hops started on one request between waits complete in order.
+// send = NULL: nothing is sent (the next rank passes recv = NULL for this hop); recv = NULL: nothing is received
+// (the previous rank passes send = NULL). Only what is sent is counted.
 CommReq* comm_req_create(void);
 void comm_req_free(CommReq* r);
 void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r);
+// The same with ns floats sent and nr received (the previous rank sends nr; a side of 0 floats or NULL is left out).
+void comm_hop_sized(const Group* g, const float* send, size_t ns, float* recv, size_t nr, CommReq* r);
 int  comm_test(CommReq* r);   // 1 when everything on r completed
 void comm_wait(CommReq* r);   // blocks until everything on r completed; r is empty afterwards

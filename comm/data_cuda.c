@@ -268,12 +268,14 @@ static void post(const Group* g, Hop* h, float* buf, size_t n, int peer, int rec
     if (head) MPI_Type_free(&t);   // freed types stay valid for the operations already started
 }
 
-static void comm_hop_(const Group* g, const float* send, float* recv, size_t n, CommReq* r) {
+static void comm_hop_(const Group* g, const float* send, size_t ns, float* recv, size_t nr, CommReq* r) {
     Hop* h = next_hop(r);
     int next = (g->rank + 1) % g->size, prev = (g->rank - 1 + g->size) % g->size;
-    h->n = n;
+    size_t n = ns > nr ? ns : nr;
+    h->n = nr;
     if (g->size == 1) {   // a ring of one: the block comes back to itself
-        cu(cudaMemcpyAsync(recv, send, n * sizeof(float), cudaMemcpyDeviceToDevice, stream()), "comm_hop (copy)");
+        if (ns && nr)
+            cu(cudaMemcpyAsync(recv, send, nr * sizeof(float), cudaMemcpyDeviceToDevice, stream()), "comm_hop (copy)");
         h->nrq = 0; h->drecv = NULL;
         if (resolved == T_NCCL) {
             if (!h->done) cu(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming), "cudaEventCreate");
@@ -287,8 +289,8 @@ static void comm_hop_(const Group* g, const float* send, float* recv, size_t n, 
         cu(cudaEventRecord(r->ready, stream()), "cudaEventRecord");            // send after what wrote it
         cu(cudaStreamWaitEvent(comm_stream, r->ready, 0), "cudaStreamWaitEvent");
         nc(ncclGroupStart(), "ncclGroupStart");
-        nc(ncclSend(send, n, ncclFloat, next, nccl_of(g), comm_stream), "ncclSend (ring hop)");
-        nc(ncclRecv(recv, n, ncclFloat, prev, nccl_of(g), comm_stream), "ncclRecv (ring hop)");
+        if (ns) nc(ncclSend(send, ns, ncclFloat, next, nccl_of(g), comm_stream), "ncclSend (ring hop)");
+        if (nr) nc(ncclRecv(recv, nr, ncclFloat, prev, nccl_of(g), comm_stream), "ncclRecv (ring hop)");
         nc(ncclGroupEnd(), "ncclGroupEnd (ring hop)");
         cu(cudaEventRecord(h->done, comm_stream), "cudaEventRecord");
         return;
@@ -304,10 +306,9 @@ static void comm_hop_(const Group* g, const float* send, float* recv, size_t n, 
     h->landing = 0;
     h->nrq = 0;
     h->g = g;
-    h->drecv = recv;
-    post(g, h, h->hrecv, n, prev, 1);
-    d2h(h->hsend, send, n);
-    post(g, h, h->hsend, n, next, 0);
+    h->drecv = nr ? recv : NULL;
+    if (nr) post(g, h, h->hrecv, nr, prev, 1);
+    if (ns) { d2h(h->hsend, send, ns); post(g, h, h->hsend, ns, next, 0); }
 }
 
 // a finished hop: the compute stream waits for it (nccl) or receives its data (mpi)
@@ -385,13 +386,16 @@ void comm_reduce_scatter_sum(const Group* g, float* buf, size_t n) {
     comm_reduce_scatter_sum_(g, buf, n);
     cuda_backend_prof_comm(0);
 }
-void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r) {
+void comm_hop_sized(const Group* g, const float* send, size_t ns, float* recv, size_t nr, CommReq* r) {
     attach_late(g);
-    comm_traffic_count(TRAFFIC_HOP, g, n, 0);
+    if (!send) ns = 0;
+    if (!recv) nr = 0;
+    if (ns) comm_traffic_count(TRAFFIC_HOP, g, ns, 0);
     cuda_backend_prof_comm(1);
-    comm_hop_(g, send, recv, n, r);
+    comm_hop_(g, send, ns, recv, nr, r);
     cuda_backend_prof_comm(0);
 }
+void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r) { comm_hop_sized(g, send, n, recv, n, r); }
 void comm_alltoall(const Group* g, const float* send, float* recv, size_t n) {
     attach_late(g);
     comm_traffic_count(TRAFFIC_A2A, g, n, 0);

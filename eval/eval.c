@@ -63,6 +63,7 @@ typedef struct {
     const char* data; int seq_len, docs, bucket, log_buckets, stride, doc_len, eod, force, data_meta;
     int doc_mask, doc_positions;        // packed windows with document masking; RoPE restarts (-1: the checkpoint's)
     int tp, cp; char layout[16]; const char* comm;
+    char shard[16]; int shard_min;      // --cp_shard window | document, --cp_shard_min (as the training keys)
     const char* out; const char* name;
     int passkey, trials; long long seed;
     int doc_lengths;                    // --doc_lengths: the data's document length distribution (no checkpoint)
@@ -109,6 +110,9 @@ static void usage(FILE* f) {
         "  --rope_scaling S --rope_factor F --rope_original_max_seq_len L --rope_theta B\n"
         "                         override one key of the RoPE of the series they follow (as --rope)\n"
         "  --tp N --cp N          layout (dp = ranks / (tp cp)); --cp_layout zigzag|contiguous\n"
+        "  --cp_shard window|document [--cp_shard_min N]\n"
+        "                         how each window is split over the cp ranks (document: with --doc_mask, by\n"
+        "                         documents balanced by attention work, as the training keys; docs/cp_balance.md)\n"
         "  --comm NAME            data transport: auto | mpi | nccl (as the training key comm)\n"
         "  --out DIR              output directory (default out/eval); --name NAME file stem (default ppl)\n"
         "  --force                replace existing output files\n"
@@ -159,7 +163,7 @@ static int parse_list(const char* s, double* out, int max) {
 // every option's name, for the nearest one to an unknown option (the RoPE overrides included)
 static const char* const OPTIONS[] = { "ckpt", "label", "data", "seq_len", "docs", "bucket", "log_buckets", "stride",
     "doc_mask", "doc_positions", "doc_len", "eod", "data_meta", "rope", "rope_scaling", "rope_factor", "rope_original_max_seq_len",
-    "rope_theta", "tp", "cp", "cp_layout", "comm", "out", "name", "force", "passkey", "passkey_lens", "passkey_depths",
+    "rope_theta", "tp", "cp", "cp_layout", "cp_shard", "cp_shard_min", "comm", "out", "name", "force", "passkey", "passkey_lens", "passkey_depths",
     "passkey_trials", "seed", "help", NULL };
 
 static int to_int(const char* s, int* v) { char* e; long x = strtol(s, &e, 10); *v = (int)x; return *e || e == s; }
@@ -167,6 +171,7 @@ static int to_int(const char* s, int* v) { char* e; long x = strtol(s, &e, 10); 
 static int parse_args(int argc, char** argv, Args* a) {
     memset(a, 0, sizeof *a);
     a->docs = 16; a->eod = -2; a->data_meta = 1; a->doc_positions = -1; a->tp = 1; a->cp = 1; snprintf(a->layout, sizeof a->layout, "zigzag");
+    snprintf(a->shard, sizeof a->shard, "window"); a->shard_min = -1;
     a->out = "out/eval"; a->name = "ppl"; a->trials = 4; a->seed = 1; a->comm = "auto";
     int lens[3] = { 256, 512, 1024 };
     for (int i = 0; i < 3; i++) a->lens[i] = lens[i];
@@ -231,6 +236,8 @@ static int parse_args(int argc, char** argv, Args* a) {
         else if (!strcmp(k, "--tp")) bad = to_int(v, &a->tp) || a->tp <= 0;
         else if (!strcmp(k, "--cp")) bad = to_int(v, &a->cp) || a->cp <= 0;
         else if (!strcmp(k, "--cp_layout")) { snprintf(a->layout, sizeof a->layout, "%s", v); bad = ring_layout_parse(v) < 0; }
+        else if (!strcmp(k, "--cp_shard")) { snprintf(a->shard, sizeof a->shard, "%s", v); bad = shard_mode_parse(v) < 0; }
+        else if (!strcmp(k, "--cp_shard_min")) bad = to_int(v, &a->shard_min);
         else if (!strcmp(k, "--comm")) a->comm = v;
         else if (!strcmp(k, "--out")) a->out = v;
         else if (!strcmp(k, "--name")) {
@@ -286,6 +293,11 @@ static int parse_args(int argc, char** argv, Args* a) {
         snprintf(msg, sizeof msg, "eval: --bucket %d is larger than the context %d", a->bucket, a->seq_len); return 1;
     }
     if (a->doc_mask && a->stride) { snprintf(msg, sizeof msg, "eval: --doc_mask (packed windows) and --stride exclude each other"); return 1; }
+    if (!strcmp(a->shard, "document") && !a->doc_mask) {
+        snprintf(msg, sizeof msg, "eval: --cp_shard document needs --doc_mask (it deals the tokens by the documents the mask "
+                 "keeps apart)");
+        return 1;
+    }
     if (a->doc_positions >= 0 && !a->doc_mask) { snprintf(msg, sizeof msg, "eval: --doc_positions needs --doc_mask"); return 1; }
     if (a->stride && a->stride > a->seq_len) { snprintf(msg, sizeof msg, "eval: --stride %d exceeds --seq_len %d", a->stride, a->seq_len); return 1; }
     if (!a->doc_len) a->doc_len = 4 * a->seq_len;
@@ -403,6 +415,7 @@ static void net_open(Net* n, const SeriesArg* sa, const Args* a, const Grid* g, 
     c.seq_len = T;
     if (c.max_seq_len < T) c.max_seq_len = T;
     c.tp = a->tp; c.cp = a->cp; snprintf(c.cp_layout, sizeof c.cp_layout, "%s", a->layout);
+    snprintf(c.cp_shard, sizeof c.cp_shard, "%s", a->shard); c.cp_shard_min = a->shard_min;
     snprintf(c.cp_comm, sizeof c.cp_comm, "ring"); c.cp_a2a = 0; c.tp_sp = 0;   // eval's own layout: the ring
     c.micro_batch = 1; c.batch_size = g->dp; c.zero = 0;
     char err[1024];

@@ -273,6 +273,7 @@ int main(int argc, char** argv) {
     c.tp = a.tp; c.cp = a.cp; c.micro_batch = 1; c.batch_size = 1; c.zero = 0; c.tp_sp = 0; c.cp_a2a = 0;
     c.doc_mask = 0; c.doc_positions = 0;
     snprintf(c.cp_comm, sizeof c.cp_comm, "ring");
+    snprintf(c.cp_shard, sizeof c.cp_shard, "window");   // the prompt is one document: the layout's chunks
     snprintf(c.cp_layout, sizeof c.cp_layout, "%s", a.layout);
     snprintf(c.recompute, sizeof c.recompute, "none");
     snprintf(c.matmul_precision, sizeof c.matmul_precision, "%s", a.precision);

@@ -73,6 +73,9 @@ static const Key KEYS[] = {
     K(cp_layout, T_STR, 0, "zigzag", "ring layout: zigzag (balanced causal work) | contiguous"),
     K(cp_comm, T_STR, 0, "ring", "context parallelism: ring (K/V blocks rotate around the cp ranks) | a2a (Ulysses: an all-to-all trades each rank's tokens of all heads for all tokens of 1/cp of the heads; cp_a2a = cp) | a2a+ring (the all-to-all inside groups of cp_a2a consecutive cp ranks, a ring of cp / cp_a2a groups carrying head shards)"),
     K(cp_a2a, T_INT, 0, "0", "all-to-all degree U of cp_comm = a2a (0: cp) or a2a+ring (2 <= U < cp, U divides cp); tp x U divides n_head"),
+    K(cp_shard, T_STR, 0, "window", "how a sequence is split over the cp ranks: window (the layout's chunks of the whole window) | document (with doc_mask: each document of at least cp_shard_min tokens cut into the layout's chunks, the others placed whole on ranks balanced by attention work; see docs/cp_balance.md)"),
+    K(cp_shard_min, T_INT, 0, "-1", "cp_shard = document: documents of at least this many tokens are split over every cp rank (-1: seq_len / cp; between 2 * cp and seq_len); shorter ones only as far as the work's balance needs"),
+    K(cp_prune, T_BOOL, 0, "1", "1: a ring hop carries a K/V block only while some rank further on can see one of its keys (the pruned schedule; bit-identical results); 0: every block travels the whole ring"),
     K(tp_sp, T_BOOL, 0, "0", "1: sequence parallelism inside TP groups: residual stream, norms and their saved tensors on 1/tp of the tokens (all-gather before q/k/v and gate/up, reduce-scatter after o_proj and down_proj)"),
     K(zero, T_INT, 0, "0", "ZeRO stage: 0 off, 1 shards the AdamW moments over the dp x cp ranks"),
     K(verify_attention, T_INT, 0, "0", "every N steps compare ring attention with one-process attention (0: off)"),
@@ -351,6 +354,22 @@ int config_validate(const Config* c, char* err, size_t errlen) {
     if (c->seq_len % parts)
         FAIL("seq_len = %d is not divisible by %s%d (cp = %d, %s layout)", c->seq_len,
              parts == 2 * c->cp ? "2 * cp = " : "cp = ", parts, c->cp, c->cp_layout);
+    if (strcmp(c->cp_shard, "window") && strcmp(c->cp_shard, "document"))
+        FAIL("cp_shard = '%s' must be window or document", c->cp_shard);
+    if (!strcmp(c->cp_shard, "document")) {
+        if (!c->doc_mask)
+            FAIL("cp_shard = document needs doc_mask = 1 (it shards by the documents that the mask keeps apart; without "
+                 "the mask a window is one sequence: use cp_shard = window)");
+        if (c->cp_shard_min != -1 && c->cp_shard_min < 1)
+            FAIL("cp_shard_min = %d must be -1 (seq_len / cp) or a document length from %d to seq_len = %d", c->cp_shard_min,
+                 parts, c->seq_len);
+        if (c->cp_shard_min > c->seq_len)
+            FAIL("cp_shard_min = %d exceeds seq_len = %d: no document of a window could reach it (-1: seq_len / cp)",
+                 c->cp_shard_min, c->seq_len);
+        if (c->cp_shard_min != -1 && c->cp_shard_min < parts)
+            FAIL("cp_shard_min = %d: a document shorter than %s%d tokens cannot be split into that many chunks (cp = %d, %s "
+                 "layout)", c->cp_shard_min, parts == 2 * c->cp ? "2 * cp = " : "cp = ", parts, c->cp, c->cp_layout);
+    }
     if (strcmp(c->cp_comm, "ring") && strcmp(c->cp_comm, "a2a") && strcmp(c->cp_comm, "a2a+ring"))
         FAIL("cp_comm = '%s' must be ring, a2a or a2a+ring", c->cp_comm);
     if (!strcmp(c->cp_comm, "ring") && c->cp_a2a > 1)
@@ -425,6 +444,8 @@ int config_a2a(const Config* c) {
     if (!strcmp(c->cp_comm, "a2a+ring")) return c->cp_a2a > 1 ? c->cp_a2a : 1;
     return 1;
 }
+
+int config_shard_min(const Config* c) { return c->cp_shard_min > 0 ? c->cp_shard_min : c->seq_len / (c->cp > 0 ? c->cp : 1); }
 
 int config_eod(const Config* c) { return c->eod >= 0 ? c->eod : c->vocab_size == 257 ? 256 : -1; }
 

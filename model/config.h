@@ -36,6 +36,9 @@ typedef struct {
     char cp_layout[16];             // zigzag | contiguous
     char cp_comm[16];               // ring | a2a | a2a+ring (config_a2a: the all-to-all degree)
     int cp_a2a;                     // all-to-all degree of a2a+ring (a2a: cp)
+    char cp_shard[16];              // window | document (attention/shard.h)
+    int cp_shard_min;               // document: split documents of at least this many tokens (-1: seq_len / cp)
+    int cp_prune;                   // 1: the ring's pruned schedule (ring.h)
     int tp_sp;                      // 1: sequence parallelism inside TP groups
     int zero;                       // 1: ZeRO-1, AdamW moments sharded over the dp x cp group
     int verify_attention;           // every N steps check ring attention against one process (0: off)
@@ -70,6 +73,8 @@ int config_validate(const Config* c, char* err, size_t errlen);
 // The all-to-all degree U of context parallelism: cp for cp_comm = a2a, cp_a2a for a2a+ring, 1 for ring. The
 // ring then has cp / U ranks.
 int config_a2a(const Config* c);
+// cp_shard_min resolved: -1 -> seq_len / cp.
+int config_shard_min(const Config* c);
 // The end-of-document token: eod, or for eod = -1 the byte tokenizer's 256 when vocab_size is 257, else -1 (none).
 int config_eod(const Config* c);
 // Write the resolved config as `key = value` lines (same format the loader reads), for people: the start-up dump

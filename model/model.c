@@ -2,6 +2,7 @@
 #include "model/model.h"
 #include "backend/backend.h"
 #include "model/rope.h"
+#include "attention/shard.h"
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -152,10 +153,17 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
     m->cp_g = cp > 1 ? cp_g : NULL;
     be_set_matmul_precision(cfg->matmul_precision);   // validated with the config
     int layout = ring_layout_parse(cfg->cp_layout);
+    m->cp = cp; m->cp_rank = cp_rank;
     m->lpos = host_alloc(m->T, sizeof(int));
     ring_positions(layout, cp, cp_rank, seq_len, m->lpos);
+    int by_doc = cp > 1 && shard_mode_parse(cfg->cp_shard) == SHARD_DOCUMENT;   // (validated with the config)
+    if (by_doc) {   // each window's tokens are dealt by document (model_set_windows)
+        shard_init(&m->shard, SHARD_DOCUMENT, layout, cp, seq_len, config_shard_min(cfg), config_eod(cfg));
+        m->shard_pos = host_alloc((size_t)seq_len, sizeof(int));
+    }
     if (ring_g && group_size(ring_g) > 1) {   // a ring rank holds the tokens of its all-to-all group: U runs of chunks
         ring_init(&m->ring, ring_g, layout, seq_len, B, m->nkv_at * m->hd, (layout == CP_ZIGZAG ? 2 : 1) * m->U);
+        ring_configure(&m->ring, by_doc, cfg->cp_prune);
         m->have_ring = 1;
     }
     if (m->U > 1) {
@@ -197,6 +205,7 @@ void model_free(Model* m) {
     if (m->apos) be_free(m->apos);
     free(m->hdoc); free(m->hrpos);
     if (m->have_ring) ring_free(&m->ring);
+    if (m->shard_pos) { shard_free(&m->shard); free(m->shard_pos); }
     if (m->U > 1) a2a_free(&m->a2a);
     free(m->hpos_at); free(m->hdoc_at);
     params_free(&m->pt);
@@ -270,8 +279,10 @@ void model_set_windows(Model* m, const int32_t* win, size_t stride, const unsign
     int eod = config_eod(&m->cfg), pad = eod >= 0 ? eod : 0;   // a padding slot's input (data/pack.h: target ignored)
     for (int b = 0; b < m->B; b++) {
         const int32_t* w = win + (size_t)b * stride;
+        const int* lpos = m->lpos;   // this rank's positions: the layout's, or dealt by document (every rank alike)
+        if (m->shard_pos) { shard_window(&m->shard, w, m->shard_pos, NULL); lpos = m->shard_pos + (size_t)m->cp_rank * m->T; }
         for (int t = 0; t < m->T; t++) {
-            int p = m->lpos[t];
+            int p = lpos[t];
             size_t i = (size_t)b * m->T + t;
             m->htok[i] = w[p] >= 0 ? w[p] : pad; m->htgt[i] = !score || score[p] ? w[p + 1] : -1; m->hpos[i] = p;
         }

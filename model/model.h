@@ -10,6 +10,7 @@
 #include "model/params.h"
 #include "attention/a2a.h"
 #include "attention/ring.h"
+#include "attention/shard.h"
 #include "comm/comm.h"
 
 typedef struct {   // pointers into the parameter (or gradient) arena for one layer
@@ -57,6 +58,9 @@ typedef struct {
     int *hpos_at, *hdoc_at;    // host copies
     float *xq, *xk, *xv, *xatt, *xD;   // attention's side scratch: dq, dk, dv; out (forward) / dout (backward); D
     int* lpos;                 // [T] positions of this rank's tokens within a sequence (the ring layout)
+    int cp, cp_rank;           // the ranks of a sequence, this rank's index among them
+    CpShard shard;               // cp_shard = document: how each window's tokens are dealt (attention/shard.h)
+    int* shard_pos;            // [cp, T] every cp rank's positions of the window being set (NULL: the layout's)
     const Group* tp_g;         // tensor parallelism: the ranks that split every layer (NULL: none)
     int tp, tp_rank;
     int nv;                    // real (unpadded) vocabulary columns of this rank's slice
@@ -128,7 +132,7 @@ void model_free(Model* m);
 // document (attention and model_positions keep the positions given).
 void model_set_batch(Model* m, const int* tokens, const int* targets, const int* positions);
 // Set the batch from B windows of seq_len + 1 tokens (window b at win + b * stride): this rank's tokens
-// at its positions p, targets p + 1 (or -1 where score is given and score[p] == 0), positions p. A negative
+// at its positions p (the layout's, or with cp_shard = document those attention/shard.h deals it), targets p + 1 (or -1 where score is given and score[p] == 0), positions p. A negative
 // window entry (PACK_PAD: padding) is ignored as a target and read as the eod token (0 without one) as an input.
 void model_set_windows(Model* m, const int32_t* win, size_t stride, const unsigned char* score);
 // The batch as last set (host [B*T]): this rank's positions and targets.

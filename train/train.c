@@ -347,16 +347,18 @@ static StepResult train_step(Run* r, int step, long long* cursor) {
     if (model_ring_stats(&r->m, &s.rs)) {   // this step's part of the totals
         s.rs.compute_s -= before.compute_s; s.rs.work_s -= before.work_s; s.rs.wait_s -= before.wait_s;
         s.rs.exposed_s -= before.exposed_s; s.rs.transfers -= before.transfers; s.rs.blocks -= before.blocks;
+        s.rs.sends -= before.sends; s.rs.pruned -= before.pruned;
     }
     return s;
 }
 
 // ring statistics of a step over the ring: load imbalance = max/mean attention work; hidden fraction =
 // 1 - exposed communication / un-overlapped communication
-typedef struct { double busy_max, busy_mean, wait_max, hidden; long long transfers; } RingStep;
+typedef struct { double busy_max, busy_mean, wait_max, hidden; long long transfers, sends, pruned; } RingStep;
 static RingStep ring_step_stats(const RingStats* st, const Group* cp) {
     RingStep s = {0};
     s.transfers = (long long)st->transfers;   // ring hops waited for by this rank in the step
+    s.sends = st->sends; s.pruned = st->pruned;   // blocks it sent, and those the pruned schedule did not send
     s.busy_max = ctl_max(cp, st->work_s);
     s.busy_mean = ctl_sum(cp, st->work_s) / group_size(cp);
     s.wait_max = ctl_max(cp, st->wait_s);
@@ -441,8 +443,9 @@ static void log_record(Run* r, int step, const StepResult* s, const RingStep* rs
             "\"gflops\": %.4f, \"step_ms\": %.3f, \"tokens_seen\": %lld",
             step + 1, s->loss, s->lr, s->gnorm, tps, gflops, s->dt * 1e3, cursor * (long long)T);
     if (have_ring) fprintf(f, ", \"cp_busy_max_s\": %.6f, \"cp_busy_mean_s\": %.6f, \"cp_imbalance\": %.4f, "
-                           "\"cp_wait_max_s\": %.6f, \"cp_hidden\": %.4f, \"cp_transfers\": %lld", rs->busy_max, rs->busy_mean,
-                           rs->busy_max / rs->busy_mean, rs->wait_max, rs->hidden, rs->transfers);
+                           "\"cp_wait_max_s\": %.6f, \"cp_hidden\": %.4f, \"cp_transfers\": %lld, \"cp_blocks_sent\": %lld, "
+                           "\"cp_blocks_pruned\": %lld", rs->busy_max, rs->busy_mean, rs->busy_max / rs->busy_mean, rs->wait_max,
+                           rs->hidden, rs->transfers, rs->sends, rs->pruned);
     // bytes and messages this rank sent (rank 0; comm.h's counting): ring hops, all-to-all, all-reduce,
     // all-gather + reduce-scatter
     fprintf(f, ", \"sent_hop_bytes\": %.0f, \"sent_a2a_bytes\": %.0f, \"sent_allreduce_bytes\": %.0f, "
