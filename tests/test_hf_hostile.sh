@@ -219,7 +219,10 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, rc)" "${PH[@]}" --
     "prepare_hf: '$T/train.txt' would be read twice" 1 "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force "$T/train.txt" "$T/train.txt"
   # SIGTERM in the middle of a --force run (3 MB to encode): one line, the previous shards byte for byte
   "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force --val-frac 0 "$T/doc/big.txt" >"$T/o" 2>"$T/e" & job=$!
-  sleep 1; kill -TERM $job; wait $job; rc=$?
+  # the signal once the run writes (its temporary folder exists: its handlers are in place, whatever the load)
+  end=$((SECONDS + HANG_S))
+  while [ $SECONDS -lt $end ] && kill -0 $job 2>/dev/null && ! compgen -G "$T/pd/.prepare_hf.new.*" >/dev/null; do sleep 0.05; done
+  kill -TERM $job; wait $job; rc=$?
   [ $rc -eq 1 ] && [ "$(cat "$T/e")" = "prepare_hf: terminated (SIGTERM); '$T/pd' is as it was (the previous shards and meta.json untouched)" ] && unchanged "$T/pd" \
     && ok "prepare_hf --force stopped by SIGTERM: one line, the previous shards and meta.json byte for byte" \
     || bad "prepare_hf --force stopped by SIGTERM: exit $rc: $(head -c 300 "$T/e"); $(ls -A "$T/pd")"
