@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +218,9 @@ static int write_datasets(hid_t f, Pass* ps, const char* tmp, char* err, size_t 
     const ParamTable* t = ps->t;
     int nd = 3 * t->n, bad = 0;
     const char* slow = getenv("RINGLM_TEST_CKPT_SLOW_MS");   // test hook: widen the window for kill -9
+    // test hook: this rank stops itself (SIGSTOP) as the others enter the collective write of the first dataset
+    const char* stop = getenv("RINGLM_TEST_CKPT_STOP_RANK");
+    int stop_rank = stop && *stop ? atoi(stop) : -1;
     for (int kind = 0; kind < 3 && !bad; kind++)
         for (int i = 0; i < t->n && !bad; i++) {
             char path[256];
@@ -226,6 +230,7 @@ static int write_datasets(hid_t f, Pass* ps, const char* tmp, char* err, size_t 
             if (fs >= 0) H5Sclose(fs);
             if (d < 0) ERR("checkpoint: creating %s in '%s' failed (disk full?)", path, tmp);
             if (agree(ps->g, d < 0, err, errlen)) { if (d >= 0) H5Dclose(d); bad = 1; break; }
+            if (stop_rank >= 0 && stop_rank == ps->g->rank && kind == 0 && i == 0) raise(SIGSTOP);
             int wbad = move_dataset(ps, d, kind, i, 1, 0) != 0;
             if (wbad) ERR("checkpoint: writing %s to '%s' failed (disk full?)", path, tmp);
             if (H5Dclose(d) < 0 && !wbad) { wbad = 1; ERR("checkpoint: closing %s in '%s' failed (disk full?)", path, tmp); }
@@ -473,8 +478,20 @@ static int publish(const char* out_dir, const char* tmp, const char* final, cons
     return 0;
 }
 
+static int save_(const char* out_dir, int keep_last, const Model* m, const AdamW* o, const Grid* g,
+                 const TrainState* st, char* err, size_t errlen);
+// the watchdog covers the whole save (HDF5's collective I/O, rank 0's file work): comm_phase_begin
 int ckpt_save(const char* out_dir, int keep_last, const Model* m, const AdamW* o, const Grid* g,
               const TrainState* st, char* err, size_t errlen) {
+    char ph[64];
+    snprintf(ph, sizeof ph, "saving ckpt_%08lld.h5", st->step);
+    comm_phase_begin(ph);
+    int rc = save_(out_dir, keep_last, m, o, g, st, err, errlen);
+    comm_phase_end();
+    return rc;
+}
+static int save_(const char* out_dir, int keep_last, const Model* m, const AdamW* o, const Grid* g,
+                 const TrainState* st, char* err, size_t errlen) {
     char name[64], tmp[CFG_STR + 160], final[CFG_STR + 80];
     snprintf(name, sizeof name, "ckpt_%08lld.h5", st->step);
     snprintf(final, sizeof final, "%s/%s", out_dir, name);
@@ -672,8 +689,20 @@ static void load_notes(hid_t f, const Grid* g, const AdamW* o, int had_opt, cons
     if (!had_opt && k < (int)n) snprintf(notes + k, n - k, "; no optimizer state in the checkpoint: AdamW moments start at zero");
 }
 
+static int load_(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* st, const char* const* allow,
+                 char* err, size_t errlen, char* notes, size_t noteslen);
 int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* st, const char* const* allow,
               char* err, size_t errlen, char* notes, size_t noteslen) {
+    char ph[300];
+    const char* base = strrchr(path, '/');
+    snprintf(ph, sizeof ph, "loading %.250s", base ? base + 1 : path);
+    comm_phase_begin(ph);
+    int rc = load_(path, m, o, g, st, allow, err, errlen, notes, noteslen);
+    comm_phase_end();
+    return rc;
+}
+static int load_(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* st, const char* const* allow,
+                 char* err, size_t errlen, char* notes, size_t noteslen) {
     AdamW none = {0};   // parameters only: no moments are read
     int params_only = o == NULL;
     if (params_only) o = &none;

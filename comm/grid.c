@@ -7,8 +7,9 @@
 
 void grid_mpi_init(int* argc, char*** argv) {
     int provided;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
-    comm_watch_init();
+    // (several threads: the watchdog's phase thread answers and reports while the main thread is in HDF5's MPI-IO)
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    comm_watch_init(provided);
     group_world();   // group ids are agreed at creation: the world's first, on every rank
 }
 

@@ -21,7 +21,7 @@ typedef struct {
                                // (cp / a2a of them) with it; NULL when that is one rank
 } Grid;
 
-// MPI_Init (threads funneled) — call first thing in main.
+// MPI_Init (MPI_THREAD_MULTIPLE when the library has it: the watchdog's phase thread) — call first thing in main.
 void grid_mpi_init(int* argc, char*** argv);
 // Every rank of the job (valid after grid_mpi_init).
 const Group* group_world(void);
