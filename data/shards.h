@@ -30,6 +30,7 @@ typedef struct {
     int token_bytes;     // 2 or 4
     int64_t first;       // index of this shard's first token in the concatenated stream
     int fd;
+    uint64_t dev, ino;   // the file's identity (the same file twice is refused)
 } Shard;
 
 typedef struct {
@@ -54,7 +55,12 @@ typedef struct {
 // each optionally ending in '@W', a source's upsampling weight for loader_pack) and validate headers and sizes.
 // Returns 0 on success; non-zero with ld->err set (missing, truncated, wrong magic/version, no files,
 // fewer than seq_len + 1 tokens).
+// A directory that holds a meta.json (a prepared data set: build/prepare, tools/prepare_hf) means its training split,
+// DIR/train_*.bin; a plain directory, its *.bin. The same file twice (in two sources, or through a link) is refused.
 int loader_open(Loader* ld, const char* pattern, int seq_len, int vocab_size, int shuffle, uint64_t seed);
+// loader_open, a prepared directory meaning its split `split` ("train" or "val": validation and evaluation data)
+int loader_open_split(Loader* ld, const char* pattern, const char* split, int seq_len, int vocab_size, int shuffle,
+                      uint64_t seed);
 void loader_close(Loader* ld);
 
 // Replace the stream's windows by packed ones (data/pack.h; mode PACK_DOC_START or PACK_BEST_FIT): n_seq becomes

@@ -81,7 +81,8 @@ static void usage(FILE* f) {
         "                         the RoPE the checkpoint was trained with\n"
         "  --label TEXT           legend label of the series of the --ckpt or --rope it follows (default: file\n"
         "                         name, + the RoPE when one is given)\n"
-        "  --data PATTERN         held-out token shards (glob, directory or file); their directory's meta.json\n"
+        "  --data PATTERN         held-out token shards (glob, directory or file; a prepared directory, one with a\n"
+        "                         meta.json: its val_*.bin); their directory's meta.json\n"
         "                         (written by build/prepare, tools/prepare_hf) gives the default --eod, and a\n"
         "                         checkpoint that recorded its training data's tokenizer must match it\n"
         "  --data_meta 0|1        0: ignore meta.json and the checkpoint's recorded data description (default 1)\n"
@@ -655,7 +656,7 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
     snprintf(what, sizeof what, "series %d (%s)", s + 1, label);
     warn_rope(g, what, &u, ckpt);
     Loader ld;
-    int fail = loader_open(&ld, a->data, 1, c.vocab_size, 0, 0);
+    int fail = loader_open_split(&ld, a->data, "val", 1, c.vocab_size, 0, 0);
     if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
     grid_check(g->world_g, fail, msg);
     int eod = a->doc_mask ? c.eod : series_eod(a, g, &c, ckpt, 0);
@@ -840,7 +841,7 @@ static void eval_doc_lengths(const Args* a, const Grid* g) {
         int vocab = g_meta.found && g_meta.vocab_size > 0 ? g_meta.vocab_size : 1 << 30;
         char csv[1200], svg[1200], title[1100], e[1300] = "";
         int64_t* lens = NULL, n = 0;
-        fail = loader_open(&ld, a->data, 1, vocab, 0, 0);
+        fail = loader_open_split(&ld, a->data, "val", 1, vocab, 0, 0);
         if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
         else {
             if (pack_doc_lengths(ld.n_tokens, eod, loader_read_fn, &ld, &lens, &n, e, sizeof e))

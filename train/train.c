@@ -660,7 +660,7 @@ static void setup_layout(Run* r, const Group* world) {
     fail = pack_train(r);
     grid_check(world, fail, msg);
     r->have_val = c->val_data[0] != 0;
-    fail = r->have_val && loader_open(&r->val, c->val_data, c->seq_len, c->vocab_size, 0, 0);
+    fail = r->have_val && loader_open_split(&r->val, c->val_data, "val", c->seq_len, c->vocab_size, 0, 0);
     if (fail) snprintf(msg, sizeof msg, "train: %s", r->val.err);
     grid_check(world, fail, msg);
 }
