@@ -527,6 +527,22 @@ static int save_(const char* out_dir, int keep_last, const Model* m, const AdamW
 
 // ---- loading -----------------------------------------------------------------------------------------
 
+// after a failed read of path: when the file is gone, say that instead (keep_last of a run still writing there)
+static int vanished(const char* path, int failed, char* err, size_t errlen) {
+    struct stat st;
+    if (failed && stat(path, &st) && errno == ENOENT)
+        ERR("checkpoint: '%s' was deleted while it was being read (by keep_last of a run still writing there?): give a "
+            "checkpoint that run keeps, or its out_dir for the newest", path);
+    return failed;
+}
+
+int ckpt_retry_vanished(const Group* g, int failed, const char* spec, const char* path) {
+    struct stat st;
+    double v[2] = { failed != 0, failed && path[0] && strcmp(path, spec) && stat(path, &st) && errno == ENOENT };
+    ctl_max_f64(g, v, 2);
+    return v[0] && v[1];
+}
+
 int ckpt_resolve(const char* spec, const char* out_dir, char* path, size_t n, char* err, size_t errlen) {
     char dir[CFG_STR + 16];
     struct stat st;
@@ -708,13 +724,13 @@ static int load_(const char* path, Model* m, AdamW* o, const Grid* g, TrainState
     if (params_only) o = &none;
     if (notes) notes[0] = 0;
     // the whole file's structure first, in a child process: nothing below reads metadata it has not read
-    int bad = g->rank == 0 && ckpt_check_file("checkpoint", path, err, errlen);
+    int bad = g->rank == 0 && vanished(path, ckpt_check_file("checkpoint", path, err, errlen), err, errlen);
     if (agree(g, bad, err, errlen)) return 1;
     hid_t fapl = h5_fapl(g->world_g);
     hid_t f = fapl < 0 ? H5I_INVALID_HID : H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (fapl >= 0) H5Pclose(fapl);
     if (f < 0) ERR("checkpoint: '%s' cannot be opened as HDF5 (truncated, corrupt or not a checkpoint)", path);
-    if (agree(g, f < 0, err, errlen)) {
+    if (agree(g, vanished(path, f < 0, err, errlen), err, errlen)) {
         if (f >= 0) H5Fclose(f);
         return 1;
     }
@@ -761,12 +777,20 @@ static void read_key(const char* key, int is_model, void* vctx) {
     if (config_set(x->c, key, val, "checkpoint /config", e, sizeof e)) { ERR("checkpoint: '%s': %s", x->path, e); x->bad = 1; }
 }
 
-int ckpt_read_data_meta(const char* path, char* buf, size_t n, char* err, size_t errlen) {
-    if (ckpt_check_file("checkpoint", path, err, errlen)) return 1;
+// ckpt_check_file, then H5Fopen of path for reading (serial); the file, or -1 with err
+static hid_t open_checked(const char* path, char* err, size_t errlen) {
+    if (vanished(path, ckpt_check_file("checkpoint", path, err, errlen), err, errlen)) return H5I_INVALID_HID;
     hid_t fapl = h5_fapl(NULL);
     hid_t f = fapl < 0 ? H5I_INVALID_HID : H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (fapl >= 0) H5Pclose(fapl);
-    if (f < 0) { ERR("checkpoint: '%s' cannot be opened as HDF5 (truncated, corrupt or not a checkpoint)", path); return 1; }
+    if (f < 0) ERR("checkpoint: '%s' cannot be opened as HDF5 (truncated, corrupt or not a checkpoint)", path);
+    vanished(path, f < 0, err, errlen);
+    return f;
+}
+
+int ckpt_read_data_meta(const char* path, char* buf, size_t n, char* err, size_t errlen) {
+    hid_t f = open_checked(path, err, errlen);
+    if (f < 0) return 1;
     int rc = h5_attr_read_str(f, "data_meta", buf, n);
     H5Fclose(f);
     if (rc == -2) { ERR("checkpoint: '%s' has a malformed root attribute data_meta", path); return 1; }
@@ -774,11 +798,8 @@ int ckpt_read_data_meta(const char* path, char* buf, size_t n, char* err, size_t
 }
 
 int ckpt_read_config(const char* path, Config* c, char* err, size_t errlen) {
-    if (ckpt_check_file("checkpoint", path, err, errlen)) return 1;
-    hid_t fapl = h5_fapl(NULL);
-    hid_t f = fapl < 0 ? H5I_INVALID_HID : H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    if (fapl >= 0) H5Pclose(fapl);
-    if (f < 0) { ERR("checkpoint: '%s' cannot be opened as HDF5 (truncated, corrupt or not a checkpoint)", path); return 1; }
+    hid_t f = open_checked(path, err, errlen);
+    if (f < 0) return 1;
     config_defaults(c);
     hid_t grp = h5_exists(f, "/config") ? H5Gopen2(f, "/config", H5P_DEFAULT) : H5I_INVALID_HID;
     ReadCfg x = { grp, c, path, err, errlen, 0 };

@@ -349,10 +349,11 @@ int loader_weighted(const Loader* ld) {
 
 int loader_read_fn(void* ld, int64_t pos, int64_t n, int32_t* out) { return loader_read(ld, pos, n, out); }
 
-int loader_pack(Loader* ld, int mode, int eod, int buffer, int64_t upsample_len, double upsample_factor) {
+int loader_pack(Loader* ld, int mode, int eod, int buffer, int64_t upsample_len, double upsample_factor, double max_bytes) {
     PackOpts o = { .mode = mode, .T = ld->seq_len, .eod = eod, .buffer = buffer,
                    .threshold = upsample_len > 0 ? upsample_len : INT64_MAX, .factor = upsample_len > 0 ? upsample_factor : 1.0,
-                   .weight = ld->weight, .src_first = ld->src_first, .n_src = ld->n_src, .seed = ld->seed };
+                   .weight = ld->weight, .src_first = ld->src_first, .n_src = ld->n_src, .seed = ld->seed,
+                   .max_bytes = max_bytes };
     char e[600] = "";
     ld->err[0] = 0;
     if (pack_build(&ld->pack, &o, ld->n_tokens, loader_read_fn, ld, e, sizeof e)) {

@@ -64,8 +64,9 @@ int loader_open_split(Loader* ld, const char* pattern, const char* split, int se
 void loader_close(Loader* ld);
 
 // Replace the stream's windows by packed ones (data/pack.h; mode PACK_DOC_START or PACK_BEST_FIT): n_seq becomes
-// the number of packed windows, and loader_get returns them (PACK_PAD in padding slots). 0 or non-zero + err.
-int loader_pack(Loader* ld, int mode, int eod, int buffer, int64_t upsample_len, double upsample_factor);
+// the number of packed windows, and loader_get returns them (PACK_PAD in padding slots); max_bytes: PackOpts's.
+// 0 or non-zero + err.
+int loader_pack(Loader* ld, int mode, int eod, int buffer, int64_t upsample_len, double upsample_factor, double max_bytes);
 // Source weights other than 1 were given ('@W').
 int loader_weighted(const Loader* ld);
 

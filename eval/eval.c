@@ -573,6 +573,20 @@ static int packed_windows(const Args* a, const Grid* g, Loader* ld, Doc** docs) 
     return (int)n;
 }
 
+// --eod ID against the data's meta.json: 1 + msg when it contradicts meta.json's eod_id (or is no token of its
+// vocabulary)
+static int eod_contradicts_meta(const Args* a) {
+    if (a->eod < 0 || !g_meta.found) return 0;
+    if (g_meta.eod_id >= 0 && a->eod != g_meta.eod_id)
+        snprintf(msg, sizeof msg, "eval: --eod %d (command line) contradicts the data's end-of-document id %d (%s): drop --eod "
+                 "to take the data's value, or give --data_meta 0 to ignore meta.json", a->eod, g_meta.eod_id, g_meta.path);
+    else if (a->eod >= g_meta.vocab_size)
+        snprintf(msg, sizeof msg, "eval: --eod %d is not a token of the data (vocab_size %d, %s)", a->eod, g_meta.vocab_size,
+                 g_meta.path);
+    else return 0;
+    return 1;
+}
+
 // the end-of-document (separator) token of a series: --eod ID, else the byte tokenizer's 256 for vocab 257, else
 // none (-1: consecutive windows; perplexity notes it once). Passkey documents are byte-level text and need a
 // separator. A separator outside the checkpoint's vocabulary ends the job with one line.
@@ -587,9 +601,7 @@ static int series_eod(const Args* a, const Grid* g, const Config* c, const char*
             snprintf(msg, sizeof msg, "eval: the data's end-of-document id %d (%s) is not a token of checkpoint %s (vocab_size "
                      "%d): evaluate on data made with the checkpoint's tokenizer", eod, g_meta.path, ckpt, c->vocab_size);
         fail = 1;
-    } else if (a->eod >= 0 && meta_eod >= 0 && a->eod != meta_eod) {
-        snprintf(msg, sizeof msg, "eval: --eod %d (command line) contradicts the data's end-of-document id %d (%s): drop --eod "
-                 "to take the data's value, or give --data_meta 0 to ignore meta.json", a->eod, meta_eod, g_meta.path);
+    } else if (!passkey && eod_contradicts_meta(a)) {
         fail = 1;
     } else if (passkey && a->eod == -1) {
         snprintf(msg, sizeof msg, "eval: --passkey starts each document with a separator token, and --eod -1 means none: "
@@ -836,6 +848,7 @@ static void eval_passkey(const Args* a, const Grid* g) {
 // --doc_lengths: rank 0 scans the data's documents (at the eod of --eod, meta.json or the byte tokenizer's 256)
 static void eval_doc_lengths(const Args* a, const Grid* g) {
     int fail = 0, eod = a->eod >= 0 ? a->eod : g_meta.found && g_meta.eod_id >= 0 ? g_meta.eod_id : 256;
+    grid_check(g->world_g, eod_contradicts_meta(a), msg);
     if (g->rank == 0) {
         Loader ld;
         int vocab = g_meta.found && g_meta.vocab_size > 0 ? g_meta.vocab_size : 1 << 30;
@@ -846,6 +859,9 @@ static void eval_doc_lengths(const Args* a, const Grid* g) {
         else {
             if (pack_doc_lengths(ld.n_tokens, eod, loader_read_fn, &ld, &lens, &n, e, sizeof e))
                 { snprintf(msg, sizeof msg, "eval: %s", ld.err[0] ? ld.err : e); fail = 1; }
+            else if (n <= 1)
+                printf("WARNING: the end-of-document token %d occurs nowhere inside '%s': the data is one document of all "
+                       "its tokens; check --eod\n", eod, a->data);
             loader_close(&ld);
         }
         if (!fail) fail = make_dirs("eval", a->out, msg, sizeof msg) || out_file(a, csv, sizeof csv, "_doclen.csv") ||

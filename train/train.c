@@ -590,7 +590,10 @@ static int pack_train(Run* r) {
         return 0;
     }
     double t0 = now_s();
-    if (loader_pack(ld, mode, config_eod(c), c->pack_buffer, c->upsample_len, c->upsample_factor)) {
+    // every rank of a node builds the same table: each may take its share of the host's memory
+    double node_ranks = ctl_max(r->g.world_g, (double)r->g.local_rank) + 1;
+    if (loader_pack(ld, mode, config_eod(c), c->pack_buffer, c->upsample_len, c->upsample_factor,
+                    meminfo_bytes("MemAvailable") / node_ranks)) {
         snprintf(msg, sizeof msg, "train: %s", ld->err);
         return 1;
     }
@@ -598,9 +601,9 @@ static int pack_train(Run* r) {
     int k = snprintf(pack_note, sizeof pack_note, "{\"pack\": \"%s\", \"pack_buffer\": %d, \"upsample_len\": %lld, "
                      "\"upsample_factor\": %.9g, \"windows\": %lld, \"window_slots\": %d, \"documents\": %lld, "
                      "\"documents_shorter_than_window\": %lld, \"short_cut\": %lld, \"short_cut_stream\": %lld, "
-                     "\"padding\": %.6f, \"repeated\": %.6f, \"sources\": [", c->pack, c->pack_buffer,
+                     "\"left_out\": %lld, \"padding\": %.6f, \"repeated\": %.6f, \"sources\": [", c->pack, c->pack_buffer,
                      c->upsample_len, c->upsample_factor, (long long)st->windows, c->seq_len + 1, (long long)st->docs,
-                     (long long)st->docs_short, (long long)st->short_cut, (long long)st->stream_cut,
+                     (long long)st->docs_short, (long long)st->short_cut, (long long)st->stream_cut, (long long)st->left_out,
                      st->slots ? (double)st->pad / (double)st->slots : 0.0,
                      st->slots ? (double)st->repeated / (double)st->slots : 0.0);
     double data = 0, used = 0;
@@ -611,6 +614,9 @@ static int pack_train(Run* r) {
                       data > 0 ? st->src_tokens[s] / data : 0, used > 0 ? st->src_used[s] / used : 0);
     snprintf(pack_note + k, sizeof pack_note - k, "]}");
     if (r->rank0) {
+        if (st->docs <= st->n_src)
+            printf("WARNING: pack = %s: the end-of-document token %d occurs nowhere inside train_data, so each source is "
+                   "one document of all its tokens: is eod right (meta.json's eod_id, the eod key)?\n", c->pack, config_eod(c));
         printf("packing: %s: %lld windows of %d tokens from %lld documents (%.2f s); of the %lld documents that fit a "
                "window, %lld are cut (%.1f%%; stream windows would cut %lld, %.1f%%); padding %.2f%% of the slots "
                "(never trained on)", c->pack, (long long)st->windows, c->seq_len + 1,
@@ -618,6 +624,8 @@ static int pack_train(Run* r) {
                st->docs_short ? 100.0 * st->short_cut / st->docs_short : 0.0, (long long)st->stream_cut,
                st->docs_short ? 100.0 * st->stream_cut / st->docs_short : 0.0,
                st->slots ? 100.0 * st->pad / st->slots : 0.0);
+        if (st->left_out) printf("; %lld documents left out by source weights below 1 (not cut: never trained on)",
+                                 (long long)st->left_out);
         if (st->repeated) printf(", repeated %.2f%% (the cut beginnings of documents that start the next window)",
                                  100.0 * st->repeated / st->slots);
         printf("\n");
