@@ -567,6 +567,10 @@ int ckpt_resolve(const char* spec, const char* out_dir, char* path, size_t n, ch
     if (!name[0] || strchr(name, '/')) { ERR("checkpoint: '%s' is empty or malformed", lf); return 1; }
     snprintf(path, n, "%s/%s", dir, name);
     if (stat(path, &st)) { ERR("checkpoint: '%s' points at '%s', which does not exist", lf, path); return 1; }
+    // test hook: a shell command run once, right after the first resolution (what a live run's keep_last does then)
+    static int hooked;
+    const char* hook = getenv("RINGLM_TEST_CKPT_RESOLVED_CMD");
+    if (hook && *hook && !hooked++ && system(hook)) {}
     return 0;
 }
 

@@ -383,10 +383,13 @@ static void check_tokens(const Args* a, const Grid* g, const char* path, const C
 static void net_open(Net* n, const SeriesArg* sa, const Args* a, const Grid* g, int T, Config* c_out, RopeUse* u,
                      char* path) {
     const Group* world = g->world_g;
-    int fail = ckpt_resolve(sa->ckpt, sa->ckpt, path, 2048, msg, sizeof msg);
-    grid_check(world, fail, msg);
     Config c;
-    fail = ckpt_read_config(path, &c, msg, sizeof msg);
+    int fail;
+    path[0] = 0;
+    for (int tries = 0;; tries++) {   // once more when a live run's keep_last deleted the checkpoint meanwhile
+        fail = ckpt_resolve(sa->ckpt, sa->ckpt, path, 2048, msg, sizeof msg) || ckpt_read_config(path, &c, msg, sizeof msg);
+        if (tries || !ckpt_retry_vanished(world, fail, sa->ckpt, path)) break;
+    }
     grid_check(world, fail, msg);
     check_tokens(a, g, path, &c);
     Config trained = c;
@@ -415,7 +418,11 @@ static void net_open(Net* n, const SeriesArg* sa, const Args* a, const Grid* g, 
     ModelGroups mg = { g->tp > 1 ? g->tp_g : NULL, g->cp_g, NULL, NULL, g->cp_g };
     model_build(&n->m, &c, 1, T, &mg);
     TrainState ts;
-    fail = ckpt_load(path, &n->m, NULL, g, &ts, ALLOW, msg, sizeof msg, NULL, 0);
+    for (int tries = 0;; tries++) {   // (the same: a newer checkpoint of the same run)
+        fail = ckpt_load(path, &n->m, NULL, g, &ts, ALLOW, msg, sizeof msg, NULL, 0);
+        if (tries || !ckpt_retry_vanished(world, fail, sa->ckpt, path)) break;
+        grid_check(world, ckpt_resolve(sa->ckpt, sa->ckpt, path, 2048, msg, sizeof msg), msg);
+    }
     grid_check(world, fail, msg);
     *c_out = c;
 }
