@@ -1,9 +1,11 @@
 // grid.c — building the 3-D process grid and its communicators.
 #include "comm/grid.h"
 #include "comm/comm_mpi.h"
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void grid_mpi_init(int* argc, char*** argv) {
     int provided;
@@ -138,4 +140,23 @@ void grid_exit(int status) {
     ctl_barrier(group_world());   // MPI_Finalize waits for every rank without a watchdog: wait here first
     MPI_Finalize();
     exit(status);
+}
+
+// the stop line (rank 0 of the launch, from the launcher's environment: MPI is not up yet), written by the handler
+static char stop_line[200];
+static size_t stop_len;
+static void on_stop(int sig) {
+    (void)sig;
+    if (stop_len && write(2, stop_line, stop_len) < 0) {}
+    _exit(1);
+}
+void grid_stop_on_signals(const char* who) {
+    const char* vars[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID" };
+    const char* r = NULL;
+    for (int i = 0; i < 4 && !r; i++) r = getenv(vars[i]);
+    if (!r || atoi(r) == 0)
+        stop_len = (size_t)snprintf(stop_line, sizeof stop_line, "%s: stopped by SIGTERM or SIGUSR1 (a preemption, Ctrl-C "
+                                    "through tools/preemptible): nothing more is written\n", who);
+    signal(SIGTERM, on_stop);
+    signal(SIGUSR1, on_stop);
 }

@@ -21,6 +21,10 @@ typedef struct {
                                // (cp / a2a of them) with it; NULL when that is one rank
 } Grid;
 
+// A program that cannot stop half-way (build/eval, build/sample): SIGTERM or SIGUSR1 — a preemption, what
+// tools/preemptible passes on — ends it at once with exit status 1 and one line on stderr (launch rank 0) naming
+// `who`. Call first thing in main, before grid_mpi_init, so that a signal during start-up is handled too.
+void grid_stop_on_signals(const char* who);
 // MPI_Init (MPI_THREAD_MULTIPLE when the library has it: the watchdog's phase thread) — call first thing in main.
 void grid_mpi_init(int* argc, char*** argv);
 // Every rank of the job (valid after grid_mpi_init).

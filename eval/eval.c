@@ -886,6 +886,7 @@ static void eval_doc_lengths(const Args* a, const Grid* g) {
 }
 
 int main(int argc, char** argv) {
+    grid_stop_on_signals("eval");
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
     for (int i = 1; i < argc; i++)

@@ -285,6 +285,7 @@ static float* full_logits(Model* m, const Grid* g, const int* tok, int n) {
 }
 
 int main(int argc, char** argv) {
+    grid_stop_on_signals("sample");
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
     for (int i = 1; i < argc; i++)

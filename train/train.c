@@ -1087,6 +1087,9 @@ static void check_capacity(Run* r, const Group* world) {
 }
 
 int main(int argc, char** argv) {
+    // first of all: a stop that arrives during start-up is kept (the run stops after its first step, saved)
+    signal(SIGUSR1, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
     static Run run;
@@ -1124,8 +1127,6 @@ int main(int argc, char** argv) {
     int have_ring = model_ring_stats(&r->m, &rs_total);
     int sampling = sample_ready(r);
     if (getenv("RINGLM_TEST_STEP_SLOW_MS")) step_slow_ms = atol(getenv("RINGLM_TEST_STEP_SLOW_MS"));
-    signal(SIGUSR1, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
     for (int step = step0; step < c->max_steps; step++) {
         StepResult s = train_step(r, step, &cursor);
         t_total += s.dt;

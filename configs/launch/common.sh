@@ -11,9 +11,21 @@
 #                                passed on to CMD (tools/preemptible makes it the ranks' SIGUSR1) and the script
 #                                waits for CMD to save and exit instead of dying first; returns CMD's status
 #   launch_unfinished OUT_DIR    status 0 when the newest checkpoint's step is below the run's max_steps (both read
-#                                from OUT_DIR: 'latest' and the config.txt the trainer wrote), 1 when finished
+#                                from OUT_DIR: 'latest' and the config.txt the trainer wrote), or when this script was
+#                                stopped by a signal; 1 when finished
+#   launch_int NAME MIN          exits 1 with one line unless the variable NAME holds a whole number >= MIN
+# Signals: each script's first line records a SIGTERM, SIGINT or SIGHUP in LAUNCH_STOP (`trap 'LAUNCH_STOP=1' TERM
+# INT HUP`) and launch_run acts on it: before the run started, nothing is started; later, it is passed on.
+launch_int() {
+  local name=$1 min=$2 v=${!1-}
+  if ! [[ $v =~ ^[0-9]{1,9}$ ]] || (( 10#$v < min )); then
+    echo "launch: $name='$v' must be a whole number >= $min" >&2; exit 1
+  fi
+}
+
 launch_grid() {
   local world=$1 tp=$2 cp=$3
+  launch_int TP 1; launch_int CP 1
   if (( world < 1 || world % (tp * cp) )); then
     echo "launch: $world ranks are not a multiple of tp x cp = $tp x $cp = $((tp * cp))" >&2; exit 1
   fi
@@ -38,19 +50,26 @@ launch_resume() {
 launch_key() { sed -n "s/^$2 *= *\([^ #]*\).*/\1/p" "$1/config.txt" 2>/dev/null | head -n 1; }
 
 launch_run() {
+  if [ -n "${LAUNCH_STOP:-}" ]; then
+    echo "launch: stopped by a signal before the run started: nothing was started; run this script again to start"
+    exit 0
+  fi
+  local pid="" rc=0
+  trap 'LAUNCH_STOP=1; [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null' TERM INT HUP
   "$@" &
-  local pid=$! rc=0
-  trap "kill -TERM $pid 2>/dev/null" TERM INT
+  pid=$!
+  [ -n "${LAUNCH_STOP:-}" ] && kill -TERM "$pid" 2>/dev/null   # (a signal between the check above and here)
   while :; do
     rc=0; wait "$pid" || rc=$?
     kill -0 "$pid" 2>/dev/null || break     # wait was interrupted by a signal: CMD is still saving
   done
-  trap - TERM INT
+  trap 'LAUNCH_STOP=1' TERM INT HUP
   return "$rc"
 }
 
 launch_unfinished() {
   local dir=$1 name step max
+  [ -n "${LAUNCH_STOP:-}" ] && return 0
   [ -f "$dir/latest" ] && [ -f "$dir/config.txt" ] || return 1
   name=$(head -n 1 "$dir/latest"); step=${name#ckpt_}; step=${step%%.*}; step=$((10#$step))
   max=$(launch_key "$dir" max_steps)
