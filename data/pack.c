@@ -251,6 +251,12 @@ static void doc_stats(PackStats* st, const Docs* d, int W, int n_src, int64_t n_
     }
 }
 
+// bytes as "12.3 MiB" or "4.56 GiB"
+static void mib_gib(double b, char* out, size_t n) {
+    if (b < 1073741824.0) snprintf(out, n, "%.1f MiB", b / 1048576.0);
+    else snprintf(out, n, "%.2f GiB", b / 1073741824.0);
+}
+
 int pack_build(Pack* p, const PackOpts* o, int64_t n_tokens, PackRead rd, void* ctx, char* err, size_t errlen) {
     memset(p, 0, sizeof *p);
     p->mode = o->mode; p->T = o->T;
@@ -289,17 +295,20 @@ int pack_build(Pack* p, const PackOpts* o, int64_t n_tokens, PackRead rd, void* 
     // bytes: the order (8 per use), the segments (16 each, and best_fit's 40 per segment of a round), the windows
     double need = 8.0 * (double)n + 56.0 * (double)segs + 8.0 * (double)segs;
     double avail = o->max_bytes > 0 ? o->max_bytes : meminfo_bytes("MemAvailable");
+    char needs[32], avails[32];
+    mib_gib(need, needs, sizeof needs);
+    mib_gib(avail, avails, sizeof avails);
     if (uses && avail > 0 && need > avail) {
         free(uses); docs_free(&d);
-        return pk_fail(err, errlen, "pack: %lld uses of %lld documents (source weights and upsample_factor) need about %.2f GiB "
-                       "for the table of windows, more than the %.2f GiB available: lower the weights ('GLOB@W') or "
-                       "upsample_factor", (long long)n, (long long)d.n, need / 1073741824.0, avail / 1073741824.0);
+        return pk_fail(err, errlen, "pack: %lld uses of %lld documents (source weights and upsample_factor) need about %s "
+                       "for the table of windows, more than the %s available: lower the weights ('GLOB@W') or "
+                       "upsample_factor", (long long)n, (long long)ndocs, needs, avails);
     }
     int64_t* order = uses ? malloc((size_t)(n ? n : 1) * sizeof(int64_t)) : NULL;
     if (!order) {
         free(uses); docs_free(&d);
-        return pk_fail(err, errlen, "out of memory packing %lld uses of %lld documents (about %.2f GiB)", (long long)n,
-                       (long long)d.n, need / 1073741824.0);
+        return pk_fail(err, errlen, "out of memory packing %lld uses of %lld documents (about %s)", (long long)n,
+                       (long long)ndocs, needs);
     }
     for (int64_t i = 0, j = 0; i < d.n; i++) for (int64_t r = 0; r < uses[i]; r++) order[j++] = i;
     if (up) {   // a seeded permutation (Fisher-Yates) spreads the repeats
@@ -318,8 +327,8 @@ int pack_build(Pack* p, const PackOpts* o, int64_t n_tokens, PackRead rd, void* 
     free(order); free(uses); docs_free(&d);
     if (rc) {
         pack_free(p);
-        return pk_fail(err, errlen, "out of memory packing the windows of %lld uses of %lld documents (about %.2f GiB)",
-                       (long long)n, (long long)ndocs, need / 1073741824.0);
+        return pk_fail(err, errlen, "out of memory packing the windows of %lld uses of %lld documents (about %s)",
+                       (long long)n, (long long)ndocs, needs);
     }
     return 0;
 }

@@ -163,7 +163,7 @@ def read_run(path, label):
         if isinstance(step, bool) or not isinstance(step, int):
             raise Fail(f"'{path}' line {i + 1}: no integer \"step\" in the record")
         if not 0 <= step <= MAX_STEP:
-            raise Fail(f"'{path}' line {i + 1}: \"step\" {shown(step)} is outside [0, 2^53] (not a training step)")
+            raise Fail(f"'{path}' line {i + 1}: \"step\" {shown(rec['step'])} is outside [0, 2^53] (not a training step)")
         rec["step"] = step
         for key in CSV_KEYS:   # the values drawn: their ranges must leave room for axis arithmetic
             v = rec.get(key)
