@@ -7,9 +7,10 @@
 #                                stopped before its first checkpoint (metrics.jsonl with records, no checkpoint):
 #                                it starts over, and the trainer sets the earlier records aside (never deletes them)
 #   launch_key OUT_DIR KEY       the value of KEY in the config.txt the trainer wrote into OUT_DIR
-#   launch_run CMD...            runs CMD in the background and waits for it; a SIGTERM or SIGINT to this script is
-#                                passed on to CMD (tools/preemptible makes it the ranks' SIGUSR1) and the script
-#                                waits for CMD to save and exit instead of dying first; returns CMD's status
+#   launch_run CMD...            runs CMD in the background and waits for it; a SIGTERM, SIGINT or SIGHUP to this
+#                                script is passed on to CMD as SIGTERM once CMD has its handlers (tools/preemptible
+#                                makes it the ranks' SIGUSR1) and the script waits for CMD to save and exit instead of
+#                                dying first; returns CMD's status. A signal before it starts CMD: nothing is started
 #   launch_unfinished OUT_DIR    status 0 when the newest checkpoint's step is below the run's max_steps (both read
 #                                from OUT_DIR: 'latest' and the config.txt the trainer wrote), or when this script was
 #                                stopped by a signal; 1 when finished
@@ -55,16 +56,30 @@ launch_run() {
     exit 0
   fi
   local pid="" rc=0
-  trap 'LAUNCH_STOP=1; [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null' TERM INT HUP
+  trap 'LAUNCH_STOP=1; [ -n "$pid" ] && launch_pass_on "$pid"' TERM INT HUP
   "$@" &
   pid=$!
-  [ -n "${LAUNCH_STOP:-}" ] && kill -TERM "$pid" 2>/dev/null   # (a signal between the check above and here)
+  [ -n "${LAUNCH_STOP:-}" ] && launch_pass_on "$pid"   # (a signal between the check above and here)
   while :; do
     rc=0; wait "$pid" || rc=$?
     kill -0 "$pid" 2>/dev/null || break     # wait was interrupted by a signal: CMD is still saving
   done
   trap 'LAUNCH_STOP=1' TERM INT HUP
   return "$rc"
+}
+
+# launch_pass_on PID: SIGTERM to PID once it has a handler for it (a launcher that has only just started would die
+# of it before its own handlers exist: tools/preemptible, srun); after 30 s regardless
+launch_pass_on() {
+  local i m self; self=$(tr '\0' ' ' </proc/$$/cmdline 2>/dev/null)
+  for i in $(seq 1 300); do
+    m=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null)
+    [ -n "$m" ] || return 0   # (it has ended)
+    # (a fork of this script that has not yet run the launcher shows this script's handlers)
+    [ "$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null)" != "$self" ] && (( (16#$m >> 14) & 1 )) && break
+    sleep 0.1
+  done
+  kill -TERM "$1" 2>/dev/null
 }
 
 launch_unfinished() {
