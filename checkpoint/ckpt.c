@@ -559,10 +559,13 @@ int ckpt_resolve(const char* spec, const char* out_dir, char* path, size_t n, ch
     }
     char lf[CFG_STR + 32], name[512] = "";
     snprintf(lf, sizeof lf, "%s/latest", dir);
-    FILE* f = fopen(lf, "r");
-    if (!f) { ERR("checkpoint: '%s' has no 'latest' pointer (no completed checkpoint there)", dir); return 1; }
-    if (!fgets(name, sizeof name, f)) name[0] = 0;
-    fclose(f);
+    struct stat ls;
+    if (lstat(lf, &ls)) { ERR("checkpoint: '%s' has no 'latest' pointer (no completed checkpoint there)", dir); return 1; }
+    int fd;   // (a FIFO or a link to nothing named latest is one line, never a hang)
+    if (open_regular("checkpoint", "a regular file (the 'latest' pointer)", lf, &fd, err, errlen)) return 1;
+    ssize_t k = read(fd, name, sizeof name - 1);
+    close(fd);
+    name[k > 0 ? k : 0] = 0;
     name[strcspn(name, "\r\n")] = 0;
     if (!name[0] || strchr(name, '/')) { ERR("checkpoint: '%s' is empty or malformed", lf); return 1; }
     snprintf(path, n, "%s/%s", dir, name);

@@ -115,6 +115,12 @@ void comm_phase_end(void) {
     phase[0] = 0;
     pthread_mutex_unlock(&ph_mu);
 }
+void comm_watch_shutdown(void) {
+    if (!ph_thread) return;
+    comm_phase_end();
+    pthread_mutex_lock(&side_mu);   // (held from now on: the thread, between polls or about to, touches MPI no more)
+    ph_thread = 0;
+}
 static void set_in_wait(int on) {
     pthread_mutex_lock(&ph_mu);
     in_wait = on;
@@ -259,7 +265,7 @@ static void* phase_watch(void* arg) {
     for (;;) {
         pthread_mutex_lock(&ph_mu);
         while (!phase[0]) pthread_cond_wait(&ph_cv, &ph_mu);
-        int waiting = in_wait;
+        int waiting = in_wait || !ph_thread;
         double idle = now_s() - phase_t;
         pthread_mutex_unlock(&ph_mu);
         if (!waiting) {

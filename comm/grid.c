@@ -138,6 +138,7 @@ void grid_on_exit(void (*fn)(void)) { if (n_exit_fns < 8) exit_fns[n_exit_fns++]
 void grid_exit(int status) {
     for (int i = n_exit_fns - 1; i >= 0; i--) exit_fns[i]();
     ctl_barrier(group_world());   // MPI_Finalize waits for every rank without a watchdog: wait here first
+    comm_watch_shutdown();
     MPI_Finalize();
     exit(status);
 }

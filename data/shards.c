@@ -158,6 +158,21 @@ static int list_dir(Loader* ld, const char* dir, const char* split, PathList* pl
     snprintf(path, sizeof path, "%s%smeta.json", dir, sep);
     struct stat st;
     int prepared = lstat(path, &st) == 0;
+    char want[8];   // "val|train": the first split the directory has
+    char alts[8] = "";
+    const char* bar = strchr(split, '|');
+    snprintf(want, sizeof want, "%.*s", (int)(bar ? bar - split : (long)strlen(split)), split);
+    if (bar) snprintf(alts, sizeof alts, "%.7s", bar + 1);
+    const char* alt = alts[0] ? alts : NULL;
+    if (prepared && alt) {
+        int have = 0;
+        snprintf(prefix, sizeof prefix, "%s_", want);
+        for (struct dirent* x; !have && (x = readdir(d));) have = !strncmp(x->d_name, prefix, strlen(prefix)) && ends_with(x->d_name, ".bin");
+        rewinddir(d);
+        if (!have) snprintf(want, sizeof want, "%s", alt);
+    }
+    if (prepared) snprintf(ld->split, sizeof ld->split, "%s", want);
+    split = want;
     snprintf(prefix, sizeof prefix, "%s_", split);
     int rc = 0;
     while (rc == 0 && (e = readdir(d))) {

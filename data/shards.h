@@ -49,6 +49,7 @@ typedef struct {
     char src_pattern[LOADER_MAX_SOURCES][256];
     Pack pack;           // pack.n_win > 0: sequences are the packed windows (loader_pack)
     char err[1200];      // last error, one line naming the file / value
+    char split[8];       // the split a prepared directory was read as ("train", "val"; "" for none)
 } Loader;
 
 // Open all shards of `pattern` (glob pattern, a directory, or a single file; or several of them separated by ';',
@@ -58,7 +59,8 @@ typedef struct {
 // A directory that holds a meta.json (a prepared data set: build/prepare, tools/prepare_hf) means its training split,
 // DIR/train_*.bin; a plain directory, its *.bin. The same file twice (in two sources, or through a link) is refused.
 int loader_open(Loader* ld, const char* pattern, int seq_len, int vocab_size, int shuffle, uint64_t seed);
-// loader_open, a prepared directory meaning its split `split` ("train" or "val": validation and evaluation data)
+// loader_open, a prepared directory meaning its split `split`: "train", "val" (validation data), or "val|train"
+// (evaluation data: its validation split, else its training split; ld->split says which was read)
 int loader_open_split(Loader* ld, const char* pattern, const char* split, int seq_len, int vocab_size, int shuffle,
                       uint64_t seed);
 void loader_close(Loader* ld);

@@ -661,6 +661,13 @@ static int score_doc(const Args* a, Net* n, Loader* ld, long long start, int32_t
     return fail;
 }
 
+// a prepared directory as --data without a validation split: said once (its training split is scored)
+static void note_split(const Grid* g, const Args* a, const Loader* ld) {
+    static int noted;
+    if (g->rank == 0 && !noted++ && !strcmp(ld->split, "train"))
+        printf("note: '%s' holds no val_*.bin (prepared with --val-frac 0?): its train_*.bin are read, the training data\n", a->data);
+}
+
 // one series: per-position NLL sums and counts over the documents (summed over every rank), in buckets
 static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, Series* se, double* sum, double* cnt) {
     int T = a->seq_len, ns = a->ns;
@@ -675,9 +682,10 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
     snprintf(what, sizeof what, "series %d (%s)", s + 1, label);
     warn_rope(g, what, &u, ckpt);
     Loader ld;
-    int fail = loader_open_split(&ld, a->data, "val", 1, c.vocab_size, 0, 0);
+    int fail = loader_open_split(&ld, a->data, "val|train", 1, c.vocab_size, 0, 0);
     if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
     grid_check(g->world_g, fail, msg);
+    note_split(g, a, &ld);
     int eod = a->doc_mask ? c.eod : series_eod(a, g, &c, ckpt, 0);
     Doc* docs = NULL;
     int nd = a->doc_mask ? packed_windows(a, g, &ld, &docs) : series_docs(a, g, &ld, eod, span + 1, &docs);
@@ -861,7 +869,7 @@ static void eval_doc_lengths(const Args* a, const Grid* g) {
         int vocab = g_meta.found && g_meta.vocab_size > 0 ? g_meta.vocab_size : 1 << 30;
         char csv[1200], svg[1200], title[1100], e[1300] = "";
         int64_t* lens = NULL, n = 0;
-        fail = loader_open_split(&ld, a->data, "val", 1, vocab, 0, 0);
+        fail = loader_open_split(&ld, a->data, "val|train", 1, vocab, 0, 0);
         if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
         else {
             if (pack_doc_lengths(ld.n_tokens, eod, loader_read_fn, &ld, &lens, &n, e, sizeof e))
