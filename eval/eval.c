@@ -82,7 +82,7 @@ static void usage(FILE* f) {
         "  --label TEXT           legend label of the series of the --ckpt or --rope it follows (default: file\n"
         "                         name, + the RoPE when one is given)\n"
         "  --data PATTERN         held-out token shards (glob, directory or file; a prepared directory, one with a\n"
-        "                         meta.json: its val_*.bin); their directory's meta.json\n"
+        "                         meta.json: its val_*.bin, else its train_*.bin); their directory's meta.json\n"
         "                         (written by build/prepare, tools/prepare_hf) gives the default --eod, and a\n"
         "                         checkpoint that recorded its training data's tokenizer must match it\n"
         "  --data_meta 0|1        0: ignore meta.json and the checkpoint's recorded data description (default 1)\n"
