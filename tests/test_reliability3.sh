@@ -66,6 +66,10 @@ expect_err "eval --doc_lengths --eod 300 on data whose meta.json says eod 256" "
 # a checkpoint for sample and eval (2 steps, both saved)
 "${TR[@]}" --train_data "$T/d" --val_data "" --out_dir "$T/run" --max_steps 2 --ckpt_every 1 >"$T/run.out" 2>&1 || bad "run: $(tail -2 "$T/run.out")"
 
+mkdir "$T/fl" && mkfifo "$T/fl/latest"
+expect_err "sample --ckpt DIR whose 'latest' is a FIFO" "checkpoint: '$T/fl/latest' is a pipe (FIFO), not a regular file (the 'latest' pointer)" 1 \
+  build/sample --ckpt "$T/fl"
+
 # ---- 4, 5: build/sample's --prompt_file from a pipe, a directory; --top_p 0 ----
 S=(build/sample --ckpt "$T/run" --max_tokens 4 --seed 5)
 "${S[@]}" --prompt_file <(printf 'int main(void) {') >"$T/p1.out" 2>"$T/p1.err"
