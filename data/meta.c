@@ -170,7 +170,9 @@ int data_meta_parse(const char* text, const char* where, DataMeta* m, char* err,
         else fail = skip(&c, 0);
         if (fail && bad && (!strcmp(key, "vocab_size") || !strcmp(key, "eod_id") || !strcmp(key, "bos_id")))
             ERR("%s: bad value of \"%s\" near byte %zu (expected a whole number in [0, %d] or null)", where, key, c.i, INT_MAX);
-        if (fail) ERR("%s: bad value of \"%s\" near byte %zu%s", where, key, c.i, bad ? " (expected a whole number >= 0 or null)" : "");
+        int pair = !strcmp(key, "documents") || !strcmp(key, "tokens") || !strcmp(key, "shards");
+        if (fail) ERR("%s: bad value of \"%s\" near byte %zu%s", where, key, c.i, pair ? " (expected {\"train\": N, \"val\": N}, "
+                      "whole numbers >= 0 or null)" : bad ? " (expected a whole number >= 0 or null)" : "");
         ws(&c);
         if (c.s[c.i] == ',') { c.i++; continue; }
         if (c.s[c.i] == '}') { c.i++; break; }

@@ -319,7 +319,8 @@ int pack_build(Pack* p, const PackOpts* o, int64_t n_tokens, PackRead rd, void* 
             order[i] = order[j]; order[j] = tmp;
         }
     }
-    if (n == 0) { free(order); free(uses); docs_free(&d); return pk_fail(err, errlen, "pack: upsampling leaves no document to train on"); }
+    if (n == 0) { free(order); free(uses); docs_free(&d); return pk_fail(err, errlen, "pack: the source weights and upsampling leave no document to train on (a weight below 1 "
+                                   "uses each document with that probability)"); }
     Table t = { p, 0, 0, 0 };
     int rc = o->mode == PACK_DOC_START ? build_doc_start(&t, &d, order, n, W) : build_best_fit(&t, &d, order, n, W, o->buffer > 0 ? o->buffer : 1);
     if (!rc && p->n_win == 0) rc = 1;

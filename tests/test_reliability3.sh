@@ -70,6 +70,10 @@ mkdir "$T/fl" && mkfifo "$T/fl/latest"
 expect_err "sample --ckpt DIR whose 'latest' is a FIFO" "checkpoint: '$T/fl/latest' is a pipe (FIFO), not a regular file (the 'latest' pointer)" 1 \
   build/sample --ckpt "$T/fl"
 
+build/eval --ckpt "$T/run" --data "$T/nv" --seq_len 64 --docs 1 --out "$T/env" >"$T/env.out" 2>&1 \
+  && grep -q "^note: '$T/nv' holds no val_\*.bin (prepared with --val-frac 0?): its train_\*.bin are read, the training data$" "$T/env.out" \
+  && ok "eval --data DIR without val_*.bin: its train_*.bin, with a note" || bad "eval --data DIR without val_*.bin: $(grep -m2 'note\|eval:' "$T/env.out")"
+
 # ---- 4, 5: build/sample's --prompt_file from a pipe, a directory; --top_p 0 ----
 S=(build/sample --ckpt "$T/run" --max_tokens 4 --seed 5)
 "${S[@]}" --prompt_file <(printf 'int main(void) {') >"$T/p1.out" 2>"$T/p1.err"
