@@ -22,11 +22,16 @@ Group* group_from_mpi(MPI_Comm comm) {
     MPI_Comm_rank(comm, &g->rank);
     MPI_Comm_size(comm, &g->size);
     int id = next_id;   // an id every member agrees on (and new on each): the largest of the members' next ids
-    if (g->size > 1) MPI_Allreduce(MPI_IN_PLACE, &id, 1, MPI_INT, MPI_MAX, comm);
+    snprintf(g->name, sizeof g->name, "%s", comm == MPI_COMM_WORLD ? "world" : "split");
+    if (g->size > 1) {   // (under the watchdog: a member that never arrives ends the job)
+        MPI_Request rq;
+        g->id = -1;
+        MPI_Iallreduce(MPI_IN_PLACE, &id, 1, MPI_INT, MPI_MAX, comm, &rq);
+        comm_watch_wait(g, 1, &rq, "a new group's id (allreduce)", NULL);
+    }
     g->id = id;
     next_id = id + 1;
     if (id < MAX_GROUPS) registry[id] = g;
-    snprintf(g->name, sizeof g->name, "%s", comm == MPI_COMM_WORLD ? "world" : "split");
     if (comm == MPI_COMM_WORLD && !world_g) world_g = g;
     return g;
 }
@@ -239,11 +244,24 @@ static void stalled(const Group* g, int n, MPI_Request* rq, const char* what, co
         append(who, sizeof who, "%srank %d%s%s", sep, r, where, "");
         k++;
     }
-    char line[1800], ph[160];
+    // ranks outside g that did not answer either: the cause when members of g wait for them in another group
+    char also[400] = "";
+    int na = 0;
+    for (int r = 0; r < W && side != MPI_COMM_NULL; r++) {
+        int member = 0;
+        for (int i = 0; i < P && !member; i++) member = wrank[i] == r;
+        if (r == me || member || got[r]) continue;
+        size_t l = strlen(also);
+        if (l + 16 < sizeof also) snprintf(also + l, sizeof also - l, "%s%d", na++ ? ", " : "", r);
+    }
+    char tail[460] = "";
+    if (na) snprintf(tail, sizeof tail, "; rank%s %s, outside the group, do%s not answer either (stopped, hung or dead)",
+                     na > 1 ? "s" : "", also, na > 1 ? "" : "es");
+    char line[2300], ph[160];
     phase_suffix(ph, sizeof ph);
     if (k)
         snprintf(line, sizeof line, "comm: %s on the %s group (%d ranks) did not finish within timeout_s = %g s%s: %s "
-                 "did not arrive; rank %d aborts the job", what, g->name, P, timeout_s, ph, who, me);
+                 "did not arrive%s; rank %d aborts the job", what, g->name, P, timeout_s, ph, who, tail, me);
     else
         snprintf(line, sizeof line, "comm: %s on the %s group (%d ranks) did not finish within timeout_s = %g s%s although "
                  "every rank arrived (%s); rank %d aborts the job", what, g->name, P, timeout_s, ph,

@@ -7,12 +7,42 @@
 #include <string.h>
 #include <unistd.h>
 
+// this process's rank as the launcher set it (MPI is not up yet); 0 when none says
+static int launch_rank(void) {
+    const char* vars[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID" };
+    for (int i = 0; i < 4; i++) if (getenv(vars[i])) return atoi(getenv(vars[i]));
+    return 0;
+}
+
+// MPI's start-up waits for every rank without a watchdog (the comm layer's needs MPI): an alarm ends this rank with
+// one line when it has not finished after RINGLM_INIT_TIMEOUT_S (default 600 s; 0: none), rank r r x 2 s later (the
+// lowest rank still waiting says it; mpirun then ends the others)
+static char init_line[256];
+static size_t init_len;
+static void on_init_alarm(int sig) {
+    (void)sig;
+    if (write(2, init_line, init_len) < 0) {}
+    _exit(1);
+}
+
 void grid_mpi_init(int* argc, char*** argv) {
-    int provided;
+    int provided, r = launch_rank();
+    const char* e = getenv("RINGLM_INIT_TIMEOUT_S");
+    double t = e && *e ? atof(e) : 600;
+    const char* stop = getenv("RINGLM_TEST_STOP_BEFORE_INIT");   // test hook: this rank stops (SIGSTOP) before MPI starts
+    if (stop && *stop && atoi(stop) == r) raise(SIGSTOP);
+    if (t > 0) {
+        init_len = (size_t)snprintf(init_line, sizeof init_line, "ringlm: rank %d: MPI's start-up did not finish within %g s: "
+                                    "another rank did not start or stopped (stopped, hung, or its host is gone); this rank "
+                                    "ends the job\n", r, t);
+        signal(SIGALRM, on_init_alarm);
+        alarm((unsigned)(t + 2 * (r < 50 ? r : 50) + 0.5));
+    }
     // (several threads: the watchdog's phase thread answers and reports while the main thread is in HDF5's MPI-IO)
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     comm_watch_init(provided);
     group_world();   // group ids are agreed at creation: the world's first, on every rank
+    if (t > 0) { alarm(0); signal(SIGALRM, SIG_DFL); }
 }
 
 const Group* group_world(void) {
@@ -152,10 +182,7 @@ static void on_stop(int sig) {
     _exit(1);
 }
 void grid_stop_on_signals(const char* who) {
-    const char* vars[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID" };
-    const char* r = NULL;
-    for (int i = 0; i < 4 && !r; i++) r = getenv(vars[i]);
-    if (!r || atoi(r) == 0)
+    if (launch_rank() == 0)
         stop_len = (size_t)snprintf(stop_line, sizeof stop_line, "%s: stopped by SIGTERM or SIGUSR1 (a preemption, Ctrl-C "
                                     "through tools/preemptible): nothing more is written\n", who);
     signal(SIGTERM, on_stop);

@@ -2,7 +2,8 @@
 # Jobs that stall, start, die and are misconfigured (issue 32):
 #  - a rank stalled during a checkpoint save: stopped (SIGSTOP) inside HDF5's collective write, where only the
 #    watchdog's phase thread sees it, or by the test at a random moment of a slowed save: one line naming the phase
-#    and the rank, a non-zero exit, no process left (a rank waiting in a wait of the comm layer uses no CPU);
+#    and the rank, a non-zero exit, no process left (a rank waiting in a wait of the comm layer uses no CPU); a rank
+#    stopped before MPI started: the start-up's alarm, one line;
 #  - SIGTERM to tools/preemptible and to the Slurm batch script (stand-ins for srun and scontrol) at several moments
 #    of the start-up: never killed by SIGUSR1's default action, never lost (the run stops with a checkpoint, or
 #    nothing is started, exit 0);
@@ -65,6 +66,15 @@ if until_file "$T/s2/ckpt_00000002.h5.tmp" $job; then
   elif [ -n "$c0" ] && [ -n "$c1" ] && [ $((c1 - c0)) -le 5 ]; then ok "... rank 0 waited in the comm layer without spinning: $((c1 - c0)) CPU ticks in 1 s"
   else bad "rank 0 spins in a wait of the comm layer: $((c1 - c0)) CPU ticks in 1 s"; fi
 else bad "the run for the SIGSTOP during a save did not reach its save: $(tail -c 300 "$T/s2.err")"; end_session "$(cat "$T/s2.sid")" $job; fi
+
+# (c) a rank stopped before MPI has started (test hook): the start-up's alarm (RINGLM_INIT_TIMEOUT_S) ends the job
+RINGLM_TEST_STOP_BEFORE_INIT=1 RINGLM_INIT_TIMEOUT_S=$TO in_session "$T/s3.sid" "${MPI[@]}" -np 2 build/train "${A[@]}" \
+  --out_dir "$T/s3" --max_steps 2 >"$T/s3.out" 2>"$T/s3.err" &
+job=$!
+sleep 0.5; job_end s3 $job "$(cat "$T/s3.sid")"
+if [ $alive = 0 ] && [ $rc -ne 0 ] && [ "$n" = 1 ] && [ "$left" = 0 ] && grep -qx "ringlm: rank 0: MPI's start-up did not finish within $TO s: another rank did not start or stopped (stopped, hung, or its host is gone); this rank ends the job" "$T/s3.e1"; then
+  ok "rank 1 stopped before MPI started: exit $rc, one line: $(cat "$T/s3.e1")"
+else bad "rank 1 stopped before MPI started: running $alive, exit $rc, $n lines, $left processes left: $(head -c 600 "$T/s3.err")"; fi
 
 # ---- 10. SIGTERM during start-up ----
 # ran_first_line PID SCRIPT: 0 once PID runs SCRIPT (not a fork of this shell before its exec, which has this
