@@ -15,8 +15,10 @@
 #                                from OUT_DIR: 'latest' and the config.txt the trainer wrote), or when this script was
 #                                stopped by a signal; 1 when finished
 #   launch_int NAME MIN          exits 1 with one line unless the variable NAME holds a whole number >= MIN
-# Signals: each script's first line records a SIGTERM, SIGINT or SIGHUP in LAUNCH_STOP (`trap 'LAUNCH_STOP=1' TERM
-# INT HUP`) and launch_run acts on it: before the run started, nothing is started; later, it is passed on.
+# Signals: each script's first line records a SIGTERM, SIGINT, SIGHUP or SIGUSR1 in LAUNCH_STOP (`trap 'LAUNCH_STOP=1'
+# TERM INT HUP USR1`) and launch_run acts on it: before the run started, nothing is started; later, it is passed on.
+# (bash 5.2 can fail with "trap: line 2: unexpected EOF ..." when a trapped signal arrives just as it parses a
+# command substitution; the scripts keep those few before the run, and nothing has been started then.)
 launch_int() {
   local name=$1 min=$2 v=${!1-}
   if ! [[ $v =~ ^[0-9]{1,9}$ ]] || (( 10#$v < min )); then
@@ -56,7 +58,7 @@ launch_run() {
     exit 0
   fi
   local pid="" rc=0
-  trap 'LAUNCH_STOP=1; [ -n "$pid" ] && launch_pass_on "$pid"' TERM INT HUP
+  trap 'LAUNCH_STOP=1; [ -n "$pid" ] && launch_pass_on "$pid"' TERM INT HUP USR1
   "$@" &
   pid=$!
   [ -n "${LAUNCH_STOP:-}" ] && launch_pass_on "$pid"   # (a signal between the check above and here)
@@ -64,7 +66,7 @@ launch_run() {
     rc=0; wait "$pid" || rc=$?
     kill -0 "$pid" 2>/dev/null || break     # wait was interrupted by a signal: CMD is still saving
   done
-  trap 'LAUNCH_STOP=1' TERM INT HUP
+  trap 'LAUNCH_STOP=1' TERM INT HUP USR1
   return "$rc"
 }
 

@@ -12,13 +12,13 @@
 #
 #   HOSTFILE=hosts.txt NODES=2 RANKS_PER_NODE=8 TP=4 CP=4 bash configs/launch/mpirun_cpu.sh [more train keys]
 #   NODES=1 RANKS_PER_NODE=4 TP=1 CP=4 CONFIG=configs/tiny.conf bash configs/launch/mpirun_cpu.sh  (one machine)
-trap 'LAUNCH_STOP=1' TERM INT HUP   # first of all: a stop during start-up is kept (configs/launch/common.sh)
+trap 'LAUNCH_STOP=1' TERM INT HUP USR1   # first of all: a stop during start-up is kept (configs/launch/common.sh)
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+case $0 in */*) cd "${0%/*}/../..";; *) cd ../..;; esac
 source configs/launch/common.sh
 CONFIG=${CONFIG:-configs/llama_125m_128k.conf}
 DATA=${DATA:-data}                     # directory with train_*.bin / val_*.bin (and meta.json)
-OUT_DIR=${OUT_DIR:-out/$(basename "$CONFIG" .conf)}
+NAME=${CONFIG##*/}; OUT_DIR=${OUT_DIR:-out/${NAME%.conf}}
 NODES=${NODES:-2}
 RANKS_PER_NODE=${RANKS_PER_NODE:-8}
 TP=${TP:-4}                            # within a node
@@ -34,7 +34,7 @@ HOSTS=()
 if [ -n "${HOSTFILE:-}" ]; then HOSTS=(--hostfile "$HOSTFILE")
 elif (( NODES > 1 )); then echo "launch: set HOSTFILE to an Open MPI hostfile (one line per node: 'host slots=N')" >&2; exit 1; fi
 MPI=(mpirun -np "$WORLD" "${HOSTS[@]}" --map-by "ppr:$RANKS_PER_NODE:node" --bind-to none -x OMP_NUM_THREADS -x HDF5_USE_FILE_LOCKING)
-[ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+(( EUID == 0 )) && MPI+=(--allow-run-as-root)
 (( NODES == 1 && RANKS_PER_NODE > $(nproc) )) && MPI+=(--oversubscribe)
 export OMP_NUM_THREADS=$THREADS HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}
 launch_run tools/preemptible "${MPI[@]}" \

@@ -10,14 +10,14 @@
 # NCCL / UCX settings: configs/launch/gpu_env.sh (defaults; the environment wins).
 #
 #   HOSTFILE=hosts.txt NODES=4 GPUS_PER_NODE=8 TP=2 CP=16 bash configs/launch/mpirun_gpu.sh [more train keys]
-trap 'LAUNCH_STOP=1' TERM INT HUP   # first of all: a stop during start-up is kept (configs/launch/common.sh)
+trap 'LAUNCH_STOP=1' TERM INT HUP USR1   # first of all: a stop during start-up is kept (configs/launch/common.sh)
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+case $0 in */*) cd "${0%/*}/../..";; *) cd ../..;; esac
 source configs/launch/common.sh
 source configs/launch/gpu_env.sh
 CONFIG=${CONFIG:-configs/llama_1b_128k.conf}
 DATA=${DATA:-data}                     # directory with train_*.bin / val_*.bin (and meta.json)
-OUT_DIR=${OUT_DIR:-out/$(basename "$CONFIG" .conf)}
+NAME=${CONFIG##*/}; OUT_DIR=${OUT_DIR:-out/${NAME%.conf}}
 NODES=${NODES:-1}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 TP=${TP:-2}                            # within a node
@@ -35,7 +35,7 @@ if [ -n "${HOSTFILE:-}" ]; then HOSTS=(--hostfile "$HOSTFILE")
 elif (( NODES > 1 )); then echo "launch: set HOSTFILE to an Open MPI hostfile (one line per node: 'host slots=GPUS')" >&2; exit 1; fi
 MPI=(mpirun -np "$WORLD" "${HOSTS[@]}" --map-by "ppr:$GPUS_PER_NODE:node" --bind-to none)
 for v in "${GPU_ENV_NAMES[@]}"; do MPI+=(-x "$v"); done
-[ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+(( EUID == 0 )) && MPI+=(--allow-run-as-root)
 (( NODES == 1 && GPUS_PER_NODE > $(nproc) )) && MPI+=(--oversubscribe)
 launch_run tools/preemptible "${MPI[@]}" \
   "$TRAIN" -c "$CONFIG" --train_data "$DATA/train_*.bin" --val_data "$DATA/val_*.bin" \
