@@ -863,7 +863,11 @@ static void eval_passkey(const Args* a, const Grid* g) {
 // --doc_lengths: rank 0 scans the data's documents (at the eod of --eod, meta.json or the byte tokenizer's 256)
 static void eval_doc_lengths(const Args* a, const Grid* g) {
     int fail = 0, eod = a->eod >= 0 ? a->eod : g_meta.found && g_meta.eod_id >= 0 ? g_meta.eod_id : 256;
-    grid_check(g->world_g, eod_contradicts_meta(a), msg);
+    int none = a->eod == -1;
+    if (none)
+        snprintf(msg, sizeof msg, "eval: --doc_lengths splits the data at its end-of-document token, and --eod -1 means "
+                 "none: drop --eod (the data's meta.json eod_id, else the byte tokenizer's 256) or give the separator's id");
+    grid_check(g->world_g, none || eod_contradicts_meta(a), msg);
     if (g->rank == 0) {
         Loader ld;
         int vocab = g_meta.found && g_meta.vocab_size > 0 ? g_meta.vocab_size : 1 << 30;

@@ -19,7 +19,7 @@ meta() { $PY -c "import json,sys; m=json.load(open(sys.argv[1])); print(m[sys.ar
 cp "$M" "$T/meta.bak"
 try_meta() {  # NAME PATTERN: meta.json replaced by what the caller made; train and eval refuse it in one line
   refuse "train, meta.json $1" "$T/d/meta.json' is $2|not a regular file (a data description)" --train_data "$T/d"
-  expect_err "eval --doc_lengths, meta.json $1" "$T/d/meta.json' is $2" 1 build/eval --doc_lengths --data "$T/d" --out "$T/e"
+  expect_err "eval --doc_lengths, meta.json $1" "$T/d/meta.json' is $2" 1 build/eval --doc_lengths --data "$T/d" --out "$T/eo" --force
   rm -f "$M"
 }
 rm "$M"; mkfifo "$M"; try_meta "a FIFO" "a pipe (FIFO)"
@@ -56,12 +56,14 @@ rm "$T/d/train_000000b.bin"
 sed 's/"vocab_size": 257/"vocab_size": 4294967553/' "$T/meta.bak" >"$M"
 refuse "meta.json vocab_size 4294967553" "bad value of \"vocab_size\"|[0, 2147483647]" --train_data "$T/d"
 sed 's/"eod_id": 256/"eod_id": 4294967552/' "$T/meta.bak" >"$M"
-expect_err "eval: meta.json eod_id 4294967552" "bad value of \"eod_id\"|[0, 2147483647]" 1 build/eval --doc_lengths --data "$T/d" --out "$T/e"
+expect_err "eval: meta.json eod_id 4294967552" "bad value of \"eod_id\"|[0, 2147483647]" 1 build/eval --doc_lengths --data "$T/d" --out "$T/eo" --force
 cp "$T/meta.bak" "$M"
 
 # ---- 9: eval --doc_lengths --eod against meta.json ----
 expect_err "eval --doc_lengths --eod 300 on data whose meta.json says eod 256" "--eod 300 (command line) contradicts the data's end-of-document id 256" 1 \
-  build/eval --doc_lengths --data "$T/d" --eod 300 --out "$T/e"
+  build/eval --doc_lengths --data "$T/d" --eod 300 --out "$T/eo" --force
+expect_err "eval --doc_lengths --eod -1 (no separator: no documents to measure)" "--doc_lengths splits the data at its end-of-document token, and --eod -1 means none" 1 \
+  build/eval --doc_lengths --data "$T/d" --eod -1 --out "$T/eo" --force
 
 # a checkpoint for sample and eval (2 steps, both saved)
 "${TR[@]}" --train_data "$T/d" --val_data "" --out_dir "$T/run" --max_steps 2 --ckpt_every 1 >"$T/run.out" 2>&1 || bad "run: $(tail -2 "$T/run.out")"
@@ -91,12 +93,20 @@ expect_err "--prompt_file DIRECTORY" "--prompt_file '$T' is a directory" 1 "${S[
 # ---- 13: a checkpoint deleted while read (a live run's keep_last): 'latest' resolved once more, or said ----
 L="$T/run"
 hook="mv $L/ckpt_00000002.h5 $L/aside.h5 && printf 'ckpt_00000001.h5\n' >$L/latest"
-RINGLM_TEST_CKPT_RESOLVED_CMD="$hook" "${S[@]}" --ids >"$T/v1.out" 2>"$T/v1.err" && [ -s "$T/v1.out" ] \
-  && ok "sample: the checkpoint 'latest' named vanished after it was resolved: resolved again (ckpt_00000001.h5), generated" \
-  || bad "sample, vanished checkpoint: $(cat "$T/v1.err")"
+# (references: each checkpoint read directly; steps 1 and 2 give different samples and losses)
+E=(build/eval --data "$T/d" --seq_len 64 --docs 2)
+for s in 1 2; do
+  build/sample --ckpt "$L/ckpt_0000000$s.h5" --max_tokens 4 --seed 5 --ids >"$T/r$s.out" 2>/dev/null
+  "${E[@]}" --ckpt "$L/ckpt_0000000$s.h5" --out "$T/re$s" 2>/dev/null | grep "^all positions" >"$T/re$s.out"
+done
+RINGLM_TEST_CKPT_RESOLVED_CMD="$hook" "${S[@]}" --ids >"$T/v1.out" 2>"$T/v1.err" && [ -s "$T/r1.out" ] && cmp -s "$T/v1.out" "$T/r1.out" && ! cmp -s "$T/r1.out" "$T/r2.out" \
+  && ok "sample: the checkpoint 'latest' named vanished after it was resolved: resolved again, ckpt_00000001.h5's text ($(cat "$T/v1.out"))" \
+  || bad "sample, vanished checkpoint: '$(cat "$T/v1.out")' (step 1's: '$(cat "$T/r1.out")', step 2's: '$(cat "$T/r2.out")'): $(cat "$T/v1.err")"
 mv "$L/aside.h5" "$L/ckpt_00000002.h5"; echo ckpt_00000002.h5 >"$L/latest"
-RINGLM_TEST_CKPT_RESOLVED_CMD="$hook" build/eval --ckpt "$L" --data "$T/d" --seq_len 64 --docs 2 --out "$T/v2" >"$T/v2.out" 2>"$T/v2.err" \
-  && ok "eval: the same: resolved again, evaluated" || bad "eval, vanished checkpoint: $(cat "$T/v2.err")"
+RINGLM_TEST_CKPT_RESOLVED_CMD="$hook" "${E[@]}" --ckpt "$L" --out "$T/v2" >"$T/v2.out" 2>"$T/v2.err"
+l=$(grep "^all positions" "$T/v2.out")
+[ -n "$l" ] && [ "$l" = "$(cat "$T/re1.out")" ] && [ "$l" != "$(cat "$T/re2.out")" ] && ok "eval: the same: resolved again, ckpt_00000001.h5's losses" \
+  || bad "eval, vanished checkpoint: '$l' (step 1's: '$(cat "$T/re1.out")', step 2's: '$(cat "$T/re2.out")'): $(cat "$T/v2.err")"
 mv "$L/aside.h5" "$L/ckpt_00000002.h5"; echo ckpt_00000002.h5 >"$L/latest"
 ERR_ALSO='! grep -q "corrupt" "$T/e"' RINGLM_TEST_CKPT_RESOLVED_CMD="mv $L/ckpt_00000002.h5 $L/aside.h5" \
   expect_err "sample: the checkpoint deleted and 'latest' still naming it" "'$L/latest' points at '$L/ckpt_00000002.h5', which does not exist" 1 "${S[@]}"

@@ -144,6 +144,7 @@ else bad "mpirun_cpu.sh did not start: $(tail -c 300 "$T/k.err")"; end_session "
 # ---- 19. the launch scripts' numeric variables ----
 expect_err "mpirun_cpu.sh TP=0" "launch: TP='0' must be a whole number >= 1" 1 env NODES=1 TP=0 bash configs/launch/mpirun_cpu.sh
 expect_err "mpirun_cpu.sh RANKS_PER_NODE=abc" "launch: RANKS_PER_NODE='abc' must be a whole number >= 1" 1 env NODES=1 RANKS_PER_NODE=abc bash configs/launch/mpirun_cpu.sh
+expect_err "mpirun_cpu.sh TP=08 (decimal, not octal)" "launch: 2 ranks are not a multiple of tp x cp = 8 x 1 = 8" 1 env NODES=1 RANKS_PER_NODE=2 TP=08 CP=1 bash configs/launch/mpirun_cpu.sh
 expect_err "mpirun_gpu.sh GPUS_PER_NODE=8x" "launch: GPUS_PER_NODE='8x' must be a whole number >= 1" 1 env TRAIN=build/train GPUS_PER_NODE=8x bash configs/launch/mpirun_gpu.sh
 expect_err "slurm_cpu.sbatch CP=-2" "launch: CP='-2' must be a whole number >= 1" 1 env SLURM_NTASKS=2 CP=-2 bash configs/launch/slurm_cpu.sbatch
 expect_err "slurm_gpu.sbatch SLURM_NTASKS=x2" "launch: SLURM_NTASKS='x2' must be a whole number >= 1" 1 env TRAIN=build/train SLURM_NTASKS=x2 bash configs/launch/slurm_gpu.sbatch

@@ -14,7 +14,8 @@
 #   launch_unfinished OUT_DIR    status 0 when the newest checkpoint's step is below the run's max_steps (both read
 #                                from OUT_DIR: 'latest' and the config.txt the trainer wrote), or when this script was
 #                                stopped by a signal; 1 when finished
-#   launch_int NAME MIN          exits 1 with one line unless the variable NAME holds a whole number >= MIN
+#   launch_int NAME MIN          exits 1 with one line unless the variable NAME holds a whole number >= MIN; leading
+#                                zeros are dropped (08 is 8)
 # Signals: each script's first line records a SIGTERM, SIGINT, SIGHUP or SIGUSR1 in LAUNCH_STOP (`trap 'LAUNCH_STOP=1'
 # TERM INT HUP USR1`) and launch_run acts on it: before the run started, nothing is started; later, it is passed on.
 # (bash 5.2 can fail with "trap: line 2: unexpected EOF ..." when a trapped signal arrives just as it parses a
@@ -24,6 +25,7 @@ launch_int() {
   if ! [[ $v =~ ^[0-9]{1,9}$ ]] || (( 10#$v < min )); then
     echo "launch: $name='$v' must be a whole number >= $min" >&2; exit 1
   fi
+  printf -v "$name" '%d' "$((10#$v))"   # (decimal: bash's arithmetic would read 010 as octal 8 and refuse 08)
 }
 
 launch_grid() {
