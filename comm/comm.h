@@ -28,6 +28,14 @@ void comm_set_note_stderr(int on);
 // arrive (asked over a side channel: no answer = stopped, hung or dead). 0 disables it; the default is 600.
 // Waiting ranks poll, and after the first millisecond sleep between polls: a stalled peer costs no CPU.
 void comm_set_timeout(double seconds);
+// A phase of the job in which ranks block outside this layer too: HDF5's collective I/O (it waits inside MPI-IO)
+// and one rank's file work while the others wait (a checkpoint's save, verification and load). Between begin and
+// end a thread of the watchdog answers the side channel for this rank while it is not in a wait of this layer, and
+// ends the job with one line (naming the phase and the ranks that do not answer) when this rank has been out of
+// the layer's waits for `seconds` of comm_set_timeout. `name` ("saving ckpt_00000100.h5") ends every watchdog line
+// of the phase (" while NAME"). Needs MPI_THREAD_MULTIPLE; without it the phase only names the layer's waits.
+void comm_phase_begin(const char* name);
+void comm_phase_end(void);
 
 // ---- control collectives: host memory ----
 void ctl_sum_f64(const Group* g, double* x, size_t n);     // in place, element-wise over the group

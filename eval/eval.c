@@ -82,7 +82,8 @@ static void usage(FILE* f) {
         "                         the RoPE the checkpoint was trained with\n"
         "  --label TEXT           legend label of the series of the --ckpt or --rope it follows (default: file\n"
         "                         name, + the RoPE when one is given)\n"
-        "  --data PATTERN         held-out token shards (glob, directory or file); their directory's meta.json\n"
+        "  --data PATTERN         held-out token shards (glob, directory or file; a prepared directory, one with a\n"
+        "                         meta.json: its val_*.bin, else its train_*.bin); their directory's meta.json\n"
         "                         (written by build/prepare, tools/prepare_hf) gives the default --eod, and a\n"
         "                         checkpoint that recorded its training data's tokenizer must match it\n"
         "  --data_meta 0|1        0: ignore meta.json and the checkpoint's recorded data description (default 1)\n"
@@ -394,10 +395,13 @@ static void check_tokens(const Args* a, const Grid* g, const char* path, const C
 static void net_open(Net* n, const SeriesArg* sa, const Args* a, const Grid* g, int T, Config* c_out, RopeUse* u,
                      char* path) {
     const Group* world = g->world_g;
-    int fail = ckpt_resolve(sa->ckpt, sa->ckpt, path, 2048, msg, sizeof msg);
-    grid_check(world, fail, msg);
     Config c;
-    fail = ckpt_read_config(path, &c, msg, sizeof msg);
+    int fail;
+    path[0] = 0;
+    for (int tries = 0;; tries++) {   // once more when a live run's keep_last deleted the checkpoint meanwhile
+        fail = ckpt_resolve(sa->ckpt, sa->ckpt, path, 2048, msg, sizeof msg) || ckpt_read_config(path, &c, msg, sizeof msg);
+        if (tries || !ckpt_retry_vanished(world, fail, sa->ckpt, path)) break;
+    }
     grid_check(world, fail, msg);
     check_tokens(a, g, path, &c);
     Config trained = c;
@@ -427,7 +431,11 @@ static void net_open(Net* n, const SeriesArg* sa, const Args* a, const Grid* g, 
     ModelGroups mg = { g->tp > 1 ? g->tp_g : NULL, g->cp_g, NULL, NULL, g->cp_g };
     model_build(&n->m, &c, 1, T, &mg);
     TrainState ts;
-    fail = ckpt_load(path, &n->m, NULL, g, &ts, ALLOW, msg, sizeof msg, NULL, 0);
+    for (int tries = 0;; tries++) {   // (the same: a newer checkpoint of the same run)
+        fail = ckpt_load(path, &n->m, NULL, g, &ts, ALLOW, msg, sizeof msg, NULL, 0);
+        if (tries || !ckpt_retry_vanished(world, fail, sa->ckpt, path)) break;
+        grid_check(world, ckpt_resolve(sa->ckpt, sa->ckpt, path, 2048, msg, sizeof msg), msg);
+    }
     grid_check(world, fail, msg);
     *c_out = c;
 }
@@ -613,6 +621,20 @@ static int packed_windows(const Args* a, const Grid* g, Loader* ld, Doc** docs) 
     return (int)n;
 }
 
+// --eod ID against the data's meta.json: 1 + msg when it contradicts meta.json's eod_id (or is no token of its
+// vocabulary)
+static int eod_contradicts_meta(const Args* a) {
+    if (a->eod < 0 || !g_meta.found) return 0;
+    if (g_meta.eod_id >= 0 && a->eod != g_meta.eod_id)
+        snprintf(msg, sizeof msg, "eval: --eod %d (command line) contradicts the data's end-of-document id %d (%s): drop --eod "
+                 "to take the data's value, or give --data_meta 0 to ignore meta.json", a->eod, g_meta.eod_id, g_meta.path);
+    else if (a->eod >= g_meta.vocab_size)
+        snprintf(msg, sizeof msg, "eval: --eod %d is not a token of the data (vocab_size %d, %s)", a->eod, g_meta.vocab_size,
+                 g_meta.path);
+    else return 0;
+    return 1;
+}
+
 // the end-of-document (separator) token of a series: --eod ID, else the byte tokenizer's 256 for vocab 257, else
 // none (-1: consecutive windows; perplexity notes it once). Passkey documents are byte-level text and need a
 // separator. A separator outside the checkpoint's vocabulary ends the job with one line.
@@ -627,9 +649,7 @@ static int series_eod(const Args* a, const Grid* g, const Config* c, const char*
             snprintf(msg, sizeof msg, "eval: the data's end-of-document id %d (%s) is not a token of checkpoint %s (vocab_size "
                      "%d): evaluate on data made with the checkpoint's tokenizer", eod, g_meta.path, ckpt, c->vocab_size);
         fail = 1;
-    } else if (a->eod >= 0 && meta_eod >= 0 && a->eod != meta_eod) {
-        snprintf(msg, sizeof msg, "eval: --eod %d (command line) contradicts the data's end-of-document id %d (%s): drop --eod "
-                 "to take the data's value, or give --data_meta 0 to ignore meta.json", a->eod, meta_eod, g_meta.path);
+    } else if (!passkey && eod_contradicts_meta(a)) {
         fail = 1;
     } else if (passkey && a->eod == -1) {
         snprintf(msg, sizeof msg, "eval: --passkey starts each document with a separator token, and --eod -1 means none: "
@@ -707,6 +727,13 @@ static void rope_hint(int T, const Config* saved) {
            saved->rope_scaling, f, base, base, was, as);
 }
 
+// a prepared directory as --data without a validation split: said once (its training split is scored)
+static void note_split(const Grid* g, const Args* a, const Loader* ld) {
+    static int noted;
+    if (g->rank == 0 && !noted++ && !strcmp(ld->split, "train"))
+        printf("note: '%s' holds no val_*.bin (prepared with --val-frac 0?): its train_*.bin are read, the training data\n", a->data);
+}
+
 // one series: per-position NLL sums and counts over the documents (summed over every rank), in buckets
 static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, Series* se, double* sum, double* cnt) {
     int T = a->seq_len, ns = a->ns;
@@ -721,9 +748,10 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
     snprintf(what, sizeof what, "series %d (%s)", s + 1, label);
     warn_rope(g, what, &u, ckpt);
     Loader ld;
-    int fail = loader_open(&ld, a->data, 1, c.vocab_size, 0, 0);
+    int fail = loader_open_split(&ld, a->data, "val|train", 1, c.vocab_size, 0, 0);
     if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
     grid_check(g->world_g, fail, msg);
+    note_split(g, a, &ld);
     int eod = a->doc_mask ? c.eod : series_eod(a, g, &c, ckpt, 0);
     Doc* docs = NULL;
     int nd = a->doc_mask ? packed_windows(a, g, &ld, &docs) : series_docs(a, g, &ld, eod, span + 1, &docs);
@@ -905,16 +933,24 @@ static void eval_passkey(const Args* a, const Grid* g) {
 // --doc_lengths: rank 0 scans the data's documents (at the eod of --eod, meta.json or the byte tokenizer's 256)
 static void eval_doc_lengths(const Args* a, const Grid* g) {
     int fail = 0, eod = a->eod >= 0 ? a->eod : g_meta.found && g_meta.eod_id >= 0 ? g_meta.eod_id : 256;
+    int none = a->eod == -1;
+    if (none)
+        snprintf(msg, sizeof msg, "eval: --doc_lengths splits the data at its end-of-document token, and --eod -1 means "
+                 "none: drop --eod (the data's meta.json eod_id, else the byte tokenizer's 256) or give the separator's id");
+    grid_check(g->world_g, none || eod_contradicts_meta(a), msg);
     if (g->rank == 0) {
         Loader ld;
         int vocab = g_meta.found && g_meta.vocab_size > 0 ? g_meta.vocab_size : 1 << 30;
         char csv[1200], svg[1200], title[1100], e[1300] = "";
         int64_t* lens = NULL, n = 0;
-        fail = loader_open(&ld, a->data, 1, vocab, 0, 0);
+        fail = loader_open_split(&ld, a->data, "val|train", 1, vocab, 0, 0);
         if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
         else {
             if (pack_doc_lengths(ld.n_tokens, eod, loader_read_fn, &ld, &lens, &n, e, sizeof e))
                 { snprintf(msg, sizeof msg, "eval: %s", ld.err[0] ? ld.err : e); fail = 1; }
+            else if (n <= 1)
+                printf("WARNING: the end-of-document token %d occurs nowhere inside '%s': the data is one document of all "
+                       "its tokens; check --eod\n", eod, a->data);
             loader_close(&ld);
         }
         if (!fail) fail = make_dirs("eval", a->out, msg, sizeof msg) || out_file(a, csv, sizeof csv, "_doclen.csv") ||
@@ -933,6 +969,7 @@ static void eval_doc_lengths(const Args* a, const Grid* g) {
 
 int main(int argc, char** argv) {
     stdout_lines();   // each line appears when printed, also into a file or pipe
+    grid_stop_on_signals("eval");
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
     for (int i = 1; i < argc; i++)

@@ -35,7 +35,7 @@ static int open_windows(Loader* ld, Config* c, Balance* b, char* err, size_t err
         return 1;
     }
     int mode = pack_mode(c->pack);
-    if (mode != PACK_STREAM && loader_pack(ld, mode, config_eod(c), c->pack_buffer, c->upsample_len, c->upsample_factor)) {
+    if (mode != PACK_STREAM && loader_pack(ld, mode, config_eod(c), c->pack_buffer, c->upsample_len, c->upsample_factor, 0)) {
         snprintf(err, errlen, "plan: train_data: %s", ld->err);
         loader_close(ld);
         return 1;

@@ -175,7 +175,7 @@ int sample_logits(const float* logits, int nv, float temperature, int top_k, flo
     double mx = logits[idx[0]], sum = 0;
     for (int i = 0; i < k; i++) { p[i] = exp(((double)logits[idx[i]] - mx) / temperature); sum += p[i]; }
     int keep = k;
-    if (top_p > 0 && top_p < 1) {   // the smallest prefix whose probability reaches top_p
+    if (top_p < 1) {   // the smallest prefix whose probability reaches top_p (top_p 0: the most likely token)
         double c = 0;
         for (int i = 0; i < k; i++) { c += p[i] / sum; if (c >= top_p) { keep = i + 1; break; } }
     }

@@ -21,8 +21,9 @@ changed (build/train's first record of each run says "start": "new" | "resume" |
 A resumed run appends to the file: a step number that is not above the previous record's starts over there, so
 the earlier records from that step on are dropped (the later lines win; a tail the resumed run did not reach again
 goes too, as TensorBoard purges orphaned steps). A last line without a newline that does not parse (a run still
-writing) is left out. Bad input — a missing file, a line that is not a JSON object with an integer step, a file
-without records — is one line on stderr and exit status 1.
+writing) is left out. Bad input — a missing file, a line that is not a JSON object with an integer step, a step
+outside [0, 2^53], a finite value other than 0 whose magnitude lies outside [1e-300, 1e300] (no axis can show it), a
+file without records — is one line on stderr (naming the line) and exit status 1.
 
 SVG layout (pixels) as build/eval's plots (eval/report.c): each panel a PLOT_W x PLOT_H frame with its title above,
 tick labels left and below, grid lines; the legend right of the panels. Coordinates have one decimal.
@@ -51,6 +52,8 @@ TOP = 46.0                        # the overall title
 CHAR_W = 7.0                      # rough width of one 12px sans-serif character, for layout only
 MAX_PTS = 4                       # points kept per pixel column of a long series (first, min, max, last)
 CSV_KEYS = ["tokens_seen", "loss", "val_loss", "lr", "tokens_per_s", "grad_norm"]
+MAX_STEP = 2 ** 53                # steps above this are no exact floats (the x axis computes in floats)
+MIN_ABS, MAX_ABS = 1e-300, 1e300  # finite values outside these magnitudes overflow the axes' arithmetic
 
 
 class Fail(Exception):
@@ -92,6 +95,14 @@ def metrics_file(arg):
     if not os.path.exists(arg):
         raise Fail(f"'{arg}': no such file or directory")
     return arg
+
+
+def shown(v):
+    """A number for a message: floats with 6 digits, long integers cut (their digits counted)."""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    t = str(v)
+    return t if len(t) <= 24 else f"{t[:12]}... ({len(t)} digits)"
 
 
 def number(v):
@@ -170,7 +181,20 @@ def read_run(path, label):
             step = int(step)
         if isinstance(step, bool) or not isinstance(step, int):
             raise Fail(f"'{path}' line {i + 1}: no integer \"step\" in the record")
+        if not 0 <= step <= MAX_STEP:
+            raise Fail(f"'{path}' line {i + 1}: \"step\" {shown(rec['step'])} is outside [0, 2^53] (not a training step)")
         rec["step"] = step
+        for key in CSV_KEYS:   # the values drawn: their ranges must leave room for axis arithmetic
+            v = rec.get(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            try:
+                f = float(v)
+            except OverflowError:
+                f = math.inf if v > 0 else -math.inf
+            if math.isfinite(f) and f != 0 and not MIN_ABS <= abs(f) <= MAX_ABS or isinstance(v, int) and not math.isfinite(f):
+                raise Fail(f"'{path}' line {i + 1}: \"{key}\" {shown(v)} is outside the values a plot can show "
+                           f"(0, or a magnitude in [1e-300, 1e300])")
         cut = bisect.bisect_left(steps, step)       # records from this step on are superseded
         if cut < len(steps):
             run.dropped += len(steps) - cut
@@ -454,8 +478,9 @@ def draw(runs, xkey, smooth_n, logs, title):
             data[key].append(d)
             xs += [x for x, _ in d["raw"]] + [x for x, _ in d["val"]]
     x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
-    if x1 <= x0:
-        x0, x1 = x0 - 1, x1 + 1
+    if x1 <= x0:                                   # one x: a range around it (relative where 1 is below a float's step)
+        pad = max(1.0, abs(x0) * 1e-6)
+        x0, x1 = x0 - pad, x1 + pad
     maxlab = max(len(r.label) for r in runs)
     legend_w = max(50 + CHAR_W * maxlab, 230.0)
     cell_w, cell_h = PAN_L + PLOT_W + PAN_R, PAN_T + PLOT_H + PAN_B

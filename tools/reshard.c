@@ -890,7 +890,11 @@ int main(int argc, char** argv) {
         }
     Opts o;
     grid_check(W, parse_args(argc, argv, &o), msg);
+    char ph[300];   // HDF5's collective I/O and one rank's file work under the watchdog (comm_phase_begin)
+    snprintf(ph, sizeof ph, "%s %.250s", o.mode == MODE_CONVERT ? "converting" : "reading", o.in);
+    comm_phase_begin(ph);
     int rc = o.mode == MODE_CONVERT ? convert(&o) : inspect(&o);
+    comm_phase_end();
     grid_exit(rc);
     return rc;
 }

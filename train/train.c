@@ -622,7 +622,10 @@ static int pack_train(Run* r) {
         return 0;
     }
     double t0 = now_s();
-    if (loader_pack(ld, mode, config_eod(c), c->pack_buffer, c->upsample_len, c->upsample_factor)) {
+    // every rank of a node builds the same table: each may take its share of the host's memory
+    double node_ranks = ctl_max(r->g.world_g, (double)r->g.local_rank) + 1;
+    if (loader_pack(ld, mode, config_eod(c), c->pack_buffer, c->upsample_len, c->upsample_factor,
+                    meminfo_bytes("MemAvailable") / node_ranks)) {
         snprintf(msg, sizeof msg, "train: %s", ld->err);
         return 1;
     }
@@ -630,9 +633,9 @@ static int pack_train(Run* r) {
     int k = snprintf(pack_note, sizeof pack_note, "{\"pack\": \"%s\", \"pack_buffer\": %d, \"upsample_len\": %lld, "
                      "\"upsample_factor\": %.9g, \"windows\": %lld, \"window_slots\": %d, \"documents\": %lld, "
                      "\"documents_shorter_than_window\": %lld, \"short_cut\": %lld, \"short_cut_stream\": %lld, "
-                     "\"padding\": %.6f, \"repeated\": %.6f, \"sources\": [", c->pack, c->pack_buffer,
+                     "\"left_out\": %lld, \"padding\": %.6f, \"repeated\": %.6f, \"sources\": [", c->pack, c->pack_buffer,
                      c->upsample_len, c->upsample_factor, (long long)st->windows, c->seq_len + 1, (long long)st->docs,
-                     (long long)st->docs_short, (long long)st->short_cut, (long long)st->stream_cut,
+                     (long long)st->docs_short, (long long)st->short_cut, (long long)st->stream_cut, (long long)st->left_out,
                      st->slots ? (double)st->pad / (double)st->slots : 0.0,
                      st->slots ? (double)st->repeated / (double)st->slots : 0.0);
     double data = 0, used = 0;
@@ -643,6 +646,9 @@ static int pack_train(Run* r) {
                       data > 0 ? st->src_tokens[s] / data : 0, used > 0 ? st->src_used[s] / used : 0);
     snprintf(pack_note + k, sizeof pack_note - k, "]}");
     if (r->rank0) {
+        if (st->docs <= st->n_src)
+            printf("WARNING: pack = %s: the end-of-document token %d occurs nowhere inside train_data, so each source is "
+                   "one document of all its tokens: is eod right (meta.json's eod_id, the eod key)?\n", c->pack, config_eod(c));
         printf("packing: %s: %lld windows of %d tokens from %lld documents (%.2f s); of the %lld documents that fit a "
                "window, %lld are cut (%.1f%%; stream windows would cut %lld, %.1f%%); padding %.2f%% of the slots "
                "(never trained on)", c->pack, (long long)st->windows, c->seq_len + 1,
@@ -650,6 +656,8 @@ static int pack_train(Run* r) {
                st->docs_short ? 100.0 * st->short_cut / st->docs_short : 0.0, (long long)st->stream_cut,
                st->docs_short ? 100.0 * st->stream_cut / st->docs_short : 0.0,
                st->slots ? 100.0 * st->pad / st->slots : 0.0);
+        if (st->left_out) printf("; %lld documents left out by source weights below 1 (not cut: never trained on)",
+                                 (long long)st->left_out);
         if (st->repeated) printf(", repeated %.2f%% (the cut beginnings of documents that start the next window)",
                                  100.0 * st->repeated / st->slots);
         printf("\n");
@@ -692,7 +700,7 @@ static void setup_layout(Run* r, const Group* world) {
     fail = pack_train(r);
     grid_check(world, fail, msg);
     r->have_val = c->val_data[0] != 0;
-    fail = r->have_val && loader_open(&r->val, c->val_data, c->seq_len, c->vocab_size, 0, 0);
+    fail = r->have_val && loader_open_split(&r->val, c->val_data, "val", c->seq_len, c->vocab_size, 0, 0);
     if (fail) snprintf(msg, sizeof msg, "train: %s", r->val.err);
     grid_check(world, fail, msg);
 }
@@ -1127,6 +1135,9 @@ static void check_capacity(Run* r, const Group* world) {
 
 int main(int argc, char** argv) {
     stdout_lines();   // each line appears when printed, also into a file or pipe
+    // first of all: a stop that arrives during start-up is kept (the run stops after its first step, saved)
+    signal(SIGUSR1, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
     static Run run;
@@ -1164,8 +1175,6 @@ int main(int argc, char** argv) {
     int have_ring = model_ring_stats(&r->m, &rs_total);
     int sampling = sample_ready(r);
     if (getenv("RINGLM_TEST_STEP_SLOW_MS")) step_slow_ms = atol(getenv("RINGLM_TEST_STEP_SLOW_MS"));
-    signal(SIGUSR1, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
     if (r->rank0) r->t_loop = r->t_line = progress_now();
     for (int step = step0; step < c->max_steps; step++) {
         StepResult s = train_step(r, step, &cursor);
