@@ -1083,7 +1083,7 @@ static void forward_bf16(AttnArgs a, const float* q, const float* k, const float
     CU_LAUNCHED("attn_block_forward");
 }
 
-void attn_block_forward(float* out, float* lse,
+void own_block_forward(float* out, float* lse,
                         const float* q, const int* qpos, const int* qdoc, int Tq,
                         const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,
                         int nh, int nkv, int hd, float scale, int mask) {
@@ -1133,7 +1133,7 @@ static void backward_bf16(AttnArgs a, const float* q, const float* k, const floa
     CU_LAUNCHED("attn_block_backward (dq)");
 }
 
-void attn_block_backward(float* dq, float* dk, float* dv,
+void own_block_backward(float* dq, float* dk, float* dv,
                          const float* dout, const float* q, const float* lse, const float* D,
                          const int* qpos, const int* qdoc, int Tq,
                          const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,

@@ -543,8 +543,8 @@ static int run(const CudnnApi* api, cudnnHandle_t h, const SdpaPlan* p, const in
 int sdpa_forward(const CudnnApi* api, cudnnHandle_t h, const SdpaPlan* p, const void* q, const void* k, const void* v,
                  void* o, float* stats, void* workspace, char* err, size_t errlen) {
     if (p->s.dir != SDPA_FWD) { snprintf(err, errlen, "sdpa_forward with a backward plan"); return 1; }
-    int64_t uids[8];
-    void* ptrs[8];
+    int64_t uids[16];
+    void* ptrs[16];
     int n = 0;
 #define ADD(t, ptr) do { uids[n] = p->uid[t]; ptrs[n] = (void*)(ptr); n++; } while (0)
     ADD(T_Q, q); ADD(T_K, k); ADD(T_V, v); ADD(T_O, o); ADD(T_STATS, stats); ADD(T_SCALE, &p->scale);
