@@ -54,6 +54,8 @@ void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk, int ns
     R->pos_dev = be_alloc((size_t)R->P * B * R->Tl * sizeof(int));
     R->doc_host = calloc((size_t)R->P * B * R->Tl, sizeof(int));
     R->doc_dev = be_alloc((size_t)R->P * B * R->Tl * sizeof(int));
+    attn_host_mirror(R->pos_dev, R->pos_host, (size_t)R->P * B * R->Tl);   // the backend plans blocks from these
+    attn_host_mirror(R->doc_dev, R->doc_host, (size_t)R->P * B * R->Tl);
     R->xfer_s = calibrate(R);
     R->compute = be_timer_create(0);
     R->wait = be_timer_create(R->xfer_s);
@@ -61,6 +63,8 @@ void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk, int ns
 
 void ring_free(Ring* R) {
     for (int i = 0; i < 2; i++) { be_free(R->kv[i]); be_free(R->dkv[i]); }
+    attn_host_mirror(R->pos_dev, NULL, 0);
+    attn_host_mirror(R->doc_dev, NULL, 0);
     free(R->pos_host); be_free(R->pos_dev);
     free(R->doc_host); be_free(R->doc_dev);
     be_timer_free(R->compute); be_timer_free(R->wait);

@@ -74,7 +74,8 @@ int attn_engine_select(const char* engine, const AttnRunShape* s, unsigned* fast
 // Run the classes in mask on the fast engine (the caller ANDs the masks of every rank: one numerics per job).
 void attn_engine_use(unsigned fast);
 // dev [n] (backend memory) holds the same ints as host [n], now and whenever a block call passes (a part of) dev:
-// the caller updates both together. Registering dev again replaces its host copy.
+// the caller updates both together. Registering dev again replaces its host copy; host NULL (n 0) forgets dev
+// (before its memory is freed).
 void attn_host_mirror(const int* dev, const int* host, size_t n);
 // Blocks (pieces of block calls) computed so far by each engine: counts[ATTN_ENGINE_OWN], counts[ATTN_ENGINE_FAST].
 void attn_engine_counts(long long counts[2]);

@@ -248,9 +248,13 @@ SdpaShape shape_of(int dir, const Piece& pc, int nh, int nkv, int hd, float scal
 // attention.h
 
 void attn_host_mirror(const int* dev, const int* host, size_t n) {
-    for (Mirror& m : E.mirrors)
-        if (m.dev == dev) { m.host = host; m.n = n; return; }
-    E.mirrors.push_back(Mirror{ dev, host, n });
+    for (size_t i = 0; i < E.mirrors.size(); i++)
+        if (E.mirrors[i].dev == dev) {
+            if (!host || !n) E.mirrors.erase(E.mirrors.begin() + i);
+            else { E.mirrors[i].host = host; E.mirrors[i].n = n; }
+            return;
+        }
+    if (host && n) E.mirrors.push_back(Mirror{ dev, host, n });
 }
 
 void attn_engine_counts(long long counts[2]) { counts[0] = E.counts[0]; counts[1] = E.counts[1]; }
@@ -287,7 +291,7 @@ void attn_block_forward(float* out, float* lse, const float* q, const int* qpos,
                 E.counts[ATTN_ENGINE_FAST]++;
                 continue;
             }
-            fail_note("cuDNN failed on a %s forward block: %s", CLASS_NAME[pc.causal], err);
+            fail_note("cuDNN failed on %s forward blocks: %s", CLASS_NAME[pc.causal], err);
         }
         if (E.force) continue;   // the self-check reports the failure; no fallback there
         own_block_forward(out + (size_t)pc.q0 * ldq, lse + (size_t)pc.q0 * nh, q + (size_t)pc.q0 * ldq, qpos + pc.q0, NULL, pc.nq,
@@ -338,7 +342,7 @@ void attn_block_backward(float* dq, float* dk, float* dv, const float* dout, con
                 E.counts[ATTN_ENGINE_FAST]++;
                 continue;
             }
-            fail_note("cuDNN failed on a %s backward block: %s", CLASS_NAME[pc.causal], err);
+            fail_note("cuDNN failed on %s backward blocks: %s", CLASS_NAME[pc.causal], err);
         }
         if (E.force) continue;
         own_block_backward(dq + (size_t)pc.q0 * ldq, dk + (size_t)pc.k0 * ldk, dv + (size_t)pc.k0 * ldk,
@@ -484,6 +488,7 @@ int attn_engine_select(const char* engine, const AttnRunShape* s, unsigned* fast
         return 1;
     }
     E.strict = 0;
+    long long counts[2] = { E.counts[0], E.counts[1] };   // (the self-check's blocks are not the run's)
     E.check_mirrors = getenv("RINGLM_ATTN_CHECK_MIRRORS") && atoi(getenv("RINGLM_ATTN_CHECK_MIRRORS"));
     size_t len = 0;
     const char* common = NULL;   // a reason that holds for every class
@@ -530,6 +535,8 @@ int attn_engine_select(const char* engine, const AttnRunShape* s, unsigned* fast
                      CLASS_NAME[cls], s->hd, s->nh / (s->nkv > 0 ? s->nkv : 1), s->docs ? ", one document" : "",
                      common ? common : why);
             if (strict) {
+                E.counts[0] = counts[0];
+                E.counts[1] = counts[1];
                 snprintf(err, errlen, "attn_engine = cudnn, but %s blocks cannot run on cuDNN: %s", CLASS_NAME[cls], common ? common : why);
                 return 1;
             }
@@ -540,5 +547,7 @@ int attn_engine_select(const char* engine, const AttnRunShape* s, unsigned* fast
         len += (size_t)snprintf(report + len, reportlen - len, "\nattention engine: blocks with document boundaries inside them: own "
                                 "kernels (cuDNN takes blocks of one document)");
     E.strict = strict;
+    E.counts[0] = counts[0];
+    E.counts[1] = counts[1];
     return 0;
 }

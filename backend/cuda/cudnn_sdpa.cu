@@ -61,8 +61,9 @@ int cudnn_api_load(CudnnApi* api, char* err, size_t errlen) {
     *(void**)&api->GetLastErrorString = dlsym(api->lib, "cudnnGetLastErrorString");   // optional
     api->version = api->GetVersion();
     if (api->version < SDPA_CUDNN_MIN_VERSION) {
-        snprintf(err, errlen, "%s is cuDNN %zu.%zu.%zu, older than 9.0 (its fused attention graphs)", path,
-                 api->version / 10000, api->version / 100 % 100, api->version % 100);
+        size_t v = api->version;   // 8.x numbers itself major * 1000 + minor * 100 + patch
+        snprintf(err, errlen, "%s is cuDNN %zu.%zu.%zu, older than 9.0 (its fused attention graphs)", path, v / 1000,
+                 v / 100 % 10, v % 100);
         dlclose(api->lib);
         api->lib = NULL;
         return 1;
