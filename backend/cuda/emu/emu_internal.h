@@ -23,6 +23,8 @@ struct Alloc {
     bool live;
     unsigned long serial;
     const char* how;     // "cudaMalloc", "cudaMallocAsync", "cudaMallocHost"
+    int copy_stream;     // pinned: the stream of the last asynchronous copy from or to it (-1: none)
+    uint64_t copy_time;  // and its time on that stream's clock (the host has waited for it once g_host reaches it)
 };
 // the allocation whose pages (or trailing guard page) hold p, live or freed; NULL if none
 Alloc* find_alloc(const void* p);

@@ -6,6 +6,8 @@
 //   device), with an H200's limits (132 SMs, 1024 threads per block, 48 KiB of shared memory per block without
 //   the opt-in attribute, 227 KiB with it) and RINGLM_EMU_MEMORY_MIB of memory (default 16384).
 //   RINGLM_EMU_CC (default 9.0) sets the compute capability.
+// Pinned host memory: freeing it (cudaFreeHost) while an asynchronous copy from or to it may be running (queued, and
+//   not waited for by the host through a synchronisation that covers it) ends the process with one line.
 // Memory: every device allocation lies in an address range reserved for the emulated device and ends at a
 //   page followed by a guard page; freed allocations stay unmapped (never reused), new allocations up to 16 MiB
 //   are filled with NaN bytes (larger ones read as zero until written). Device memory is mapped readable and writable only while the emulation itself runs an
@@ -234,6 +236,8 @@ static Alloc* new_alloc(size_t bytes, int kind, const char* how) {
     }
     r->size = bytes;
     r->kind = kind;
+    r->copy_stream = -1;
+    r->copy_time = 0;
     r->live = true;
     r->serial = ++g_serial;
     r->how = how;
@@ -1144,7 +1148,10 @@ cudaError_t cudaFreeHost(void* p) {
     Alloc* r = find_alloc(p);
     if (!r || r->kind != PINNED || (uintptr_t)p != r->base)
         return fail(cudaErrorInvalidValue, "cudaFreeHost(%p): not a pointer that cudaMallocHost returned", p);
-    cudaDeviceSynchronize();
+    // strict: an asynchronous copy from or to it that the host has not waited for may still read or write it
+    if (r->copy_stream >= 0 && g_host[r->copy_stream] < r->copy_time)
+        die("cudaFreeHost(%p): pinned memory that an asynchronous copy queued on stream %d may still be using (the host "
+            "has not waited for it: cudaEventSynchronize or cudaStreamSynchronize before freeing)", p, r->copy_stream);
     free_alloc(r);
     return cudaSuccess;
 }
@@ -1184,6 +1191,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     uint64_t t = begin_op(s, kinds[kind]);
     if (sd) access(s, t, kinds[kind], src, bytes, false);
     if (dd) access(s, t, kinds[kind], dst, bytes, true);
+    for (const void* hp : { sd ? NULL : src, dd ? NULL : (const void*)dst }) {   // pinned host memory it uses until done
+        Alloc* r = hp ? find_alloc(hp) : NULL;
+        if (r && r->kind == PINNED && r->live) { r->copy_stream = s->id; r->copy_time = t; }
+    }
     DeviceAccess da;
     memcpy(dst, src, bytes);
     return cudaSuccess;
