@@ -44,7 +44,7 @@ BD              := build/cuda
 # portable x86 code: the binaries may run on another machine than the one that built them
 OPT             := -O3 -march=x86-64-v3
 NVCC_ARCH       ?= -gencode=arch=compute_90a,code=[sm_90a,compute_90a]
-NVCC_FLAGS      := -std=c++17 -O3 $(NVCC_ARCH) -Xptxas -warn-spills -Xcompiler -Wall,-Wextra,-march=x86-64-v3 \
+NVCC_FLAGS      := -std=c++17 -O3 $(NVCC_ARCH) -Xptxas -warn-spills,-v -Xcompiler -Wall,-Wextra,-march=x86-64-v3 \
                    -Werror all-warnings -I. -I$(CUDA_HOME)/include -I$(H5_INC)
 CUDA_LIB        := $(CUDA_HOME)/lib64
 BACKEND_SRC     := backend/cuda/backend_cuda.cu backend/cuda/attn_cuda.cu backend/cuda/attn_engine.cu backend/cuda/cudnn_sdpa.cu \

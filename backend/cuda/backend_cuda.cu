@@ -237,6 +237,7 @@ __global__ void probe_kernel(int* x) { if (x) *x = 1; }
 
 extern "C" int cuda_backend_started(void) { return g_started; }
 extern "C" void* cuda_backend_stream(void) { return (void*)g_stream; }
+int cu_sm_count(void) { return g_prop.multiProcessorCount > 0 ? g_prop.multiProcessorCount : 1; }
 extern "C" void cuda_backend_device_uuid(unsigned char uuid[16]) { memcpy(uuid, g_prop.uuid.bytes, 16); }
 
 extern "C" int cuda_backend_start(int local_rank, char* err, size_t errlen) {

@@ -20,6 +20,7 @@ cudaStream_t cu_stream(void);
 // tensor-core kernels; fp32: the fp32 kernels)
 enum { CU_BF16 = 0, CU_TF32 = 1, CU_FP32 = 2 };
 int cu_precision(void);
+int cu_sm_count(void);   // multiprocessors of the device
 
 // one line "cuda backend: <op>: <error string>" on stderr, exit(1)
 [[noreturn]] void cu_die(const char* op, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -34,6 +35,7 @@ void cu_check_(cudaError_t e, const char* op);
 // for the same slot with a larger size.
 enum { WS_RMS_DW, WS_EMB, WS_SUMSQ, WS_SUMSQ_TAB, WS_COPY,
        WS_ATT_Q, WS_ATT_K, WS_ATT_V, WS_ATT_DO, WS_ATT_MM,
+       WS_ATT_PART, WS_ATT_ST_FWD, WS_ATT_ST_DKDV, WS_ATT_ST_DQ,
        WS_FA_Q, WS_FA_K, WS_FA_V, WS_FA_DO, WS_FA_OC, WS_FA_O, WS_FA_ST, WS_FA_DK, WS_FA_DV, WS_FA_WS, WS_COUNT };
 void* cu_workspace(int slot, size_t bytes);
 

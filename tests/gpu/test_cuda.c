@@ -899,6 +899,55 @@ static void test_engine(const Case* cases, size_t n) {
     printf("(cuDNN engine: %.1f s)\n", now_s() - t0);
 }
 
+// The work of the bf16 attention kernels, from their per-block statistics (tiles computed, visibility steps):
+// - the scan for the next visible tile takes 32 candidates per step (a ballot), so no block spends more steps than
+//   tiles computed + 1 + candidates / 32 (a serial scan takes one step per candidate: 4 steps for the forward's first
+//   query tile here, against a bound of 3);
+// - the dK/dV kernel splits each group of query heads over several blocks when (key tile, KV head) blocks are too few
+//   to fill the device, so that no block computes more tiles than the causal minimum (the query tiles one head's
+//   first key tile sees); one block per (key tile, KV head) over the whole group takes grp times that.
+void cuda_attn_stats_enable(int on);
+int cuda_attn_stats(int kind, int* out, int cap);
+static void test_attention_work(void) {
+    int T = 256, nh = 8, nkv = 2, hd = 64, grp = nh / nkv, bm = 64;   // bf16 hd 64 tiles: 64 rows everywhere
+    size_t nq = (size_t)T * nh * hd, nk = (size_t)T * nkv * hd, nl = (size_t)T * nh;
+    be_set_matmul_precision("bf16");
+    float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *g = rnd(nq, 1);
+    int* pos = malloc(T * sizeof(int));
+    for (int i = 0; i < T; i++) pos[i] = i;
+    float *Dq = up(q, nq * 4), *Dk = up(k, nk * 4), *Dv = up(v, nk * 4), *Dg = up(g, nq * 4);
+    int* Dp = up(pos, T * sizeof(int));
+    float *Do = be_alloc(nq * 4), *Dl = be_alloc(nl * 4), *DD = be_alloc(nl * 4), *Ddq = be_alloc(nq * 4), *Ddk = be_alloc(nk * 4),
+          *Ddv = be_alloc(nk * 4);
+    cuda_attn_stats_enable(1);
+    attn_forward_begin(Do, Dl, T, nh, hd);
+    attn_block_forward(Do, Dl, Dq, Dp, NULL, T, Dk, Dv, Dp, NULL, T, nh, nkv, hd, 0.125f, ATTN_MASK_CAUSAL);
+    attn_backward_begin(DD, Dg, Do, T, nh, hd);
+    attn_block_backward(Ddq, Ddk, Ddv, Dg, Dq, Dl, DD, Dp, NULL, T, Dk, Dv, Dp, NULL, T, nh, nkv, hd, 0.125f, ATTN_MASK_CAUSAL);
+    static const char* KIND[3] = { "forward", "dK/dV", "dQ" };
+    int st[2 * 4096], nt = T / bm, worst_tiles = 0, nb[3];
+    for (int kind = 0; kind < 3; kind++) {
+        int n = nb[kind] = cuda_attn_stats(kind, st, 4096), bad = 0, worst = 0;
+        // candidates per block: key tiles (forward, dQ), or query tiles of the block's heads (dK/dV)
+        int cand = kind == 1 ? (n > 0 ? grp * nt * (nt * nkv) / n : 0) : nt;
+        for (int b = 0; b < n; b++) {
+            int tiles = st[2 * b], steps = st[2 * b + 1];
+            bad += steps > tiles + 1 + (cand + 31) / 32;
+            if (steps > worst) worst = steps;
+            if (kind == 1 && tiles > worst_tiles) worst_tiles = tiles;
+        }
+        CHECK(n > 0 && !bad, "attention bf16 %s kernel: %d blocks, each within tiles + 1 + %d / 32 visibility steps (%d blocks "
+              "over; the most steps %d)", KIND[kind], n, cand, bad, worst);
+    }
+    CHECK(nb[1] == nt * nkv * grp && worst_tiles == nt, "attention bf16 dK/dV kernel, causal T %d, GQA %d/%d: %d blocks "
+          "(%d key tiles x %d KV heads x %d: the head group split), the longest computes %d tiles (the causal minimum: %d; "
+          "a block per key tile over the whole group: %d)", T, nh, nkv, nb[1], nt, nkv, grp, worst_tiles, nt, grp * nt);
+    cuda_attn_stats_enable(0);
+    free(q); free(k); free(v); free(g); free(pos);
+    void* all[] = { Dq, Dk, Dv, Dg, Dp, Do, Dl, DD, Ddq, Ddk, Ddv };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) be_free(all[i]);
+}
+
 int main(void) {
     char err[512];
     if (be_init(0, err, sizeof err)) {
@@ -966,6 +1015,7 @@ int main(void) {
             if (mode == M_BF16 || !(cases[i].flags & F_BF16)) test_attention(&cases[i], mode == M_BF16);
         printf("(%s: %.1f s)\n", MODE[mode], now_s() - t1);
     }
+    test_attention_work();
     test_engine(cases, sizeof cases / sizeof *cases);
     for (int b = 0; b < 3; b++)
         printf("worst attention errors, %s: out %.2e lse %.2e D %.2e dq %.2e dk %.2e dv %.2e\n",

@@ -676,7 +676,7 @@ static unsigned collective(unsigned mask, int kind, ReleaseHook hook) {
     int t = g_L->cur, w = t / 32, l = t % 32;
     Warp& W = g_L->warps[w];
     if (!(mask >> l & 1)) kdie("a warp collective with mask 0x%08x, which does not include the calling lane %d", mask, l);
-    static const char* names[] = { "", "__syncwarp", "a shuffle", "ldmatrix", "mma.sync", "ldmatrix.trans" };
+    static const char* names[] = { "", "__syncwarp", "a shuffle", "ldmatrix", "mma.sync", "ldmatrix.trans", "a ballot" };
     if (W.nwait == 0) { W.kind = kind; W.mask = mask; W.arrived = 0; g_hook[w] = hook; }
     else if (W.kind != kind || W.mask != mask)
         kdie("the lanes of warp %d meet at different warp collectives (%s with mask 0x%08x and %s with mask 0x%08x): "
@@ -702,6 +702,19 @@ uint64_t shfl(unsigned mask, uint64_t v, int src) {
     unsigned who = collective(mask, K_SHFL, shfl_release);
     if (!(who >> src & 1)) kdie("a shuffle reads lane %d, which has exited or is not in the shuffle", src);
     return W.vout[l];
+}
+
+static void ballot_release(Warp& W) {
+    uint64_t m = 0;
+    for (int l = 0; l < 32; l++) if ((W.participants >> l & 1) && W.v[l]) m |= 1ull << l;
+    for (int l = 0; l < 32; l++) W.vout[l] = m;
+}
+unsigned ballot(unsigned mask, int pred) {
+    int l = g_L->cur % 32;
+    Warp& W = g_L->warps[g_L->cur / 32];
+    W.v[l] = pred != 0;
+    collective(mask, K_BALLOT, ballot_release);
+    return (unsigned)W.vout[l];
 }
 
 unsigned char* dyn_smem(void) {
