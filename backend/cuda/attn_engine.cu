@@ -229,6 +229,9 @@ const SdpaPlan* plan_for(const SdpaShape& s) {
     return p;
 }
 
+// the fast engine for a call: some class on it, the bf16 family of kernels (not matmul_precision fp32), head dim 64, 128
+bool engine_takes(int hd) { return (E.fast | E.force) && (hd == 64 || hd == 128) && cu_precision() != CU_FP32; }
+
 bool fast_for(int causal) { return ((E.fast | E.force) >> (causal ? ATTN_MASK_CAUSAL : ATTN_MASK_NONE)) & 1; }
 
 // 1 when any piece is to run on cuDNN
@@ -266,7 +269,7 @@ void attn_block_forward(float* out, float* lse, const float* q, const int* qpos,
     if (Tq <= 0 || Tk <= 0) return;
     std::vector<Piece> pcs;
     const char* why = "";
-    int planned = (E.fast | E.force) && plan_pieces(pcs, qpos, qdoc, Tq, kpos, kdoc, Tk, mask, &why);
+    int planned = engine_takes(hd) && plan_pieces(pcs, qpos, qdoc, Tq, kpos, kdoc, Tk, mask, &why);
     if (planned && pcs.empty()) return;   // no key of the block is visible to any query
     if (!planned || !any_fast(pcs)) {   // planned: nothing visible
         own_block_forward(out, lse, q, qpos, qdoc, Tq, k, v, kpos, kdoc, Tk, nh, nkv, hd, scale, mask);
@@ -308,7 +311,7 @@ void attn_block_backward(float* dq, float* dk, float* dv, const float* dout, con
     if (Tq <= 0 || Tk <= 0) return;
     std::vector<Piece> pcs;
     const char* why = "";
-    int planned = (E.fast | E.force) && plan_pieces(pcs, qpos, qdoc, Tq, kpos, kdoc, Tk, mask, &why);
+    int planned = engine_takes(hd) && plan_pieces(pcs, qpos, qdoc, Tq, kpos, kdoc, Tk, mask, &why);
     if (planned && pcs.empty()) return;   // no key of the block is visible to any query
     if (!planned || !any_fast(pcs)) {
         own_block_backward(dq, dk, dv, dout, q, lse, D, qpos, qdoc, Tq, k, v, kpos, kdoc, Tk, nh, nkv, hd, scale, mask);
