@@ -227,6 +227,10 @@ static void prof_report(void) {
                 all > 0 ? 100 * g_prof_ms[c] / all : 0.0);
     fprintf(f, "| idle (the GPU waiting for the host) | | %.2f | %.1f %% |\n", idle, all > 0 ? 100 * idle / all : 0.0);
     fprintf(f, "| total (first to last event) | | %.2f | 100 %% |\n", all);
+    long long ec[2];
+    attn_engine_counts(ec);
+    fprintf(f, "\nattention blocks (pieces of block calls): %lld on the own kernels, %lld on cuDNN\n", ec[ATTN_ENGINE_OWN],
+            ec[ATTN_ENGINE_FAST]);
     fclose(f);
 }
 
