@@ -10,7 +10,10 @@
 #      the own kernels only where documents cut a block), the host mirrors of the positions checked against the
 #      device on every block (RINGLM_ATTN_CHECK_MIRRORS);
 #   3. the start-up line per class, in the banner, config.txt and the first metrics record, and the self-check's time;
-#   4. every fallback: cuDNN absent, too old, no handle, unsupported, failing, wrong by 3 %: attn_engine = auto trains
+#   4. mixed engines (causal blocks on the own kernels, unmasked ones on cuDNN, in one run); a plan that fails after
+#      start-up (a longer block than the self-check's): auto says so once and computes such blocks on the own
+#      kernels, cudnn stops with one line;
+#   5. every fallback: cuDNN absent, too old, no handle, unsupported, failing, wrong by 3 %: attn_engine = auto trains
 #      on the own kernels and says why in one line per class; attn_engine = cudnn stops with one line (absent,
 #      unsupported, wrong: the three ways a check ends; tests/gpu/test_cuda.c has the others).
 cd "$(dirname "$0")/.."
@@ -122,7 +125,7 @@ print(f"one line per class in the banner and config.txt, the first metrics recor
       f"{' + '.join(t for _, t in lines)} s under the emulation")
 PYEOF
 
-# ---- 4. fallbacks ----
+# ---- 4, 5. mixed engines, a failure after start-up, fallbacks ----
 # fb NAME ENV REASON [STRICT]: with ENV, attn_engine = auto trains on the own kernels and each class's line names
 # REASON; with STRICT, attn_engine = cudnn stops with one line naming it
 fb() {
@@ -145,6 +148,23 @@ fb nohandle "RINGLM_EMU_CUDNN=nohandle" "cudnnCreate: CUDNN_STATUS_NOT_INITIALIZ
 fb unsupported "RINGLM_EMU_CUDNN=unsupported" "has no engine for this attention graph" strict
 fb fail "RINGLM_EMU_CUDNN=fail" "CUDNN_STATUS_EXECUTION_FAILED"
 fb wrong "RINGLM_EMU_CUDNN=wrong" "differs from the own kernels" strict
+# one class on cuDNN, the other on the own kernels (cuDNN supports no causal graph): pieces of both in one block
+RINGLM_EMU_CUDNN=unsupported:causal trun x_cp2 2 $E --cp 2 --attn_engine auto &&
+  cmp_runs "causal blocks on the own kernels, unmasked on cuDNN (cp 2) vs the CPU's fp32 (2e-3)" c_one x_cp2 2e-3 &&
+  if counts x_cp2 both >"$T/n.out" 2>&1 && grep -q "^attention engine: causal blocks .*: own kernels (cuDNN cannot plan" "$T/x_cp2.out" &&
+     grep -q "^attention engine: unmasked blocks .*: cuDNN 9" "$T/x_cp2.out"
+  then ok "mixed engines: $(cat "$T/n.out")"; else bad "mixed engines: $(cat "$T/n.out") $(grep '^attention engine' "$T/x_cp2.out")"; fi
+# a fault the self-check cannot see (cuDNN supports no block longer than 96 keys; the check's are shorter): auto says so
+# in one line when the run meets one and computes it on the own kernels; cudnn stops with one line
+export RINGLM_EMU_CUDNN=unsupported:long
+trun l_one 1 $E --attn_engine auto --seq_len 128 --max_seq_len 128 && trun c_128 1 build --matmul_precision fp32 --seq_len 128 \
+  --max_seq_len 128 && cmp_runs "blocks cuDNN cannot plan after start-up run on the own kernels (vs the CPU's fp32, 2e-3)" c_128 l_one 2e-3 &&
+  n=$(grep -c "^attention: cuDNN cannot plan the causal forward block Sq 128 Skv 128: .*: the own kernels compute such blocks" "$T/l_one.err") &&
+  [ "$n" -ge 1 ] && ok "a plan failing after start-up: one line per shape on stderr ($n): $(head -c 220 "$T/l_one.err")" ||
+  bad "a plan failing after start-up: $(head -c 400 "$T/l_one.err")"
+expect_err "a plan failing after start-up, attn_engine = cudnn" "attn_engine = cudnn|cuDNN cannot plan the causal forward block Sq 128" 1 \
+  $E/train -c "$T/c.conf" --out_dir "$T/l_strict" --attn_engine cudnn --seq_len 128 --max_seq_len 128
+unset RINGLM_EMU_CUDNN
 ERR_SKIP='^ *[a-z_0-9]* = ' expect_err "an unknown attn_engine" "attn_engine = 'fast' must be auto, cudnn or own" 1 $E/train -c "$T/c.conf" \
   --out_dir "$T/bad" --attn_engine fast
 expect_err "attn_engine = cudnn on the CPU backend" "the cpu backend has only its own attention kernels" 1 build/train -c "$T/c.conf" \

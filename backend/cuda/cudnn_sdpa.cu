@@ -514,7 +514,6 @@ void sdpa_free(const CudnnApi* api, SdpaPlan* p) {
 }
 size_t sdpa_workspace(const SdpaPlan* p) { return p->ws_total; }
 int64_t sdpa_engine(const SdpaPlan* p) { return p->engine; }
-const SdpaShape* sdpa_shape(const SdpaPlan* p) { return &p->s; }
 
 // one execution: the variant pack of (uid, pointer) pairs and the workspace
 static int run(const CudnnApi* api, cudnnHandle_t h, const SdpaPlan* p, const int64_t* uids, void* const* ptrs, int n,

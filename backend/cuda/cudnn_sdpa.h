@@ -71,7 +71,6 @@ void sdpa_free(const CudnnApi* api, SdpaPlan* p);
 // rowsum(dO * O) and its fp32 dQ accumulator), and the engine cuDNN chose (its global index).
 size_t sdpa_workspace(const SdpaPlan* p);
 int64_t sdpa_engine(const SdpaPlan* p);
-const SdpaShape* sdpa_shape(const SdpaPlan* p);
 
 // o, stats from q, k, v (forward plan). 0, or 1 with one line in err.
 int sdpa_forward(const CudnnApi* api, cudnnHandle_t h, const SdpaPlan* p, const void* q, const void* k, const void* v,

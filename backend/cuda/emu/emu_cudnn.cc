@@ -27,7 +27,8 @@
 //   unsupported   no engine supports the graph (heuristics propose nothing)
 //   fail          cudnnBackendExecute fails
 //   wrong         outputs off by +3 % (O, and dQ in the backward)
-// A suffix limits a fault to some graphs: unsupported:causal, fail:bwd, wrong:fwd, wrong:unmasked, ...
+// A suffix limits a fault to some graphs: unsupported:causal, fail:bwd, wrong:fwd, wrong:unmasked, ...; :long = graphs
+// with more than 96 keys (longer than the start-up self-check's blocks: a fault that appears only in training)
 #include "emu_internal.h"
 #include "cudnn_graph.h"
 #include <cmath>
@@ -71,8 +72,8 @@ Fault fault(void) {
     if (!f.mode.empty() && f.mode != "ok" && f.mode != "old" && f.mode != "nohandle" && f.mode != "unsupported" &&
         f.mode != "fail" && f.mode != "wrong")
         emu::die("RINGLM_EMU_CUDNN = '%s': the fault must be ok, old, nohandle, unsupported, fail or wrong[:fwd|bwd|causal|unmasked]", e);
-    if (!f.which.empty() && f.which != "fwd" && f.which != "bwd" && f.which != "causal" && f.which != "unmasked")
-        emu::die("RINGLM_EMU_CUDNN = '%s': the suffix must be fwd, bwd, causal or unmasked", e);
+    if (!f.which.empty() && f.which != "fwd" && f.which != "bwd" && f.which != "causal" && f.which != "unmasked" && f.which != "long")
+        emu::die("RINGLM_EMU_CUDNN = '%s': the suffix must be fwd, bwd, causal, unmasked or long", e);
     return f;
 }
 
@@ -92,7 +93,7 @@ struct Graph {
     std::vector<Desc*> ops;          // in dependency order after finalize
     std::vector<Desc*> tensors;      // every tensor descriptor, once
     bool backward, causal;
-    int64_t head_dim;
+    int64_t head_dim, skv;     // of the first matmul (Q KT): head dim and key rows
 };
 struct Desc {
     cudnnBackendDescriptorType_t type;
@@ -388,11 +389,12 @@ cudnnStatus_t finalize_graph(Desc* d) {
     g.backward = false;
     g.causal = false;
     g.head_dim = 0;
+    g.skv = 0;
     for (Desc* o : g.ops) {
         if (o->op.kind == OP_MM && o->op.x->t.nd == 4) {
             cudnnDataType_t at = o->op.b->t.dt;
             if (at == CUDNN_DATA_BFLOAT16 || at == CUDNN_DATA_HALF) mms++;
-            if (!g.head_dim) g.head_dim = o->op.x->t.dims[3];   // the first matmul: Q KT, k = head dim
+            if (!g.head_dim) { g.head_dim = o->op.x->t.dims[3]; g.skv = o->op.b->t.dims[3]; }   // the first: Q KT
         }
         if (o->op.kind == OP_RESHAPE) g.backward = true;
         if (o->op.kind == OP_PW && o->op.mode == CUDNN_POINTWISE_GEN_INDEX) g.causal = true;
@@ -407,6 +409,7 @@ bool fault_applies(const Fault& f, const Graph& g) {
     if (f.which == "fwd") return !g.backward;
     if (f.which == "bwd") return g.backward;
     if (f.which == "causal") return g.causal;
+    if (f.which == "long") return g.skv > 96;   // longer blocks than the start-up self-check's (<= 80 keys)
     return !g.causal;   // unmasked
 }
 
