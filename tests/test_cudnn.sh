@@ -65,15 +65,7 @@ matmul_precision = bf16
 train_data = $T/data/train_*.bin
 CONF
 STEPS=2
-trun() {   # NAME NP BIN ARGS...
-  local name=$1 np=$2 bin=$3; shift 3
-  timeout $HANG_S $(launch "$np") $bin/train -c "$T/c.conf" --out_dir "$T/$name" "$@" </dev/null >"$T/$name.out" 2>"$T/$name.err" \
-    || { bad "$name: exit $?: $(head -c 400 "$T/$name.err")"; return 1; }
-}
-cmp_runs() {   # DESCRIPTION A B TOL
-  if same_losses "$2" "$3" "$4" >"$T/cmp.out" 2>&1; then ok "$1: $(tail -n 1 "$T/cmp.out" | sed 's/^ *//')"
-  else bad "$1: $(tail -n 3 "$T/cmp.out" | tr '\n' ' ')"; fi
-}
+TCONF=$T/c.conf   # the config of trun (tests/lib.sh)
 counts() {   # NAME WANT: the last record's block counts; WANT = fast (cuDNN only) | both (cuDNN and the own kernels)
   $PY - "$T/$1/metrics.jsonl" "$2" <<'PYEOF'
 import json, sys

@@ -414,14 +414,6 @@ bool fault_applies(const Fault& f, const Graph& g) {
 }
 
 // ---- execution: the graph interpreted on the host ----
-float round_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
-    u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
 float half_to_float(uint16_t h) {
     uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, u;
     if (e == 0) { float f = ldexpf((float)m, -24); return s ? -f : f; }
@@ -433,7 +425,7 @@ float half_to_float(uint16_t h) {
 }
 float store_round(cudnnDataType_t dt, float v) {
     switch (dt) {
-    case CUDNN_DATA_BFLOAT16: return round_bf16(v);
+    case CUDNN_DATA_BFLOAT16: return emu::round_bf16(v);
     case CUDNN_DATA_INT32: return (float)(int32_t)v;
     case CUDNN_DATA_BOOLEAN: return v != 0 ? 1.0f : 0.0f;
     default: return v;
@@ -452,7 +444,7 @@ float load_mem(cudnnDataType_t dt, const unsigned char* p) {
 void store_mem(cudnnDataType_t dt, unsigned char* p, float v) {
     switch (dt) {
     case CUDNN_DATA_FLOAT: memcpy(p, &v, 4); break;
-    case CUDNN_DATA_BFLOAT16: { float r = round_bf16(v); uint32_t u; memcpy(&u, &r, 4); p[0] = (u >> 16) & 255; p[1] = u >> 24; break; }
+    case CUDNN_DATA_BFLOAT16: { float r = emu::round_bf16(v); uint32_t u; memcpy(&u, &r, 4); p[0] = (u >> 16) & 255; p[1] = u >> 24; break; }
     case CUDNN_DATA_INT32: { int32_t i = (int32_t)v; memcpy(p, &i, 4); break; }
     case CUDNN_DATA_BOOLEAN: p[0] = v != 0; break;
     default: break;

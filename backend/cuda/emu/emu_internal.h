@@ -66,4 +66,14 @@ void defer(Stream* s, Deferred* d);
 
 // seconds on a monotonic clock
 double now(void);
+
+// x rounded to bf16, to nearest even (NaN stays NaN): the tensor cores' input rounding (cuBLAS, cuDNN)
+inline float round_bf16(float x) {
+    uint32_t u;
+    __builtin_memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+    u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
+    __builtin_memcpy(&x, &u, 4);
+    return x;
+}
 }   // namespace emu
