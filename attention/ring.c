@@ -56,6 +56,8 @@ void ring_init(Ring* R, const Group* g, int layout, int T, int B, int Hk, int ns
     R->doc_host = calloc((size_t)R->P * B * R->Tl, sizeof(int));
     R->doc_dev = be_alloc((size_t)R->P * B * R->Tl * sizeof(int));
     ringmap_init(&R->map, R->P, B, R->Tl, R->nseg, 0);
+    attn_host_mirror(R->pos_dev, R->pos_host, (size_t)R->P * B * R->Tl);   // the backend plans blocks from these
+    attn_host_mirror(R->doc_dev, R->doc_host, (size_t)R->P * B * R->Tl);
     R->xfer_s = calibrate(R);
     R->compute = be_timer_create(0);
     R->wait = be_timer_create(R->xfer_s);
@@ -65,6 +67,8 @@ void ring_configure(Ring* R, int runs, int prune) { R->map.runs = runs; R->map.p
 
 void ring_free(Ring* R) {
     for (int i = 0; i < 2; i++) { be_free(R->kv[i]); be_free(R->dkv[i]); }
+    attn_host_mirror(R->pos_dev, NULL, 0);
+    attn_host_mirror(R->doc_dev, NULL, 0);
     free(R->pos_host); be_free(R->pos_dev);
     free(R->doc_host); be_free(R->doc_dev);
     ringmap_free(&R->map);

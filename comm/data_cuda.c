@@ -234,6 +234,7 @@ void comm_req_free(CommReq* r) {
     if (!r) return;
     comm_wait(r);
     for (int i = 0; i < MAX_HOPS; i++) {
+        if (r->hop[i].landing) cu(cudaEventSynchronize(r->hop[i].landed), "comm_req_free (a landing copy)");
         if (r->hop[i].done) cudaEventDestroy(r->hop[i].done);
         if (r->hop[i].hsend) cudaFreeHost(r->hop[i].hsend);
         if (r->hop[i].hrecv) cudaFreeHost(r->hop[i].hrecv);
@@ -295,6 +296,9 @@ static void comm_hop_(const Group* g, const float* send, size_t ns, float* recv,
         cu(cudaEventRecord(h->done, comm_stream), "cudaEventRecord");
         return;
     }
+    // the copy that landed this slot's previous hop reads hrecv: wait for it before hrecv is reused or freed
+    if (h->landing) cu(cudaEventSynchronize(h->landed), "comm_hop (host to device)");
+    h->landing = 0;
     if (n > h->cap) {
         if (h->hsend) cudaFreeHost(h->hsend);
         if (h->hrecv) cudaFreeHost(h->hrecv);
@@ -302,8 +306,6 @@ static void comm_hop_(const Group* g, const float* send, size_t ns, float* recv,
         cu(cudaMallocHost((void**)&h->hsend, n * sizeof(float)), "cudaMallocHost (ring hop)");
         cu(cudaMallocHost((void**)&h->hrecv, n * sizeof(float)), "cudaMallocHost (ring hop)");
     }
-    if (h->landing) cu(cudaEventSynchronize(h->landed), "comm_hop (host to device)");   // hrecv free
-    h->landing = 0;
     h->nrq = 0;
     h->g = g;
     h->drecv = nr ? recv : NULL;

@@ -85,6 +85,7 @@ static const Key KEYS[] = {
     K(ckpt_io, T_STR, 0, "collective", "checkpoint data transfers: collective (MPI-IO aggregation, for parallel file systems) | independent"),
     K(comm, T_STR, 0, "auto", "data transport between ranks: auto (the backend's: CPU mpi, GPU nccl) | mpi (a GPU stages through host memory) | nccl"),
     K(recompute, T_STR, 0, "none", "activation recomputation: none | mlp (norm2 + SwiGLU) | qkv (also norm1, q, k, v) | full (the whole layer from its input; the ring rotates K/V again)"),
+    K(attn_engine, T_STR, 0, "auto", "attention's block engine: auto (a GPU: cuDNN's fused attention for each class of block that passes a check against the own kernels at start-up, else the own kernels) | cudnn (cuDNN, or an error) | own"),
     K(matmul_precision, T_STR, 0, "bf16", "GPU matmuls: bf16 | tf32 tensor cores (fp32 accumulation) | fp32; the CPU backend always computes fp32"),
     K(timeout_s, T_FLOAT, 0, "600", "watchdog: a collective or ring transfer that waits longer aborts the job naming the ranks that did not arrive (0: off)"),
     K(resume, T_STR, 0, "", "resume from a checkpoint file, a directory (its latest) or 'latest' (out_dir's)"),
@@ -403,6 +404,8 @@ int config_validate(const Config* c, char* err, size_t errlen) {
         FAIL("comm = '%s' must be auto, mpi or nccl", c->comm);
     if (recompute_mode(c->recompute) < 0)
         FAIL("recompute = '%s' must be none, mlp, qkv or full", c->recompute);
+    if (strcmp(c->attn_engine, "auto") && strcmp(c->attn_engine, "cudnn") && strcmp(c->attn_engine, "own"))
+        FAIL("attn_engine = '%s' must be auto, cudnn or own", c->attn_engine);
     if (strcmp(c->matmul_precision, "bf16") && strcmp(c->matmul_precision, "tf32") && strcmp(c->matmul_precision, "fp32"))
         FAIL("matmul_precision = '%s' must be bf16, tf32 or fp32", c->matmul_precision);
     if (c->zero != 0 && c->zero != 1) FAIL("zero = %d must be 0 or 1", c->zero);

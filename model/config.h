@@ -48,6 +48,7 @@ typedef struct {
     char comm[16];                  // data transport: auto | mpi | nccl
     float timeout_s;                // watchdog: abort the job when a collective waits longer (0: off)
     char recompute[8];              // none | mlp | qkv | full (see recompute_mode)
+    char attn_engine[16];           // auto | cudnn | own (attention.h: attn_engine_select)
     char matmul_precision[16];      // bf16 | tf32 | fp32 (tensor-core matmuls on a GPU; the CPU is always fp32)
     char resume[CFG_STR];           // resume from: a checkpoint file, a directory (its latest), or 'latest'
     char dump_weights[CFG_STR];     // at the end, write the final weights here (test dump format)

@@ -3,6 +3,7 @@
 #include "backend/backend.h"
 #include "model/rope.h"
 #include "attention/shard.h"
+#include "comm/grid.h"
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -138,6 +139,37 @@ void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp
     m->act_bytes = plan_activations(m, NULL) * sizeof(float);
 }
 
+// attention's block engines (attention.h): chosen and verified on every rank; a class runs on the fast engine only where
+// every rank of the job verified it (one numerics per job). The host copies of the positions and document ids the
+// block calls pass are registered, so that the backend plans blocks without reading them back.
+static void attention_engines(Model* m, int collective) {
+    AttnRunShape rs = { m->nh_at, m->nkv_at, m->hd, m->cfg.doc_mask };
+    unsigned fast = 0;
+    char err[600];
+    int fail = attn_engine_select(m->cfg.attn_engine, &rs, &fast, m->attn_report, sizeof m->attn_report, err, sizeof err);
+    if (collective) grid_check(group_world(), fail, err);
+    else if (fail) { fprintf(stderr, "model: %s\n", err); exit(1); }
+    unsigned all = fast;
+    for (int c = 0; c < 2 && collective; c++) {
+        int here = (fast >> c) & 1, everywhere = -ctl_max(group_world(), -(double)here) > 0.5;
+        if (here && !everywhere) {
+            all &= ~(1u << c);
+            size_t l = strlen(m->attn_report);
+            snprintf(m->attn_report + l, sizeof m->attn_report - l, "\nattention engine: %s blocks: own kernels on every rank "
+                     "(the fast engine failed its check on another rank)", c == ATTN_MASK_CAUSAL ? "causal" : "unmasked");
+        }
+    }
+    attn_engine_use(all);
+    size_t N = (size_t)m->N;
+    if (m->apos) { attn_host_mirror(m->apos, m->hpos, N); attn_host_mirror(m->pos, m->hrpos, N); }
+    else attn_host_mirror(m->pos, m->hpos, N);
+    if (m->doc) attn_host_mirror(m->doc, m->hdoc, N);
+    if (m->U > 1) {
+        attn_host_mirror(m->pos_at, m->hpos_at, (size_t)m->B * m->T_at);
+        if (m->doc) attn_host_mirror(m->doc_at, m->hdoc_at, (size_t)m->B * m->T_at);
+    }
+}
+
 void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGroups* g) {
     const Group *tp_g = g ? g->tp : NULL, *cp_g = g ? g->cp : NULL, *a2a_g = g ? g->a2a : NULL;
     const Group* ring_g = g ? (g->ring ? g->ring : g->a2a ? NULL : g->cp) : NULL;
@@ -195,9 +227,12 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
     if (cfg->doc_mask) { m->doc = be_alloc(m->N * sizeof(int)); m->hdoc = host_alloc(m->N, sizeof(int)); }
     if (cfg->doc_mask && cfg->doc_positions) { m->apos = be_alloc(m->N * sizeof(int)); m->hrpos = host_alloc(m->N, sizeof(int)); }
     attn_init(m->hd);
+    attention_engines(m, g != NULL);
 }
 
 void model_free(Model* m) {
+    int* mirrored[] = { m->pos, m->apos, m->doc, m->pos_at, m->doc_at };
+    for (int i = 0; i < 5; i++) if (mirrored[i]) attn_host_mirror(mirrored[i], NULL, 0);   // (their memory goes)
     be_free(m->params); be_free(m->grads); be_free(m->act_arena);
     free(m->w.layer); free(m->dw.layer); free(m->acts); free(m->host_losses); free(m->host_hits);
     free(m->htok); free(m->htgt); free(m->hpos); free(m->lpos);

@@ -100,6 +100,7 @@ typedef struct {
     void* layer_done_ctx;
     int want_hits;             // evaluation: also record whether each target is the greedy prediction
     float *hits, *host_hits;   // [N] backend / host: 1 = the target is the argmax of the logits
+    char attn_report[2048];    // attention's block engines, one line per class (attn_engine_select; the same on every rank)
 } Model;
 
 typedef struct {

@@ -62,6 +62,19 @@ sys.exit(0 if worst <= float(sys.argv[3]) else 1)
 PYEOF
 }
 
+# trun NAME NP BIN ARGS...: BIN/train (BIN: build, build/emu) -c "$TCONF" on NP ranks into $T/NAME, output in
+# $T/NAME.out and .err; FAIL on a non-zero exit
+trun() {
+  local name=$1 np=$2 bin=$3; shift 3
+  timeout $HANG_S $(launch "$np") $bin/train -c "$TCONF" --out_dir "$T/$name" "$@" </dev/null >"$T/$name.out" 2>"$T/$name.err" \
+    || { bad "$name: exit $?: $(head -c 400 "$T/$name.err")"; return 1; }
+}
+# cmp_runs DESCRIPTION A B TOL: ok when runs $T/A and $T/B have the same per-step losses within TOL (same_losses)
+cmp_runs() {
+  if same_losses "$2" "$3" "$4" >"$T/cmp.out" 2>&1; then ok "$1: $(tail -n 1 "$T/cmp.out" | sed 's/^ *//')"
+  else bad "$1: $(tail -n 3 "$T/cmp.out" | tr '\n' ' ')"; fi
+}
+
 # sub_result NAME RC FILE: adds the last "N passed, N failed" line in FILE (the output of a sub-run that exited
 # RC) to the counts. One more failure when the sub-run timed out or was killed (RC 124 or 137), printed no such
 # line, exited non-zero without a failed check, or exited 0 with failed checks.

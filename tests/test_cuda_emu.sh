@@ -69,16 +69,8 @@ matmul_precision = fp32
 train_data = $T/data/train_*.bin
 CONF
 STEPS=3
-# trun NAME NP BIN ARGS...: BIN (build or build/emu) trains on NP ranks into $T/NAME; FAIL on a non-zero exit
-trun() {
-  local name=$1 np=$2 bin=$3; shift 3
-  timeout $HANG_S $(launch "$np") $bin/train -c "$T/e.conf" --out_dir "$T/$name" "$@" </dev/null >"$T/$name.out" 2>"$T/$name.err" \
-    || { bad "$name: exit $?: $(head -c 400 "$T/$name.err")"; return 1; }
-}
-cmp_runs() {   # DESCRIPTION A B TOL
-  if same_losses "$2" "$3" "$4" >"$T/cmp.out" 2>&1; then ok "$1: $(tail -n 1 "$T/cmp.out" | sed 's/^ *//')"
-  else bad "$1: $(tail -n 3 "$T/cmp.out" | tr '\n' ' ')"; fi
-}
+# the config of trun (tests/lib.sh)
+TCONF=$T/e.conf
 
 # ---- 2. layouts, fp32 ----
 while read -r name np dev args; do

@@ -252,6 +252,7 @@ typedef struct {
     int metrics_fd;                 // rank 0: OUT_DIR/metrics.jsonl (-1: not open), written one whole record at a time
     long long metrics_end;          // its size after the last complete record
     int metrics_failed;             // rank 0: a write of it failed (msg says how); the run stops after the step
+    int engine_logged;              // rank 0: a record named attention's engines
     char metrics_path[CFG_STR + 64];
     int32_t* win;                   // [batch_size, seq_len + 1] windows of the step (every rank fetches all)
     double flops_tok;
@@ -452,6 +453,16 @@ static void log_record(Run* r, int step, const StepResult* s, const RingStep* rs
             "\"sent_parts_bytes\": %.0f, \"sent_hop_msgs\": %.0f, \"sent_a2a_msgs\": %.0f",
             s->tr.bytes[TRAFFIC_HOP], s->tr.bytes[TRAFFIC_A2A], s->tr.bytes[TRAFFIC_ALLREDUCE], s->tr.bytes[TRAFFIC_PARTS],
             s->tr.messages[TRAFFIC_HOP], s->tr.messages[TRAFFIC_A2A]);
+    // attention's engines: the blocks (pieces) each computed so far on this rank; the first record of a run names them
+    long long ec[2];
+    attn_engine_counts(ec);
+    fprintf(f, ", \"attn_blocks_own\": %lld, \"attn_blocks_fast\": %lld", ec[ATTN_ENGINE_OWN], ec[ATTN_ENGINE_FAST]);
+    if (!r->engine_logged) {
+        fprintf(f, ", \"attn_engine\": \"");
+        for (const char* p = r->m.attn_report; *p; p++) fputs(*p == '\n' ? "; " : *p == '"' ? "'" : (char[2]){ *p, 0 }, f);
+        fprintf(f, "\"");
+        r->engine_logged = 1;
+    }
     if (!isnan(s->vloss)) fprintf(f, ", \"val_loss\": %.9g", s->vloss);
     if (!r->records++)   // the first record of this process: how it started, on which layout (plot_metrics marks resumes)
         fprintf(f, ", \"start\": \"%s\", \"layout\": \"tp %d x cp %d x dp %d%s\"", c->resume[0] ? "resume" : init_from[0] ?
@@ -1002,6 +1013,16 @@ static void init_load(Run* r) {
     }
 }
 
+// text as '# ' lines
+static void write_commented(FILE* f, const char* text) {
+    for (const char* p = text; *p;) {
+        const char* e = strchr(p, '\n');
+        int n = e ? (int)(e - p) : (int)strlen(p);
+        fprintf(f, "# %.*s\n", n, p);
+        p += n + (e != NULL);
+    }
+}
+
 // rank 0: metrics.jsonl and config.txt, now that the run's starting state is settled
 static void open_outputs(Run* r, const char* metrics_path) {
     int fail = 0;
@@ -1032,7 +1053,10 @@ static void open_outputs(Run* r, const char* metrics_path) {
         snprintf(path, sizeof path, "%s/config.txt", r->c.out_dir);
         snprintf(tmp, sizeof tmp, "%s/config.txt.tmp", r->c.out_dir);
         FILE* cf = fail ? NULL : fopen(tmp, "w");
-        if (cf) config_write(&r->c, cf);
+        if (cf) {
+            config_write(&r->c, cf);
+            write_commented(cf, r->m.attn_report);   // the engines attn_engine chose (comments: the file still loads)
+        }
         int e = errno, cfail = !fail && (!cf || ferror(cf) || fflush(cf) || fsync(fileno(cf)));
         if (cfail) e = errno;
         if (cf && fclose(cf) && !cfail) { e = errno; cfail = 1; }
@@ -1082,6 +1106,7 @@ static void print_banner(const Run* r) {
            omp_get_max_threads());
     grid_print(&r->g);
     config_write(c, stdout);
+    printf("%s\n", r->m.attn_report);
     if (meta_note[0]) printf("%s\n", meta_note);
     double total = 0;   // the model's parameters (logical shapes: no TP padding)
     for (int i = 0; i < r->m.pt.n; i++) total += (double)r->m.pt.p[i].shape[0] * r->m.pt.p[i].shape[1];

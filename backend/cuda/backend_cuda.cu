@@ -227,6 +227,10 @@ static void prof_report(void) {
                 all > 0 ? 100 * g_prof_ms[c] / all : 0.0);
     fprintf(f, "| idle (the GPU waiting for the host) | | %.2f | %.1f %% |\n", idle, all > 0 ? 100 * idle / all : 0.0);
     fprintf(f, "| total (first to last event) | | %.2f | 100 %% |\n", all);
+    long long ec[2];
+    attn_engine_counts(ec);
+    fprintf(f, "\nattention blocks (pieces of block calls): %lld on the own kernels, %lld on cuDNN\n", ec[ATTN_ENGINE_OWN],
+            ec[ATTN_ENGINE_FAST]);
     fclose(f);
 }
 
@@ -237,6 +241,7 @@ __global__ void probe_kernel(int* x) { if (x) *x = 1; }
 
 extern "C" int cuda_backend_started(void) { return g_started; }
 extern "C" void* cuda_backend_stream(void) { return (void*)g_stream; }
+int cu_sm_count(void) { return g_prop.multiProcessorCount > 0 ? g_prop.multiProcessorCount : 1; }
 extern "C" void cuda_backend_device_uuid(unsigned char uuid[16]) { memcpy(uuid, g_prop.uuid.bytes, 16); }
 
 extern "C" int cuda_backend_start(int local_rank, char* err, size_t errlen) {

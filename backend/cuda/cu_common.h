@@ -20,6 +20,7 @@ cudaStream_t cu_stream(void);
 // tensor-core kernels; fp32: the fp32 kernels)
 enum { CU_BF16 = 0, CU_TF32 = 1, CU_FP32 = 2 };
 int cu_precision(void);
+int cu_sm_count(void);   // multiprocessors of the device
 
 // one line "cuda backend: <op>: <error string>" on stderr, exit(1)
 [[noreturn]] void cu_die(const char* op, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -33,8 +34,19 @@ void cu_check_(cudaError_t e, const char* op);
 // never synchronises the device). Contents are undefined. A slot's pointer is valid until the next call
 // for the same slot with a larger size.
 enum { WS_RMS_DW, WS_EMB, WS_SUMSQ, WS_SUMSQ_TAB, WS_COPY,
-       WS_ATT_Q, WS_ATT_K, WS_ATT_V, WS_ATT_DO, WS_ATT_MM, WS_COUNT };
+       WS_ATT_Q, WS_ATT_K, WS_ATT_V, WS_ATT_DO, WS_ATT_MM,
+       WS_ATT_PART, WS_ATT_ST_FWD, WS_ATT_ST_DKDV, WS_ATT_ST_DQ,
+       WS_FA_Q, WS_FA_K, WS_FA_V, WS_FA_DO, WS_FA_OC, WS_FA_O, WS_FA_ST, WS_FA_DK, WS_FA_DV, WS_FA_WS, WS_COUNT };
 void* cu_workspace(int slot, size_t bytes);
+
+// the own attention kernels (attn_cuda.cu): attention.h's block calls on them; attn_block_forward / _backward
+// (attn_engine.cu) route each block to them or to cuDNN
+void own_block_forward(float* out, float* lse, const float* q, const int* qpos, const int* qdoc, int Tq, const float* k,
+                       const float* v, const int* kpos, const int* kdoc, int Tk, int nh, int nkv, int hd, float scale,
+                       int mask);
+void own_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* lse, const float* D,
+                        const int* qpos, const int* qdoc, int Tq, const float* k, const float* v, const int* kpos,
+                        const int* kdoc, int Tk, int nh, int nkv, int hd, float scale, int mask);
 
 // Kernel launches and shared memory, written once for nvcc and for the host emulation (make cuda-emu, CUDA_EMU:
 // backend/cuda/emu/): LAUNCH(kernel, grid, block, smem, args...) queues a kernel on the compute stream;

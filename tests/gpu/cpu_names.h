@@ -49,3 +49,7 @@
 #define be_zero cpu_be_zero
 #define BeTimer CpuBeTimer
 #define be_memory_available cpu_be_memory_available
+#define attn_engine_select cpu_attn_engine_select
+#define attn_engine_use cpu_attn_engine_use
+#define attn_host_mirror cpu_attn_host_mirror
+#define attn_engine_counts cpu_attn_engine_counts

@@ -589,7 +589,7 @@ enum { POS_SAME, POS_CHUNKS, POS_SHUFFLED, POS_LATER };
 // at each document; 3 also query rows of a document that has no key (lse stays -inf); 4 documents of varied
 // lengths (1 .. 180) over the whole sequence; 5 every query in document 1, the last 600 keys too, the keys before
 // them in document 0
-enum { F_REPEAT = 1, F_BF16 = 2 };   // flags: run twice, compare bits; bf16 kernels only
+enum { F_REPEAT = 1, F_BF16 = 2, F_ENGINE = 4 };   // flags: run twice, compare bits; bf16 kernels only; also on the cuDNN engine
 typedef struct { const char* name; int Tq, Tk, nh, nkv, hd, mask, pos, docs, split, flags; } Case;
 static int doc_of(int p, int* start) {
     static const int st[] = { 0, 7, 16, 32, 33, 64, 100, 128, 129, 150 };
@@ -605,45 +605,11 @@ static int doc_of_long(int p) {
     return d;
 }
 
-// The conditioning of dq and dk (see the header): per row of dq (query i, head h), the floor of the denominator is
-// KAPPA * max_d sqrt(sum_j (scale P_ij (sum_e |dO_ie v_je| + sum_e |dO_ie O_ie|) k_jd)^2), the size of the
-// rounding errors of dS = P (dP - D) that reach dq (errors of independent terms add like a random walk); dk alike
-// with q in place of k. Computed in double over the visible pairs.
+// The conditioning of dq and dk (see the header): compare.h's cmp_attn_floors with KAPPA.
 #define KAPPA 0.05
 static void attn_floors(double* fq, double* fk, const Case* c, const float* q, const float* k, const float* v,
                         const float* dout, const float* o, const float* l, const size_t* voff, const int* vlist, float sc) {
-    int Tq = c->Tq, Tk = c->Tk, nh = c->nh, nkv = c->nkv, hd = c->hd, grp = nh / nkv;
-    double* mq = calloc((size_t)Tq * nh * hd, sizeof(double));
-    double* mk = calloc((size_t)Tk * nkv * hd, sizeof(double));
-    for (int i = 0; i < Tq; i++)
-        for (int h = 0; h < nh; h++) {
-            size_t r = (size_t)i * nh + h;
-            if (l[r] == -INFINITY) continue;
-            int g = h / grp;
-            const float *qi = q + r * hd, *gi = dout + r * hd, *oi = o + r * hd;
-            double dsz = 0;
-            for (int d = 0; d < hd; d++) dsz += fabs((double)gi[d] * oi[d]);
-            for (size_t e = voff[i]; e < voff[i + 1]; e++) {
-                int j = vlist[e];
-                const float *kj = k + ((size_t)j * nkv + g) * hd, *vj = v + ((size_t)j * nkv + g) * hd;
-                double s = 0, dpsz = 0;
-                for (int d = 0; d < hd; d++) { s += (double)qi[d] * kj[d]; dpsz += fabs((double)gi[d] * vj[d]); }
-                double t = sc * exp(sc * s - l[r]) * (dpsz + dsz);
-                double *mqi = mq + r * hd, *mkj = mk + ((size_t)j * nkv + g) * hd;
-                for (int d = 0; d < hd; d++) { mqi[d] += t * t * kj[d] * kj[d]; mkj[d] += t * t * qi[d] * qi[d]; }
-            }
-        }
-    for (size_t r = 0; r < (size_t)Tq * nh; r++) {
-        double m = 0;
-        for (int d = 0; d < hd; d++) m = fmax(m, mq[r * hd + d]);
-        fq[r] = KAPPA * sqrt(m);
-    }
-    for (size_t r = 0; r < (size_t)Tk * nkv; r++) {
-        double m = 0;
-        for (int d = 0; d < hd; d++) m = fmax(m, mk[r * hd + d]);
-        fk[r] = KAPPA * sqrt(m);
-    }
-    free(mq); free(mk);
+    cmp_attn_floors(fq, fk, c->Tq, c->Tk, c->nh, c->nkv, c->hd, q, k, v, dout, o, l, voff, vlist, sc, KAPPA);
 }
 // rows whose floor exceeds their own largest |ref| (the cancelling ones)
 static int count_floored(const float* r, const double* fl, size_t nrows, int len) {
@@ -653,11 +619,17 @@ static int count_floored(const float* r, const double* fl, size_t nrows, int len
 }
 
 typedef struct { double out, lse, D, dq, dk, dv; } AttnErr;
-static AttnErr worst[2];   // per kernel family (0 fp32, 1 bf16): the largest errors seen, for the summary line
+static AttnErr worst[3];   // per kernel family (0 fp32, 1 bf16, 2 cuDNN): the largest errors seen, for the summary line
+
+// The engine pass (g_engine = 1): the bf16 cases again with the fast engine (cuDNN, emulated: its interpreter of
+// cudnn_sdpa.cu's graphs) enabled for both classes and the positions mirrored on the host; which engine computed the
+// block is checked (cuDNN where the block can go to it: no document boundary inside, positions in few runs).
+static int g_engine = 0;
+int emu_pointer_kind(const void* p) __attribute__((weak));   // defined by the emulation only
 
 static void test_attention(const Case* c, int bf16) {
     double t0 = now_s();
-    const char* fam = bf16 ? "bf16" : "fp32";
+    const char* fam = g_engine ? "cuDNN engine (bf16)" : bf16 ? "bf16" : "fp32";
     double tol_o = bf16 ? TOL_ABF_OUT : TOL_A32, tol_l = bf16 ? TOL_ABF_LSE : TOL_A32, tol_g = bf16 ? TOL_ABF_GRAD : TOL_A32_GRAD;
     int Tq = c->Tq, Tk = c->Tk, nh = c->nh, nkv = c->nkv, hd = c->hd;
     size_t nq = (size_t)Tq * nh * hd, nk = (size_t)Tk * nkv * hd, nl = (size_t)Tq * nh, nkr = (size_t)Tk * nkv;
@@ -711,6 +683,12 @@ static void test_attention(const Case* c, int bf16) {
     int *Dqp = up(qp, Tq * sizeof(int)), *Dkp = up(kp, Tk * sizeof(int));
     int *Dqd = up(qd, Tq * sizeof(int)), *Dkd = up(kd, Tk * sizeof(int));
     const int *hqd = c->docs ? qd : NULL, *Dqd_ = c->docs ? Dqd : NULL;   // query document ids (host, device) or none
+    long long cnt0[2];
+    attn_engine_counts(cnt0);
+    if (g_engine) {
+        attn_host_mirror(Dqp, qp, Tq); attn_host_mirror(Dkp, kp, Tk);
+        attn_host_mirror(Dqd, qd, Tq); attn_host_mirror(Dkd, kd, Tk);
+    }
     // key blocks: [h1, Tk) first, then [0, h1) (split), or one block
     int h1 = c->split ? Tk / 2 : 0, nb = c->split ? 2 : 1, j0s[2] = { h1, 0 }, ns[2] = { Tk - h1, h1 };
     float *o = malloc(nq * 4), *l = malloc(nl * 4), *Do = be_alloc(nq * 4), *Dl = be_alloc(nl * 4);
@@ -807,7 +785,17 @@ static void test_attention(const Case* c, int bf16) {
           eD, TOL_D, eq.err, eq.row / nh, ek.err, ek.row / nkv, ev.err, ev.row / nkv, tol_g, none, nfq, nfk, KAPPA,
           bad_untouched ? "NO" : "yes", nan_b ? "YES" : "no",
           (c->flags & F_REPEAT) ? (rep_b ? "; repeat bit-identical" : "; repeat DIFFERS") : "", now_s() - t0);
-    AttnErr* w = &worst[bf16];
+    if (g_engine) {   // cuDNN computed the blocks, or (documents inside, scattered positions) the own kernels did
+        long long cnt1[2];
+        attn_engine_counts(cnt1);
+        int want_fast = !c->docs && c->pos != POS_SHUFFLED;
+        long long nf = cnt1[ATTN_ENGINE_FAST] - cnt0[ATTN_ENGINE_FAST], no = cnt1[ATTN_ENGINE_OWN] - cnt0[ATTN_ENGINE_OWN];
+        CHECK(want_fast ? nf > 0 && no == 0 : nf == 0 && no > 0, "attention %s %s: %lld pieces on cuDNN, %lld blocks on the own "
+              "kernels (expected: %s)", fam, c->name, nf, no, want_fast ? "cuDNN only" : "the own kernels only");
+        attn_host_mirror(Dqp, NULL, 0); attn_host_mirror(Dkp, NULL, 0);   // (freed below)
+        attn_host_mirror(Dqd, NULL, 0); attn_host_mirror(Dkd, NULL, 0);
+    }
+    AttnErr* w = &worst[g_engine ? 2 : bf16];
     w->out = fmax(w->out, eo.err); w->lse = fmax(w->lse, el.err); w->D = fmax(w->D, eD);
     w->dq = fmax(w->dq, eq.err); w->dk = fmax(w->dk, ek.err); w->dv = fmax(w->dv, ev.err);
 
@@ -867,6 +855,99 @@ static void test_attention_tf32(void) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be_free(all[i]);
 }
 
+// The fast engine (cuDNN; under the emulation its interpreter of the graphs): the self-check passes and enables both
+// classes; every bf16 case with head dim 64 or 128 runs again on it against the CPU, with the tolerances of the bf16
+// kernels; faults of the emulated library (RINGLM_EMU_CUDNN) end in the own kernels, or (attn_engine = cudnn) an error.
+static void test_engine(const Case* cases, size_t n) {
+    double t0 = now_s();
+    be_set_matmul_precision("bf16");
+    AttnRunShape rs = { 4, 2, 64, 0 };
+    unsigned fast = 0;
+    char rep[4096], err[1024];
+    int rc = attn_engine_select("auto", &rs, &fast, rep, sizeof rep, err, sizeof err);
+    CHECK(rc == 0 && fast == 3 && strstr(rep, "unmasked blocks") && strstr(rep, "causal blocks") && !strstr(rep, ": own kernels"),
+          "attn_engine = auto: the self-check puts both classes on cuDNN (fast %u): %s", fast, rc ? err : rep);
+    if (rc || fast != 3) { printf("%s\n", rep); return; }
+    printf("%s\n", rep);
+    attn_engine_use(fast);
+    g_engine = 1;
+    for (size_t i = 0; i < n; i++)
+        if (cases[i].flags & F_ENGINE) test_attention(&cases[i], 1);
+    g_engine = 0;
+    attn_engine_use(0);
+    // faults: the emulated library reads RINGLM_EMU_CUDNN at each call (on a GPU, with the real cuDNN: not these)
+    if (!emu_pointer_kind) { printf("(cuDNN engine: %.1f s; the fault cases need the emulated cuDNN)\n", now_s() - t0); return; }
+    static const struct { const char* fault; unsigned want; const char* says; } F[] = {
+        { "wrong:bwd", 0, "dq differs" }, { "unsupported:causal", 1, "no engine" },
+        { "fail:unmasked", 2, "CUDNN_STATUS_EXECUTION_FAILED" },
+    };
+    for (size_t i = 0; i < sizeof F / sizeof *F; i++) {
+        setenv("RINGLM_EMU_CUDNN", F[i].fault, 1);
+        rc = attn_engine_select("auto", &rs, &fast, rep, sizeof rep, err, sizeof err);
+        CHECK(rc == 0 && fast == F[i].want && strstr(rep, F[i].says), "RINGLM_EMU_CUDNN=%s, attn_engine = auto: cuDNN for "
+              "classes %u (want %u), the report names the reason (%s): %s", F[i].fault, fast, F[i].want, F[i].says, rep);
+        if (i) continue;   // (attn_engine = cudnn: once)
+        rc = attn_engine_select("cudnn", &rs, &fast, rep, sizeof rep, err, sizeof err);
+        CHECK(rc == 1 && strstr(err, F[i].says), "RINGLM_EMU_CUDNN=%s, attn_engine = cudnn: an error naming it: %s", F[i].fault,
+              rc ? err : "none");
+    }
+    unsetenv("RINGLM_EMU_CUDNN");
+    rc = attn_engine_select("own", &rs, &fast, rep, sizeof rep, err, sizeof err);
+    CHECK(rc == 0 && fast == 0 && strstr(rep, "attn_engine = own"), "attn_engine = own: no class on cuDNN: %s", rep);
+    rc = attn_engine_select("fast", &rs, &fast, rep, sizeof rep, err, sizeof err);
+    CHECK(rc == 1 && strstr(err, "must be auto, cudnn or own"), "an unknown attn_engine is refused: %s", rc ? err : "accepted");
+    printf("(cuDNN engine: %.1f s)\n", now_s() - t0);
+}
+
+// The work of the bf16 attention kernels, from their per-block statistics (tiles computed, visibility steps):
+// - the scan for the next visible tile takes 32 candidates per step (a ballot), so no block spends more steps than
+//   tiles computed + 1 + candidates / 32 (a serial scan takes one step per candidate: 4 steps for the forward's first
+//   query tile here, against a bound of 3);
+// - the dK/dV kernel splits each group of query heads over several blocks when (key tile, KV head) blocks are too few
+//   to fill the device, so that no block computes more tiles than the causal minimum (the query tiles one head's
+//   first key tile sees); one block per (key tile, KV head) over the whole group takes grp times that.
+void cuda_attn_stats_enable(int on);
+int cuda_attn_stats(int kind, int* out, int cap);
+static void test_attention_work(void) {
+    int T = 256, nh = 8, nkv = 2, hd = 64, grp = nh / nkv, bm = 64;   // bf16 hd 64 tiles: 64 rows everywhere
+    size_t nq = (size_t)T * nh * hd, nk = (size_t)T * nkv * hd, nl = (size_t)T * nh;
+    be_set_matmul_precision("bf16");
+    float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *g = rnd(nq, 1);
+    int* pos = malloc(T * sizeof(int));
+    for (int i = 0; i < T; i++) pos[i] = i;
+    float *Dq = up(q, nq * 4), *Dk = up(k, nk * 4), *Dv = up(v, nk * 4), *Dg = up(g, nq * 4);
+    int* Dp = up(pos, T * sizeof(int));
+    float *Do = be_alloc(nq * 4), *Dl = be_alloc(nl * 4), *DD = be_alloc(nl * 4), *Ddq = be_alloc(nq * 4), *Ddk = be_alloc(nk * 4),
+          *Ddv = be_alloc(nk * 4);
+    cuda_attn_stats_enable(1);
+    attn_forward_begin(Do, Dl, T, nh, hd);
+    attn_block_forward(Do, Dl, Dq, Dp, NULL, T, Dk, Dv, Dp, NULL, T, nh, nkv, hd, 0.125f, ATTN_MASK_CAUSAL);
+    attn_backward_begin(DD, Dg, Do, T, nh, hd);
+    attn_block_backward(Ddq, Ddk, Ddv, Dg, Dq, Dl, DD, Dp, NULL, T, Dk, Dv, Dp, NULL, T, nh, nkv, hd, 0.125f, ATTN_MASK_CAUSAL);
+    static const char* KIND[3] = { "forward", "dK/dV", "dQ" };
+    int st[2 * 4096], nt = T / bm, worst_tiles = 0, nb[3];
+    for (int kind = 0; kind < 3; kind++) {
+        int n = nb[kind] = cuda_attn_stats(kind, st, 4096), bad = 0, worst = 0;
+        // candidates per block: key tiles (forward, dQ), or query tiles of the block's heads (dK/dV)
+        int cand = kind == 1 ? (n > 0 ? grp * nt * (nt * nkv) / n : 0) : nt;
+        for (int b = 0; b < n; b++) {
+            int tiles = st[2 * b], steps = st[2 * b + 1];
+            bad += steps > tiles + 1 + (cand + 31) / 32;
+            if (steps > worst) worst = steps;
+            if (kind == 1 && tiles > worst_tiles) worst_tiles = tiles;
+        }
+        CHECK(n > 0 && !bad, "attention bf16 %s kernel: %d blocks, each within tiles + 1 + %d / 32 visibility steps (%d blocks "
+              "over; the most steps %d)", KIND[kind], n, cand, bad, worst);
+    }
+    CHECK(nb[1] == nt * nkv * grp && worst_tiles == nt, "attention bf16 dK/dV kernel, causal T %d, GQA %d/%d: %d blocks "
+          "(%d key tiles x %d KV heads x %d: the head group split), the longest computes %d tiles (the causal minimum: %d; "
+          "a block per key tile over the whole group: %d)", T, nh, nkv, nb[1], nt, nkv, grp, worst_tiles, nt, grp * nt);
+    cuda_attn_stats_enable(0);
+    free(q); free(k); free(v); free(g); free(pos);
+    void* all[] = { Dq, Dk, Dv, Dg, Dp, Do, Dl, DD, Ddq, Ddk, Ddv };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) be_free(all[i]);
+}
+
 int main(void) {
     char err[512];
     if (be_init(0, err, sizeof err)) {
@@ -900,22 +981,22 @@ int main(void) {
     printf("(fp32 kernels: %.1f s)\n", now_s() - t0);
     static const Case cases[] = {
         // name                                                   Tq     Tk   nh nkv  hd  mask              pos           docs split flags
-        { "hd 64 GQA 4/2 causal T 100",                           100,   100,  4, 2,  64, ATTN_MASK_CAUSAL, POS_SAME,     0, 1, 0 },
+        { "hd 64 GQA 4/2 causal T 100",                           100,   100,  4, 2,  64, ATTN_MASK_CAUSAL, POS_SAME,     0, 1, F_ENGINE },
         { "hd 64 MHA 2/2 causal T 128 (tile multiple)",           128,   128,  2, 2,  64, ATTN_MASK_CAUSAL, POS_SAME,     0, 0, 0 },
         { "hd 128 GQA 4/2 causal T 256 (tile multiple)",          256,   256,  4, 2, 128, ATTN_MASK_CAUSAL, POS_SAME,     0, 1, 0 },
-        { "hd 128 MQA 2/1 causal Tq 70 Tk 150 chunks",            70,    150,  2, 1, 128, ATTN_MASK_CAUSAL, POS_CHUNKS,   0, 1, 0 },
-        { "hd 64 MHA 2/2 causal shuffled Tq 45 Tk 90",            45,    90,   2, 2,  64, ATTN_MASK_CAUSAL, POS_SHUFFLED, 0, 1, 0 },
+        { "hd 128 MQA 2/1 causal Tq 70 Tk 150 chunks",            70,    150,  2, 1, 128, ATTN_MASK_CAUSAL, POS_CHUNKS,   0, 1, F_ENGINE },
+        { "hd 64 MHA 2/2 causal shuffled Tq 45 Tk 90",            45,    90,   2, 2,  64, ATTN_MASK_CAUSAL, POS_SHUFFLED, 0, 1, F_ENGINE },
         { "hd 24 MHA 3/3 unmasked Tq 33 Tk 47",                   33,    47,   3, 3,  24, ATTN_MASK_NONE,   POS_SAME,     0, 1, 0 },
         { "hd 100 GQA 4/2 causal shuffled Tq 40 Tk 75",           40,    75,   4, 2, 100, ATTN_MASK_CAUSAL, POS_SHUFFLED, 0, 1, 0 },
         { "hd 128 GQA 8/2 causal T 300",                          300,   300,  8, 2, 128, ATTN_MASK_CAUSAL, POS_SAME,     0, 1, 0 },
-        { "ring off-diagonal hd 128 GQA 4/2 unmasked T 192 (tile multiple)", 192, 192, 4, 2, 128, ATTN_MASK_NONE, POS_LATER, 0, 0, F_REPEAT },
+        { "ring off-diagonal hd 128 GQA 4/2 unmasked T 192 (tile multiple)", 192, 192, 4, 2, 128, ATTN_MASK_NONE, POS_LATER, 0, 0, F_REPEAT | F_ENGINE },
         { "ring off-diagonal hd 128 MQA 4/1 unmasked Tq 200 Tk 136", 200, 136, 4, 1, 128, ATTN_MASK_NONE, POS_LATER,    0, 1, 0 },
-        { "ring off-diagonal hd 64 GQA 4/2 unmasked Tq 300 Tk 100", 300, 100,  4, 2,  64, ATTN_MASK_NONE,   POS_LATER,    0, 0, 0 },
+        { "ring off-diagonal hd 64 GQA 4/2 unmasked Tq 300 Tk 100", 300, 100,  4, 2,  64, ATTN_MASK_NONE,   POS_LATER,    0, 0, F_ENGINE },
         { "multi-wave hd 64 MHA 8/8 causal docs T 1100",          1100,  1100, 8, 8,  64, ATTN_MASK_CAUSAL, POS_SAME,     4, 0, F_REPEAT },
         { "multi-wave hd 128 MHA 8/8 causal docs T 1100",         1100,  1100, 8, 8, 128, ATTN_MASK_CAUSAL, POS_SAME,     4, 0, 0 },
         { "multi-wave ring off-diagonal hd 128 GQA 28/4 unmasked Tq 320 Tk 80", 320, 80, 28, 4, 128, ATTN_MASK_NONE, POS_LATER, 0, 0, F_REPEAT },
         { "multi-wave hd 64 GQA 16/4 causal docs T 600",          600,   600, 16, 4,  64, ATTN_MASK_CAUSAL, POS_SAME,     4, 1, 0 },
-        { "docs hd 64 GQA 4/2 causal T 160",                      160,   160,  4, 2,  64, ATTN_MASK_CAUSAL, POS_SAME,     1, 1, 0 },
+        { "docs hd 64 GQA 4/2 causal T 160",                      160,   160,  4, 2,  64, ATTN_MASK_CAUSAL, POS_SAME,     1, 1, F_ENGINE },
         { "docs hd 128 MQA 2/1 causal Tq 70 Tk 150 chunks",       70,    150,  2, 1, 128, ATTN_MASK_CAUSAL, POS_CHUNKS,   1, 1, 0 },
         { "docs restarted positions hd 64 MHA 2/2 causal T 140",  140,   140,  2, 2,  64, ATTN_MASK_CAUSAL, POS_SAME,     2, 1, 0 },
         { "docs unmasked hd 24 MHA 3/3 Tq 70 Tk 90",              70,    90,   3, 3,  24, ATTN_MASK_NONE,   POS_SAME,     1, 1, 0 },
@@ -934,8 +1015,11 @@ int main(void) {
             if (mode == M_BF16 || !(cases[i].flags & F_BF16)) test_attention(&cases[i], mode == M_BF16);
         printf("(%s: %.1f s)\n", MODE[mode], now_s() - t1);
     }
-    for (int b = 0; b < 2; b++)
-        printf("worst attention errors, %s kernels: out %.2e lse %.2e D %.2e dq %.2e dk %.2e dv %.2e\n", b ? "bf16" : "fp32",
+    test_attention_work();
+    test_engine(cases, sizeof cases / sizeof *cases);
+    for (int b = 0; b < 3; b++)
+        printf("worst attention errors, %s: out %.2e lse %.2e D %.2e dq %.2e dk %.2e dv %.2e\n",
+               b == 2 ? "cuDNN engine" : b ? "bf16 kernels" : "fp32 kernels",
                worst[b].out, worst[b].lse, worst[b].D, worst[b].dq, worst[b].dk, worst[b].dv);
     CHECK(be_set_matmul_precision("fp16") != 0, "an unknown precision is refused");
     printf("(total %.1f s)\n", now_s() - t0);

@@ -21,14 +21,6 @@ struct EmuBlas {
 };
 
 namespace {
-float round_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
-    u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
 float round_tf32(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
@@ -43,7 +35,7 @@ void pack(std::vector<float>& out, const float* src, int rows, int cols, int ld,
     for (int c = 0; c < cols; c++)
         for (int r = 0; r < rows; r++) {
             float v = src[(size_t)c * ld + r];
-            out[(size_t)c * rows + r] = compute == CUBLAS_COMPUTE_32F_FAST_16BF ? round_bf16(v)
+            out[(size_t)c * rows + r] = compute == CUBLAS_COMPUTE_32F_FAST_16BF ? emu::round_bf16(v)
                                       : compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? round_tf32(v) : v;
         }
 }

@@ -6,6 +6,8 @@
 //   device), with an H200's limits (132 SMs, 1024 threads per block, 48 KiB of shared memory per block without
 //   the opt-in attribute, 227 KiB with it) and RINGLM_EMU_MEMORY_MIB of memory (default 16384).
 //   RINGLM_EMU_CC (default 9.0) sets the compute capability.
+// Pinned host memory: freeing it (cudaFreeHost) while an asynchronous copy from or to it may be running (queued, and
+//   not waited for by the host through a synchronisation that covers it) ends the process with one line.
 // Memory: every device allocation lies in an address range reserved for the emulated device and ends at a
 //   page followed by a guard page; freed allocations stay unmapped (never reused), new allocations up to 16 MiB
 //   are filled with NaN bytes (larger ones read as zero until written). Device memory is mapped readable and writable only while the emulation itself runs an
@@ -234,6 +236,8 @@ static Alloc* new_alloc(size_t bytes, int kind, const char* how) {
     }
     r->size = bytes;
     r->kind = kind;
+    r->copy_stream = -1;
+    r->copy_time = 0;
     r->live = true;
     r->serial = ++g_serial;
     r->how = how;
@@ -672,7 +676,7 @@ static unsigned collective(unsigned mask, int kind, ReleaseHook hook) {
     int t = g_L->cur, w = t / 32, l = t % 32;
     Warp& W = g_L->warps[w];
     if (!(mask >> l & 1)) kdie("a warp collective with mask 0x%08x, which does not include the calling lane %d", mask, l);
-    static const char* names[] = { "", "__syncwarp", "a shuffle", "ldmatrix", "mma.sync", "ldmatrix.trans" };
+    static const char* names[] = { "", "__syncwarp", "a shuffle", "ldmatrix", "mma.sync", "ldmatrix.trans", "a ballot" };
     if (W.nwait == 0) { W.kind = kind; W.mask = mask; W.arrived = 0; g_hook[w] = hook; }
     else if (W.kind != kind || W.mask != mask)
         kdie("the lanes of warp %d meet at different warp collectives (%s with mask 0x%08x and %s with mask 0x%08x): "
@@ -698,6 +702,19 @@ uint64_t shfl(unsigned mask, uint64_t v, int src) {
     unsigned who = collective(mask, K_SHFL, shfl_release);
     if (!(who >> src & 1)) kdie("a shuffle reads lane %d, which has exited or is not in the shuffle", src);
     return W.vout[l];
+}
+
+static void ballot_release(Warp& W) {
+    uint64_t m = 0;
+    for (int l = 0; l < 32; l++) if ((W.participants >> l & 1) && W.v[l]) m |= 1ull << l;
+    for (int l = 0; l < 32; l++) W.vout[l] = m;
+}
+unsigned ballot(unsigned mask, int pred) {
+    int l = g_L->cur % 32;
+    Warp& W = g_L->warps[g_L->cur / 32];
+    W.v[l] = pred != 0;
+    collective(mask, K_BALLOT, ballot_release);
+    return (unsigned)W.vout[l];
 }
 
 unsigned char* dyn_smem(void) {
@@ -1144,7 +1161,10 @@ cudaError_t cudaFreeHost(void* p) {
     Alloc* r = find_alloc(p);
     if (!r || r->kind != PINNED || (uintptr_t)p != r->base)
         return fail(cudaErrorInvalidValue, "cudaFreeHost(%p): not a pointer that cudaMallocHost returned", p);
-    cudaDeviceSynchronize();
+    // strict: an asynchronous copy from or to it that the host has not waited for may still read or write it
+    if (r->copy_stream >= 0 && g_host[r->copy_stream] < r->copy_time)
+        die("cudaFreeHost(%p): pinned memory that an asynchronous copy queued on stream %d may still be using (the host "
+            "has not waited for it: cudaEventSynchronize or cudaStreamSynchronize before freeing)", p, r->copy_stream);
     free_alloc(r);
     return cudaSuccess;
 }
@@ -1184,6 +1204,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     uint64_t t = begin_op(s, kinds[kind]);
     if (sd) access(s, t, kinds[kind], src, bytes, false);
     if (dd) access(s, t, kinds[kind], dst, bytes, true);
+    for (const void* hp : { sd ? NULL : src, dd ? NULL : (const void*)dst }) {   // pinned host memory it uses until done
+        Alloc* r = hp ? find_alloc(hp) : NULL;
+        if (r && r->kind == PINNED && r->live) { r->copy_stream = s->id; r->copy_time = t; }
+    }
     DeviceAccess da;
     memcpy(dst, src, bytes);
     return cudaSuccess;
