@@ -23,6 +23,12 @@ void be_sync(void);   // wait until every queued kernel and copy has finished
 // ranks that share the device). For the capacity check before the arenas are allocated.
 double be_memory_available(int node_ranks);
 
+// The training step's boundaries, for a backend that reports what one step costs (the CUDA backend's step anatomy,
+// RINGLM_CUDA_ANATOMY; the CPU ignores them). model_flops: the step's model FLOPs per process (6N + attention);
+// about: one line describing the model and layout.
+void be_step_begin(long long step, double model_flops, const char* about);
+void be_step_end(void);
+
 // Sizes that are the backend's tuning, not the model's: the model and the ring ask, never assume.
 typedef struct {
     int ring_query_rows;   // query rows per attention call while a ring transfer is in flight: the ring

@@ -26,6 +26,8 @@ export RINGLM_EMU_TIMEOUT_S=600
 # ---- 1. the emulation's rules ----
 if out=$($E/tests/emu_faults ok 2>&1); then ok "emulation control (correct kernels, shared memory, events): $out"
 else bad "emulation control: $out"; fi
+if out=$(RINGLM_EMU_TRAFFIC=1 $E/tests/emu_faults traffic 2>&1); then ok "emulation's traffic counting (RINGLM_EMU_TRAFFIC): $out"
+else bad "emulation's traffic counting: $out"; fi
 fault() { expect_err "emulation: $1" "$2" 1 $E/tests/emu_faults "$1"; }
 fault host_read "host code (in main) read or wrote device memory|without a copy"
 fault oob "kernel fill_k (block (3, 0, 0)|out-of-bounds access 92 bytes past the end"

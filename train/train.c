@@ -1118,8 +1118,16 @@ int main(int argc, char** argv) {
     if (getenv("RINGLM_TEST_STEP_SLOW_MS")) step_slow_ms = atol(getenv("RINGLM_TEST_STEP_SLOW_MS"));
     signal(SIGUSR1, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
+    char about[600];   // the step anatomy's header (a backend that counts a step: be_step_begin)
+    snprintf(about, sizeof about, "model d_model %d n_layer %d n_head %d n_kv_head %d d_ff %d vocab %d | seq_len %d, "
+             "micro_batch %d x %d accumulation steps per rank | tp %d cp %d (%s) dp %d zero %d | matmul_precision %s, "
+             "recompute %s, doc_mask %d", c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->d_ff, c->vocab_size, T,
+             c->micro_batch, r->accum, r->g.tp, r->g.cp, c->cp_comm, r->g.dp, c->zero, c->matmul_precision, c->recompute,
+             c->doc_mask);
     for (int step = step0; step < c->max_steps; step++) {
+        be_step_begin(step + 1, r->flops_tok * c->batch_size * T / r->g.world, about);
         StepResult s = train_step(r, step, &cursor);
+        be_step_end();
         t_total += s.dt;
         RingStep rs = {0};
         if (have_ring) {

@@ -26,6 +26,9 @@ int be_init(int local_rank, char* err, size_t errlen) {
 
 void be_sync(void) {}   // every kernel has finished when it returns
 
+void be_step_begin(long long step, double model_flops, const char* about) { (void)step; (void)model_flops; (void)about; }
+void be_step_end(void) {}
+
 double be_memory_available(int node_ranks) {
     double avail = meminfo_bytes("MemAvailable");
     if (avail <= 0) return 1e30;   // unknown: no limit

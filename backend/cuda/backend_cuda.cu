@@ -109,6 +109,9 @@ void* cu_workspace(int slot, size_t bytes) {
     return g_ws[slot];
 }
 
+size_t cu_memory_peak_held(void) { return g_held_peak + BLAS_WS_BYTES; }
+const char* cu_device_name(void) { return g_prop.name; }
+
 // RINGLM_CUDA_MEMORY: one line at exit with the peaks (not what is left after the arenas are freed)
 static void memory_report(void) {
     if (!g_started || !getenv("RINGLM_CUDA_MEMORY")) return;
@@ -132,7 +135,7 @@ static const char* PROF_NAMES[PROF_NCLASS] = { "matmul", "attention forward", "a
                                                "norms and pointwise", "embedding", "cross-entropy", "optimizer",
                                                "copies", "communication waits" };
 static const char* g_prof_path = NULL;
-static int g_prof_depth = 0;
+static int g_cls_depth = 0, g_cls_cur = -1;   // the outermost class bracket open now (profile and anatomy)
 static double g_prof_ms[PROF_NCLASS];
 static long g_prof_calls[PROF_NCLASS];
 typedef struct { cudaEvent_t a, b; int cls; } ProfPair;
@@ -160,6 +163,10 @@ static void prof_recycle(cudaEvent_t e) {
 }
 static void prof_harvest(void) {
     if (!g_prof_n) return;
+    if (cudaEventQuery(g_prof_pend[g_prof_n - 1].b) == cudaErrorNotReady) {
+        cu_anat_sync("the profile's events (profiling on)");
+        cudaGetLastError();
+    }
     CU_CHECK(cudaEventSynchronize(g_prof_pend[g_prof_n - 1].b), "profile (a queued kernel failed)");
     for (int i = 0; i < g_prof_n; i++) {
         float ms = 0;
@@ -171,15 +178,21 @@ static void prof_harvest(void) {
     }
     g_prof_n = 0;
 }
+int cu_class_now(void) { return g_cls_cur; }
+const char* cu_class_name(int cls) { return cls >= 0 && cls < PROF_NCLASS ? PROF_NAMES[cls] : "other"; }
 void cu_prof_begin(int cls) {
-    if (!g_prof_path || !g_started || g_prof_depth++ > 0) return;
+    if (g_cls_depth++ > 0) return;
+    g_cls_cur = cls;
+    if (!g_prof_path || !g_started) return;
     g_prof_open = prof_event();
     g_prof_open_cls = cls;
     CU_CHECK(cudaEventRecord(g_prof_open, g_stream), "profile (cudaEventRecord)");
     if (!g_prof_first) g_prof_first = g_prof_open;
 }
 void cu_prof_end(void) {
-    if (!g_prof_path || !g_started || --g_prof_depth > 0) return;
+    if (--g_cls_depth > 0) return;
+    g_cls_cur = -1;
+    if (!g_prof_path || !g_started || !g_prof_open) return;
     cudaEvent_t b = prof_event();
     CU_CHECK(cudaEventRecord(b, g_stream), "profile (cudaEventRecord)");
     if (g_prof_n == g_prof_cap) {
@@ -199,6 +212,14 @@ void cu_prof_end(void) {
     }
     g_prof_pend[g_prof_n++] = ProfPair{ g_prof_open, b, g_prof_open_cls };
     g_prof_last = b;
+    g_prof_open = NULL;
+}
+// the profile's totals so far (the step anatomy's measured column); 0 when profiling is off
+int cu_prof_totals(double ms[PROF_NCLASS]) {
+    if (!g_prof_path || !g_started) return 0;
+    prof_harvest();
+    for (int c = 0; c < PROF_NCLASS; c++) ms[c] = g_prof_ms[c];
+    return 1;
 }
 extern "C" void cuda_backend_prof_comm(int begin) {
     if (begin) cu_prof_begin(PROF_COMM);
@@ -315,6 +336,7 @@ double be_memory_available(int node_ranks) {
 
 void be_sync(void) {
     need_started("be_sync");
+    cu_anat_sync("be_sync");
     CU_CHECK(cudaStreamSynchronize(g_stream), "be_sync (a queued kernel or copy failed)");
     note_device_use();
 }
@@ -357,8 +379,13 @@ static void ev_put(BeTimer* t, cudaEvent_t e) {
 static void timer_harvest(BeTimer* t, int wait) {
     while (t->n) {
         EvPair* p = &t->pend[t->head];
-        if (wait) CU_CHECK(cudaEventSynchronize(p->b), "be_timer_read (a queued kernel failed)");
-        else {
+        if (wait) {
+            if (cudaEventQuery(p->b) == cudaErrorNotReady) {
+                cu_anat_sync("be_timer_read (a timed region not finished)");
+                cudaGetLastError();
+            }
+            CU_CHECK(cudaEventSynchronize(p->b), "be_timer_read (a queued kernel failed)");
+        } else {
             cudaError_t e = cudaEventQuery(p->b);
             if (e == cudaErrorNotReady) return;
             CU_CHECK(e, "be_timer (a queued kernel failed)");
@@ -446,20 +473,26 @@ void be_free(void* p) {
 void be_upload(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
     PROF(PROF_COPY);
+    cu_anat_xfer(1, (double)bytes);
     CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_stream), "be_upload (cudaMemcpyAsync)");
+    cu_anat_sync("be_upload (waits for its copy)");
     CU_CHECK(cudaStreamSynchronize(g_stream), "be_upload (a queued kernel or copy failed)");
     note_device_use();
 }
 void be_download(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
     PROF(PROF_COPY);
+    cu_anat_xfer(0, (double)bytes);
     CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_stream), "be_download (cudaMemcpyAsync)");
+    cu_anat_sync("be_download");
     CU_CHECK(cudaStreamSynchronize(g_stream), "be_download (a queued kernel or copy failed)");
     note_device_use();
 }
 void be_zero(void* p, size_t bytes) {
     PROF(PROF_COPY);
-    if (bytes) CU_CHECK(cudaMemsetAsync(p, 0, bytes, g_stream), "be_zero (cudaMemsetAsync)");
+    if (!bytes) return;
+    cu_anat_op("cudaMemsetAsync (be_zero)", 0, (double)bytes);
+    CU_CHECK(cudaMemsetAsync(p, 0, bytes, g_stream), "be_zero (cudaMemsetAsync)");
 }
 void be_copy(void* dst, const void* src, size_t bytes) {   // memmove semantics
     if (!bytes || dst == src) return;
@@ -467,9 +500,11 @@ void be_copy(void* dst, const void* src, size_t bytes) {   // memmove semantics
     const char *d = (const char*)dst, *s = (const char*)src;
     if (d < s + bytes && s < d + bytes) {   // overlapping: through scratch
         void* tmp = cu_workspace(WS_COPY, bytes);
+        cu_anat_op("cudaMemcpyAsync (be_copy)", (double)bytes, (double)bytes);
         CU_CHECK(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, g_stream), "be_copy (cudaMemcpyAsync)");
         src = tmp;
     }
+    cu_anat_op("cudaMemcpyAsync (be_copy)", (double)bytes, (double)bytes);
     CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream), "be_copy (cudaMemcpyAsync)");
 }
 
@@ -539,12 +574,14 @@ void be_matmul(float* C, const float* A, const float* B, int m, int n, int k,
     PROF(PROF_MATMUL);
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
+        TRAFFIC(beta != 0.0f ? (double)m * n * 4 : 0, (double)m * n * 4);
         LAUNCH(scale_k, grid_for((size_t)m * n), 256, 0, C, (size_t)m * n, beta);
         CU_LAUNCHED("be_matmul (k = 0)");
         return;
     }
     cublasComputeType_t ct = g_prec == CU_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                            : g_prec == CU_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cu_anat_gemm(m, n, k, transA, transB, CU_DT_F32, CU_DT_F32, CU_DT_F32, g_prec, beta != 0.0f);
     cublasStatus_t s = cublasGemmEx(g_blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
                                     n, m, k, &alpha, B, CUDA_R_32F, transB ? k : n, A, CUDA_R_32F, transA ? m : k,
                                     &beta, C, CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT);
@@ -560,6 +597,7 @@ __global__ void add_k(float* y, const float* x, size_t n) {
 void be_add(float* y, const float* x, size_t n) {
     PROF(PROF_POINTWISE);
     if (!n) return;
+    TRAFFIC(8.0 * n, 4.0 * n);
     LAUNCH(add_k, grid_for(n), 256, 0, y, x, n);
     CU_LAUNCHED("be_add");
 }
@@ -592,6 +630,7 @@ void be_split_cols(float* dst, const float* src, int R, int ld, int w, int P, in
     PROF(PROF_COPY);
     if (R <= 0 || w <= 0 || P <= 0) return;
     if (nb <= 0 || nb > P) cu_die("be_split_cols", "%d blocks for %d parts", nb, P);
+    TRAFFIC_BOUNDS(4.0 * R * nb * w, 4.0 * P * R * w, 4.0 * R * nb * w, 4.0 * R * ld, 4.0 * P * R * w, 4.0 * P * R * w);
     LAUNCH(split_cols_k, grid_for((size_t)P * R * w), 256, 0, dst, src, R, ld, w, P, nb);
     CU_LAUNCHED("be_split_cols");
 }
@@ -599,6 +638,8 @@ void be_merge_cols(float* dst, const float* src, int R, int ld, int w, int P, in
     PROF(PROF_COPY);
     if (R <= 0 || w <= 0 || P <= 0) return;
     if (nb <= 0 || nb > P || (!accumulate && nb != P)) cu_die("be_merge_cols", "%d blocks for %d parts (accumulate %d)", nb, P, accumulate);
+    double mrd = 4.0 * P * R * w + (accumulate ? 4.0 * R * nb * w : 0), mwr = 4.0 * R * nb * w;
+    TRAFFIC_BOUNDS(mrd, mwr, mrd, 4.0 * P * R * w + (accumulate ? 4.0 * R * ld : 0), mwr, 4.0 * R * ld);
     LAUNCH(merge_cols_k, grid_for((size_t)R * nb * w), 256, 0, dst, src, R, ld, w, P, nb, accumulate);
     CU_LAUNCHED("be_merge_cols");
 }
@@ -653,7 +694,9 @@ void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment*
     double* part = (double*)cu_workspace(WS_SUMSQ, ((size_t)n + 64) * sizeof(double));
     SqChunk* dtab = (SqChunk*)cu_workspace(WS_SUMSQ_TAB, tab_bytes);
     if (!g_sq_uploaded || dtab != g_sq_dev || n != g_sq_n || memcmp(tab, g_sq_host, tab_bytes)) {
+        cu_anat_xfer(1, (double)tab_bytes);
         CU_CHECK(cudaMemcpyAsync(dtab, tab, tab_bytes, cudaMemcpyHostToDevice, g_stream), "be_sumsq_segments (upload)");
+        cu_anat_sync("be_sumsq_segments (a new chunk table)");
         CU_CHECK(cudaStreamSynchronize(g_stream), "be_sumsq_segments (upload)");
         if (n > g_sq_cap) {
             free(g_sq_host);
@@ -665,10 +708,14 @@ void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment*
         g_sq_n = n; g_sq_dev = dtab; g_sq_uploaded = 1;
     }
     free(tab);
+    size_t nel = 0;
+    for (int i = 0; i < nseg; i++) nel += seg[i].n;
+    TRAFFIC(4.0 * nel + (double)tab_bytes, 8.0 * n);
     LAUNCH(sumsq_chunks_k, n, 256, 0, part, x, dtab);
     CU_LAUNCHED("be_sumsq_segments");
     double* res = part + n;   // nclass <= 64 results after the partials
     if (nclass > 64) cu_die("be_sumsq_segments", "%d classes (at most 64)", nclass);
+    TRAFFIC(8.0 * n + (double)tab_bytes, 8.0 * nclass);
     LAUNCH(sumsq_final_k, 1, 256, 0, res, part, dtab, n, nclass);
     CU_LAUNCHED("be_sumsq_segments");
     be_download(out, res, (size_t)nclass * sizeof(double));
@@ -688,6 +735,7 @@ __global__ void embedding_fwd_k(float* out, const int* tok, const float* wte, in
 void be_embedding_forward(float* out, const int* tok, const float* wte, int N, int C, int v0, int nv) {
     PROF(PROF_EMBED);
     if (N <= 0 || C <= 0) return;
+    TRAFFIC_BOUNDS(4.0 * N + 4.0 * N * C, 4.0 * N * C, 4.0 * N, 4.0 * N + cu_gather_hi(N, 4.0 * C), 4.0 * N * C, 4.0 * N * C);
     LAUNCH(embedding_fwd_k, grid_for((size_t)N * C), 256, 0, out, tok, wte, N, C, v0, nv);
     CU_LAUNCHED("be_embedding_forward");
 }
@@ -749,6 +797,8 @@ void be_embedding_backward(float* dwte, const float* dout, const int* tok, int N
     int* dtab = (int*)cu_workspace(WS_EMB, bytes);
     be_upload(dtab, tab, bytes);
     dim3 grid(U, (C + 127) / 128);
+    double erd = (double)bytes + 4.0 * M * C + 4.0 * U * C, ewr = 4.0 * U * C;
+    TRAFFIC_BOUNDS(erd, ewr, erd, (double)bytes + cu_gather_hi(M + U, 4.0 * C), ewr, cu_gather_hi(U, 4.0 * C));
     LAUNCH(embedding_bwd_k, grid, 128, 0, dwte, dout, dtab, U, C);
     CU_LAUNCHED("be_embedding_backward");
 }
@@ -771,6 +821,7 @@ __global__ void rmsnorm_fwd_k(float* out, float* rstd, const float* x, const flo
 void be_rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
     PROF(PROF_POINTWISE);
     if (N <= 0 || C <= 0) return;
+    TRAFFIC(4.0 * N * C + 4.0 * C, 4.0 * N * C + 4.0 * N);
     LAUNCH(rmsnorm_fwd_k, (N + 7) / 8, 256, 0, out, rstd, x, w, N, C, eps);
     CU_LAUNCHED("be_rmsnorm_forward");
 }
@@ -818,6 +869,7 @@ void be_rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x
                          const float* rstd, int N, int C) {
     PROF(PROF_POINTWISE);
     if (N <= 0 || C <= 0) return;
+    TRAFFIC(12.0 * N * C + 4.0 * C + 4.0 * N, 4.0 * N * C);
     LAUNCH(rmsnorm_bwd_dx_k, (N + 7) / 8, 256, 0, dx, dout, x, w, rstd, N, C);
     CU_LAUNCHED("be_rmsnorm_backward (dx)");
     int G = (N + 63) / 64;
@@ -825,8 +877,10 @@ void be_rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x
     int per = (N + G - 1) / G;
     G = (N + per - 1) / per;
     float* part = (float*)cu_workspace(WS_RMS_DW, (size_t)G * C * sizeof(float));
+    TRAFFIC(8.0 * N * C + 4.0 * N, 4.0 * G * C);
     LAUNCH(rmsnorm_bwd_dw_part_k, dim3((C + 31) / 32, G), 256, 0, part, dout, x, rstd, N, C, per);
     CU_LAUNCHED("be_rmsnorm_backward (dw partials)");
+    TRAFFIC(4.0 * G * C + 4.0 * C, 4.0 * C);
     LAUNCH(rmsnorm_bwd_dw_sum_k, (C + 255) / 256, 256, 0, dw, part, G, C);
     CU_LAUNCHED("be_rmsnorm_backward (dw)");
 }
@@ -848,15 +902,22 @@ __global__ void rope_k(float* x, const int* pos, const float* cs, int N, int nh,
         xh[i + h] = b * c[i] + a * sn;
     }
 }
+// x [N, nh hd] read and written, pos [N], the cos|sin rows of the positions (a gather: at most N rows of hd)
+static void rope_traffic(int N, int nh, int hd) {
+    double x = 4.0 * N * nh * (hd / 2 * 2), p = 4.0 * N;
+    TRAFFIC_BOUNDS(x + p + 4.0 * N * hd, x, x + p, x + p + cu_gather_hi(N, 4.0 * hd), x, x);
+}
 void be_rope_forward(float* x, const int* pos, const float* cs, int N, int nh, int hd) {
     PROF(PROF_POINTWISE);
     if (N <= 0 || nh <= 0 || hd < 2) return;
+    rope_traffic(N, nh, hd);
     LAUNCH(rope_k, grid_for((size_t)N * nh * (hd / 2)), 256, 0, x, pos, cs, N, nh, hd, 1.0f);
     CU_LAUNCHED("be_rope_forward");
 }
 void be_rope_backward(float* dx, const int* pos, const float* cs, int N, int nh, int hd) {
     PROF(PROF_POINTWISE);
     if (N <= 0 || nh <= 0 || hd < 2) return;
+    rope_traffic(N, nh, hd);
     LAUNCH(rope_k, grid_for((size_t)N * nh * (hd / 2)), 256, 0, dx, pos, cs, N, nh, hd, -1.0f);
     CU_LAUNCHED("be_rope_backward");
 }
@@ -881,12 +942,14 @@ __global__ void swiglu_bwd_k(float* dg, float* du, const float* dh, const float*
 void be_swiglu_forward(float* h, const float* g, const float* u, size_t n) {
     PROF(PROF_POINTWISE);
     if (!n) return;
+    TRAFFIC(8.0 * n, 4.0 * n);
     LAUNCH(swiglu_fwd_k, grid_for(n), 256, 0, h, g, u, n);
     CU_LAUNCHED("be_swiglu_forward");
 }
 void be_swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, size_t n) {
     PROF(PROF_POINTWISE);
     if (!n) return;
+    TRAFFIC(12.0 * n, 8.0 * n);
     LAUNCH(swiglu_bwd_k, grid_for(n), 256, 0, dg, du, dh, g, u, n);
     CU_LAUNCHED("be_swiglu_backward");
 }
@@ -907,6 +970,7 @@ __global__ void xent_lse_k(float* lse, const float* logits, int ld, int nv) {
 void be_xent_lse(float* lse, const float* logits, int N, int ld, int nv) {
     PROF(PROF_XENT);
     if (N <= 0) return;
+    TRAFFIC_BOUNDS(4.0 * N * nv, 4.0 * N, 4.0 * N * nv, 4.0 * N * ld, 4.0 * N, 4.0 * N);
     LAUNCH(xent_lse_k, N, 256, 0, lse, logits, ld, nv);
     CU_LAUNCHED("be_xent_lse");
 }
@@ -920,6 +984,7 @@ __global__ void xent_tl_k(float* tl, const float* logits, const int* targets, in
 void be_xent_target_logit(float* tl, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
     PROF(PROF_XENT);
     if (N <= 0) return;
+    TRAFFIC_BOUNDS(4.0 * N + 32.0 * N, 4.0 * N, 4.0 * N, 4.0 * N + cu_gather_hi(N, 4), 4.0 * N, 4.0 * N);   // a 32-byte sector per target
     LAUNCH(xent_tl_k, cu_blocks(N, 256), 256, 0, tl, logits, targets, N, ld, nv, v0);
     CU_LAUNCHED("be_xent_target_logit");
 }
@@ -931,6 +996,7 @@ __global__ void xent_loss_k(float* losses, const float* lse, const float* tl, co
 void be_xent_loss(float* losses, const float* lse, const float* tl, const int* targets, int N) {
     PROF(PROF_XENT);
     if (N <= 0) return;
+    TRAFFIC(12.0 * N, 4.0 * N);
     LAUNCH(xent_loss_k, cu_blocks(N, 256), 256, 0, losses, lse, tl, targets, N);
     CU_LAUNCHED("be_xent_loss");
 }
@@ -957,6 +1023,7 @@ __global__ void xent_bwd_k(float* logits, const float* lse, const int* targets, 
 void be_xent_backward(float* logits, const float* lse, const int* targets, int N, int ld, int nv, int v0, float scale) {
     PROF(PROF_XENT);
     if (N <= 0) return;
+    TRAFFIC_BOUNDS(4.0 * N * nv + 8.0 * N, 4.0 * N * ld, 4.0 * N, 4.0 * N * ld + 8.0 * N, 4.0 * N * ld, 4.0 * N * ld);
     LAUNCH(xent_bwd_k, N, 256, 0, logits, lse, targets, ld, nv, v0, scale);
     CU_LAUNCHED("be_xent_backward");
 }
@@ -972,6 +1039,7 @@ __global__ void row_max_k(float* mx, const float* logits, const int* targets, in
 void be_row_max(float* mx, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
     PROF(PROF_XENT);
     if (N <= 0) return;
+    TRAFFIC_BOUNDS(4.0 * N * nv + 4.0 * N, 4.0 * N, 4.0 * N * nv + 4.0 * N, 4.0 * N * ld + 4.0 * N, 4.0 * N, 4.0 * N);
     LAUNCH(row_max_k, N, 256, 0, mx, logits, targets, ld, nv, v0);
     CU_LAUNCHED("be_row_max");
 }
@@ -983,6 +1051,7 @@ __global__ void argmax_hit_k(float* hit, const float* mx, const float* tl, const
 void be_argmax_hit(float* hit, const float* mx, const float* tl, const int* targets, int N) {
     PROF(PROF_XENT);
     if (N <= 0) return;
+    TRAFFIC(12.0 * N, 4.0 * N);
     LAUNCH(argmax_hit_k, cu_blocks(N, 256), 256, 0, hit, mx, tl, targets, N);
     CU_LAUNCHED("be_argmax_hit");
 }
@@ -994,6 +1063,7 @@ __global__ void exp_sub_k(float* x, const float* m, int N) {
 void be_exp_sub(float* x, const float* m, int N) {
     PROF(PROF_XENT);
     if (N <= 0) return;
+    TRAFFIC(8.0 * N, 4.0 * N);
     LAUNCH(exp_sub_k, cu_blocks(N, 256), 256, 0, x, m, N);
     CU_LAUNCHED("be_exp_sub");
 }
@@ -1005,6 +1075,7 @@ __global__ void log_add_k(float* lse, const float* s, const float* m, int N) {
 void be_log_add(float* lse, const float* s, const float* m, int N) {
     PROF(PROF_XENT);
     if (N <= 0) return;
+    TRAFFIC(8.0 * N, 4.0 * N);
     LAUNCH(log_add_k, cu_blocks(N, 256), 256, 0, lse, s, m, N);
     CU_LAUNCHED("be_log_add");
 }
@@ -1026,6 +1097,7 @@ void be_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, 
               float eps, float wd, float bc1, float bc2, float gscale) {
     PROF(PROF_OPTIM);
     if (!n) return;
+    TRAFFIC(16.0 * n, 12.0 * n);
     LAUNCH(adamw_k, grid_for(n), 256, 0, p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, gscale);
     CU_LAUNCHED("be_adamw");
 }

@@ -35,6 +35,8 @@
 #define be_swiglu_backward cpu_be_swiglu_backward
 #define be_swiglu_forward cpu_be_swiglu_forward
 #define be_sync cpu_be_sync
+#define be_step_begin cpu_be_step_begin
+#define be_step_end cpu_be_step_end
 #define be_timer_begin cpu_be_timer_begin
 #define be_timer_create cpu_be_timer_create
 #define be_timer_end cpu_be_timer_end

@@ -133,6 +133,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
         emu::access(s, t, op, B, ((size_t)(bc - 1) * ldb + br) * 4, false);
     }
     emu::access(s, t, op, C, cbytes, true);
+    if (emu::dry()) return CUBLAS_STATUS_SUCCESS;
     emu::DeviceAccess da;
     float* c = (float*)C;
     if (be == 0.0f)
