@@ -52,7 +52,9 @@ BeTimes be_timer_read(BeTimer* t);   // totals of every region ended so far (wai
 // ---- memory ----
 void* be_alloc(size_t bytes);                                     // zero-filled; exits with one line on OOM
 void  be_free(void* p);
-void  be_upload(void* dst, const void* host_src, size_t bytes);   // host -> backend
+// host -> backend, queued: returns without waiting for the device (the host buffer may be reused at once: a GPU stages
+// it through pinned memory), so uploads inside a step cost no host synchronisation
+void  be_upload(void* dst, const void* host_src, size_t bytes);
 void  be_download(void* host_dst, const void* src, size_t bytes); // backend -> host (waits for the data)
 void  be_zero(void* p, size_t bytes);
 void  be_copy(void* dst, const void* src, size_t bytes);          // backend -> backend
@@ -73,10 +75,15 @@ void be_add(float* y, const float* x, size_t n);                  // y += x
 // merge: dst[r, b_j w : b_j w + w] += src[j, r, 0:w] in j order (accumulate), or = (accumulate = 0; needs nb = P)
 void be_split_cols(float* dst, const float* src, int R, int ld, int w, int P, int nb);
 void be_merge_cols(float* dst, const float* src, int R, int ld, int w, int P, int nb, int accumulate);
-// Sums of squares of segments of x, accumulated per class: out[c] (host) = sum over the segments of class c.
-// One pass, one read-back, deterministic (independent of thread count and schedule). The gradient norm.
+// Sums of squares of segments of x, accumulated per class: out[c] (backend memory) = sum over the segments of class c.
+// One pass, deterministic (independent of thread count and schedule), nothing read back. The gradient norm.
 typedef struct { size_t offset, n; int cls; } BeSegment;
 void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment* seg, int nseg);
+// acc[0] += sum of x[0..n) (backend memory, summed in double in a fixed order): the step's loss on the backend
+void be_sum(double* acc, const float* x, size_t n);
+// Gradient clipping by the global norm (torch's clip_grad_norm_ rule), on the backend: scale[0] = min(1, clip /
+// (sqrt(sum of sumsq[0..n)) + 1e-6)), or 1 when clip <= 0
+void be_clip_scale(float* scale, const double* sumsq, int n, float clip);
 
 // ---- embedding (rows v0 .. v0+nv-1 of the vocabulary live here; others give zero rows) ----
 // out[N,C] = wte[tok - v0]                         wte [nv, C]
@@ -125,6 +132,6 @@ void be_log_add(float* lse, const float* s, const float* m, int N);
 
 // ---- AdamW on n contiguous elements ----
 // m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr (mhat / (sqrt(vhat) + eps) + wd p)
-// with mhat = m / bc1, vhat = v / bc2 (bias corrections passed in); g is read as g * gscale (clipping).
+// with mhat = m / bc1, vhat = v / bc2 (bias corrections passed in); g is read as g * gscale[0] (clipping; backend memory).
 void be_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
-              float eps, float wd, float bc1, float bc2, float gscale);
+              float eps, float wd, float bc1, float bc2, const float* gscale);

@@ -146,6 +146,18 @@ static void comm_allreduce_sum_(const Group* g, float* buf, size_t n) {
     cuda_backend_note_collective("ncclAllReduce", n * sizeof(float));
     nc(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nccl_of(g), stream()), "ncclAllReduce (sum)");
 }
+static void comm_allreduce_sum_f64_(const Group* g, double* buf, size_t n) {
+    if (g->size == 1 || !n) return;
+    if (resolved == T_MPI) {   // staged as 2 n floats' bytes
+        float* h = staged(2 * n);
+        d2h(h, (const float*)buf, 2 * n);
+        mpi_allreduce(g, h, n, MPI_DOUBLE, sizeof(double), MPI_SUM);
+        h2d((float*)buf, h, 2 * n);
+        return;
+    }
+    cuda_backend_note_collective("ncclAllReduce", n * sizeof(double));
+    nc(ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, nccl_of(g), stream()), "ncclAllReduce (sum, double)");
+}
 static void comm_allreduce_max_(const Group* g, float* buf, size_t n) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) { staged_allreduce(g, buf, n, MPI_MAX); return; }
@@ -371,6 +383,13 @@ void comm_allreduce_sum(const Group* g, float* buf, size_t n) {
     comm_traffic_count(TRAFFIC_ALLREDUCE, g, n, 0);
     cuda_backend_prof_comm(1);
     comm_allreduce_sum_(g, buf, n);
+    cuda_backend_prof_comm(0);
+}
+void comm_allreduce_sum_f64(const Group* g, double* buf, size_t n) {
+    attach_late(g);
+    comm_traffic_count(TRAFFIC_ALLREDUCE, g, 2 * n, 0);
+    cuda_backend_prof_comm(1);
+    comm_allreduce_sum_f64_(g, buf, n);
     cuda_backend_prof_comm(0);
 }
 void comm_allreduce_max(const Group* g, float* buf, size_t n) {

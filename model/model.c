@@ -182,6 +182,7 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
     be_upload(m->rope, rope, (size_t)m->rope_npos * m->hd * sizeof(float));
     free(rope);
     m->host_losses = host_alloc(m->N, sizeof(float));
+    m->scal = be_alloc(4 * sizeof(double));
     m->host_hits = host_alloc(m->N, sizeof(float));
     m->htok = host_alloc(m->N, sizeof(int)); m->htgt = host_alloc(m->N, sizeof(int)); m->hpos = host_alloc(m->N, sizeof(int));
     if (cfg->doc_mask) { m->doc = be_alloc(m->N * sizeof(int)); m->hdoc = host_alloc(m->N, sizeof(int)); }
@@ -190,7 +191,7 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
 }
 
 void model_free(Model* m) {
-    be_free(m->params); be_free(m->grads); be_free(m->act_arena);
+    be_free(m->params); be_free(m->grads); be_free(m->act_arena); be_free(m->scal);
     free(m->w.layer); free(m->dw.layer); free(m->acts); free(m->host_losses); free(m->host_hits);
     free(m->htok); free(m->htgt); free(m->hpos); free(m->lpos);
     if (m->doc) be_free(m->doc);
@@ -295,8 +296,20 @@ ModelMemory model_memory(const Model* m) {
 }
 
 void model_zero_grad(Model* m) { be_zero(m->grads, m->arena * sizeof(float)); }
-const float* model_token_losses(const Model* m) { return m->host_losses; }
-const float* model_token_hits(const Model* m) { return m->host_hits; }
+void model_loss_reset(Model* m) { be_zero(m->scal, sizeof(double)); }
+double model_loss_sum(Model* m) {
+    double s;
+    be_download(&s, m->scal, sizeof s);
+    return s;
+}
+static void host_results(Model* m) {
+    if (m->host_fresh) return;
+    be_download(m->host_losses, m->losses, m->N * sizeof(float));
+    if (m->want_hits) be_download(m->host_hits, m->hits, m->N * sizeof(float));
+    m->host_fresh = 1;
+}
+const float* model_token_losses(Model* m) { host_results(m); return m->host_losses; }
+const float* model_token_hits(Model* m) { host_results(m); return m->host_hits; }
 
 // ---------------------------------------------------------------------------------------------------
 // attention: every sequence of the micro-batch attends to itself, causally — locally, or around the ring
@@ -487,7 +500,7 @@ void model_attention_inputs(Model* m, int l) {
 // LM head + cross-entropy over row chunks (the [N, V] logits never exist at once; under TP each rank
 // holds a vocabulary slice and the row LSE and target logit are combined over the TP group). With
 // grad_scale != 0 the head's backward runs right away: dW_head += dlogits^T lnf, proj = d(lnf).
-static double head_forward(Model* m, float grad_scale, float* logits_out) {
+static void head_forward(Model* m, float grad_scale, float* logits_out) {
     int C = m->C, V = m->Vl;
     const float* lnf = tp_input(m, m->lnf);   // every token's row (sequence parallelism: gathered over TP)
     for (long r0 = 0; r0 < m->N; r0 += m->lm_chunk) {
@@ -524,14 +537,11 @@ static double head_forward(Model* m, float grad_scale, float* logits_out) {
         }
     }
     if (grad_scale != 0.0f) m->dlnf = tp_reduce(m, m->proj);
-    be_download(m->host_losses, m->losses, m->N * sizeof(float));
-    if (m->want_hits) be_download(m->host_hits, m->hits, m->N * sizeof(float));
-    double sum = 0;
-    for (long i = 0; i < m->N; i++) sum += m->host_losses[i];
-    return sum;
+    be_sum(m->scal, m->losses, (size_t)m->N);   // the step's loss, on the backend
+    m->host_fresh = 0;
 }
 
-double model_forward(Model* m, float grad_scale, float* logits_out) {
+void model_forward(Model* m, float grad_scale, float* logits_out) {
     long N = m->N;
     int C = m->C;
     // vocab-parallel: each token's row lives on one rank (summed over TP; sequence parallelism: this rank's rows)
@@ -545,7 +555,7 @@ double model_forward(Model* m, float grad_scale, float* logits_out) {
     for (int l = 0; l < m->L; l++)
         layer_forward(m, l, l + 1 < m->L ? m->acts[l + 1].res : m->res_final);
     be_rmsnorm_forward(m->lnf, m->rstdf, m->res_final, m->w.lnf, m->Ns, C, m->cfg.norm_eps);
-    return head_forward(m, grad_scale, logits_out);
+    head_forward(m, grad_scale, logits_out);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -89,9 +89,12 @@ typedef struct {
     int *doc, *hdoc;           // doc_mask: [N] document ids (backend, host); NULL without doc_mask
     int *apos, *hrpos;         // doc_positions: [N] attention's positions (backend: the positions given), RoPE's
                                // positions (host: restarted at each document); NULL otherwise (apos = pos)
-    float* host_losses;        // [N] host
+    float* host_losses;        // [N] host (downloaded when asked: model_token_losses)
     int want_hits;             // evaluation: also record whether each target is the greedy prediction
     float *hits, *host_hits;   // [N] backend / host: 1 = the target is the argmax of the logits
+    int host_fresh;            // host_losses (and host_hits) hold the last forward's
+    double* scal;              // backend [4]: the step's scalars, read with one download at its end: [0] the sum of
+                               // token losses since model_loss_reset, [1] [2] the gradient's sums of squares (adamw_clip)
 } Model;
 
 typedef struct {
@@ -131,20 +134,24 @@ void model_set_windows(Model* m, const int32_t* win, size_t stride, const unsign
 const int* model_positions(const Model* m);
 const int* model_targets(const Model* m);
 
-// Forward. Returns the SUM of the token losses of this micro-batch (host double).
+// Forward. Adds the sum of the token losses of this micro-batch to the loss accumulator on the backend (m->scal[0]:
+// nothing is read back, no host synchronisation; model_loss_sum or the step's scalars read it).
 // grad_scale != 0: also runs the fused LM-head backward with dloss_i = grad_scale (so model_backward can
 // follow); grad_scale = 1 / (valid targets of the whole step) gives the gradient of the mean loss.
 // logits_out (host, [N, V], may be NULL): receives the logits of this rank's vocabulary slice (its columns; the
 // others are left as they are).
-double model_forward(Model* m, float grad_scale, float* logits_out);
+void model_forward(Model* m, float grad_scale, float* logits_out);
+// The loss accumulator: zeroed; read (one download: waits for the device)
+void model_loss_reset(Model* m);
+double model_loss_sum(Model* m);
 // Backward after model_forward(grad_scale != 0): accumulates (+=) into the gradient arena.
 void model_backward(Model* m);
 // Zero the gradient arena.
 void model_zero_grad(Model* m);
-// The per-token losses of the last forward, host [N] (0 for ignored targets).
-const float* model_token_losses(const Model* m);
+// The per-token losses of the last forward, host [N] (0 for ignored targets; downloaded on the first call).
+const float* model_token_losses(Model* m);
 // With m->want_hits set before model_forward: per token 1 when the target is the argmax (greedy) prediction.
-const float* model_token_hits(const Model* m);
+const float* model_token_hits(Model* m);
 // Matmul FLOPs per token for throughput (6 * matmul params + 6 * n_layer * T * C, see README)
 double model_flops_per_token(const Config* c, int seq_len);
 

@@ -4,7 +4,8 @@
 #      (RINGLM_EMU_TRAFFIC) lies within two pages per pointer of its formula (bounds for gathers and strides);
 #   2. the dry run (RINGLM_EMU_DRY: nothing executed, what tools/bench/step_anatomy.sh uses for the large configs)
 #      counts the same launches, synchronisations and copies as the run that executes, and the same bytes;
-#   3. on a ring of 2 (NCCL) both ranks write their report, with the ring's collectives counted.
+#   3. on a ring of 2 (NCCL) both ranks write their report, with the ring's collectives counted;
+#   and every step has exactly one host synchronisation: the download of its loss and gradient norm at its end.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
 E=build/emu
@@ -54,6 +55,9 @@ for c in ("matmul", "attention forward", "attention backward", "norms and pointw
     assert a["classes"][c]["launches"] > 0, c
 assert a["cublas"] > 0 and a["gemm_flops"] > 0 and a["attn_flops"] > 0 and 0 < a["mfu"] < 1, a
 assert a["syncs"] == sum(int(l.split("|")[2]) for l in md.splitlines() if l.startswith("| &nbsp;")), "sync causes"
+causes = [l.split("|")[1].replace("&nbsp;", "").strip() for l in md.splitlines() if l.startswith("| &nbsp;")]
+assert a["syncs"] == 1 and causes == ["be_download"], ("one host synchronisation per step: the step's scalars", causes)
+assert a["d2h_copies"] == 1 and a["d2h_bytes"] == 24, ("one download of three doubles", a["d2h_copies"], a["d2h_bytes"])
 print(f"{a['kernels']} kernel launches of {len(a['kernels_by_name'])} kernels x classes, each within two pages per pointer "
       f"of its formula; {a['cublas']} cuBLAS calls, {a['syncs']} host syncs, predicted {a['predicted_s'] * 1e3:.3f} ms")
 PYEOF
@@ -65,7 +69,7 @@ import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:3])
 for k in ("launches", "kernels", "cublas", "ops", "syncs", "h2d_copies", "d2h_copies", "gemm_flops", "attn_flops"):
     assert a[k] == b[k], (k, a[k], b[k])
-for k in ("read_bytes", "written_bytes", "d2h_bytes"):
+for k in ("read_bytes", "written_bytes", "h2d_bytes", "d2h_bytes"):
     assert abs(a[k] - b[k]) <= 0.01 * a[k], (k, a[k], b[k])
 print(f"the same {a['launches']} launches, {a['syncs']} syncs, {a['h2d_copies']} + {a['d2h_copies']} copies, "
       f"{a['gemm_flops'] / 1e9:.3f} GFLOP and bytes within 1 % with no kernel executed")
@@ -80,6 +84,7 @@ for f in sys.argv[1:3]:
     hops = [v["launches"] for k, v in a["kernels_by_name"].items() if k.startswith("ncclSend/ncclRecv (ring hop)")]
     assert hops and sum(hops) > 0, (f, "ring hops")
     assert a["undeclared"] == 0 and a["classes"]["attention forward"]["launches"] > 0, f
-print("both ranks report, the ring's hops among the collectives")
+    assert a["syncs"] == 1, (f, "host synchronisations over NCCL", a["syncs"])
+print("both ranks report one host synchronisation per step, the ring's hops among the collectives (NCCL)")
 PYEOF
 finish

@@ -121,8 +121,10 @@ int main(int argc, char** argv) {
     model_set_batch(&m, ltok, ltgt, lpos);
     model_zero_grad(&m);
     m.want_hits = 1;   // greedy-correctness flags, checked against torch's argmax
-    double loss = model_forward(&m, 1.0f / valid, llogits);
+    model_loss_reset(&m);
+    model_forward(&m, 1.0f / valid, llogits);
     model_backward(&m);
+    double loss = model_loss_sum(&m);
     // logits: each TP rank filled its vocabulary slice (summed over TP); hits and losses: the same on every TP rank
     if (c.tp > 1) {
         double* acc = malloc(nl * V * sizeof(double));
@@ -169,7 +171,8 @@ int main(int argc, char** argv) {
 
     float lr = lr_at(&c, 0);
     AdamWHyper h = adamw_hyper(&c, lr);
-    adamw_step(&opt, &m, &h, adamw_grad_norm(&opt, &m));
+    adamw_clip(&opt, &m, h.grad_clip);
+    adamw_step(&opt, &m, &h);
     if (root) rec("step/lr", 0, 1, &one, &lr);
     dump_arena(&m, "after", m.params);
     for (int k = 2; k <= nsteps; k++) {   // further steps on the same batch
@@ -183,7 +186,8 @@ int main(int argc, char** argv) {
         dump_arena(&m, pre, m.grads);
         lr = lr_at(&c, k - 1);
         h = adamw_hyper(&c, lr);
-        adamw_step(&opt, &m, &h, adamw_grad_norm(&opt, &m));
+        adamw_clip(&opt, &m, h.grad_clip);
+    adamw_step(&opt, &m, &h);
         snprintf(pre, sizeof pre, "step@%d/lr", k);
         if (root) rec(pre, 0, 1, &one, &lr);
         snprintf(pre, sizeof pre, "after@%d", k);

@@ -120,6 +120,17 @@ void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment*
     for (int c = 0; c < nclass; c++) out[c] = 0;
     for (int i = 0; i < nseg; i++) out[seg[i].cls] += sumsq(x + seg[i].offset, seg[i].n);
 }
+void be_sum(double* acc, const float* x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    acc[0] += s;
+}
+void be_clip_scale(float* scale, const double* sumsq, int n, float clip) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += sumsq[i];
+    double coef = clip > 0 ? clip / (sqrt(s) + 1e-6) : 1.0;
+    scale[0] = coef < 1.0 ? (float)coef : 1.0f;
+}
 
 // ---- embedding ----
 void be_embedding_forward(float* out, const int* tok, const float* wte, int N, int C, int v0, int nv) {
@@ -297,10 +308,11 @@ void be_log_add(float* lse, const float* s, const float* m, int N) {
 
 // ---- AdamW ----
 void be_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
-              float eps, float wd, float bc1, float bc2, float gscale) {
+              float eps, float wd, float bc1, float bc2, const float* gscale) {
+    float gs = gscale[0];
     #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float gi = g[i] * gscale;
+        float gi = g[i] * gs;
         float mi = b1 * m[i] + (1.0f - b1) * gi;
         float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
         m[i] = mi; v[i] = vi;

@@ -470,14 +470,65 @@ void be_free(void* p) {
     rec_del(p);
     CU_CHECK(cudaFree(p), "be_free (cudaFree)");
 }
+// ---- uploads: staged through a ring of pinned host memory and queued, so that the host does not wait ----
+// be_upload copies the host data into the ring and queues its copy to the device: the caller's buffer is free at once.
+// A region of the ring is written again only after the copy that read it has completed (an event per upload; waiting
+// for one is a host synchronisation, which the step anatomy counts: with 64 MiB it happens only when the host runs
+// that far ahead of the device). An upload larger than a quarter of the ring (start-up: parameters, tables) is copied
+// directly and waited for.
+static const size_t UP_RING = (size_t)64 << 20;
+static char* g_up = NULL;
+static size_t g_up_head = 0;
+typedef struct { size_t off, len; cudaEvent_t ev; } UpRec;
+enum { UP_MAX = 256 };
+static UpRec g_uprec[UP_MAX];
+static int g_nup = 0;
+static cudaEvent_t g_up_pool[UP_MAX];
+static int g_nup_pool = 0;
+
+// retire the completed uploads; wait for those overlapping [lo, hi) (all of them: hi = 0 with lo = ~0)
+static void up_retire(size_t lo, size_t hi, int all) {
+    int j = 0;
+    for (int i = 0; i < g_nup; i++) {
+        UpRec r = g_uprec[i];
+        int overlap = all || (r.off < hi && lo < r.off + r.len);
+        cudaError_t q = cudaEventQuery(r.ev);
+        if (q == cudaErrorNotReady) {
+            cudaGetLastError();
+            if (!overlap) { g_uprec[j++] = r; continue; }
+            cu_anat_sync("be_upload (its staging region still being copied)");
+            CU_CHECK(cudaEventSynchronize(r.ev), "be_upload (a queued copy failed)");
+        } else CU_CHECK(q, "be_upload (a queued copy failed)");
+        g_up_pool[g_nup_pool++] = r.ev;
+    }
+    g_nup = j;
+}
+static void upload_async(void* dst, const void* src, size_t bytes, const char* op) {
+    cu_anat_xfer(1, (double)bytes);
+    if (bytes > UP_RING / 4) {
+        CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_stream), op);
+        cu_anat_sync("be_upload (larger than the staging ring: waits)");
+        CU_CHECK(cudaStreamSynchronize(g_stream), op);
+        return;
+    }
+    if (!g_up) CU_CHECK(cudaMallocHost((void**)&g_up, UP_RING), "be_upload (cudaMallocHost of the staging ring)");
+    size_t len = (bytes + 255) / 256 * 256;
+    if (g_up_head + len > UP_RING) g_up_head = 0;
+    if (g_nup == UP_MAX) up_retire(0, 0, 1);
+    up_retire(g_up_head, g_up_head + len, 0);
+    memcpy(g_up + g_up_head, src, bytes);
+    CU_CHECK(cudaMemcpyAsync(dst, g_up + g_up_head, bytes, cudaMemcpyHostToDevice, g_stream), op);
+    cudaEvent_t ev;
+    if (g_nup_pool) ev = g_up_pool[--g_nup_pool];
+    else CU_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "be_upload (cudaEventCreate)");
+    CU_CHECK(cudaEventRecord(ev, g_stream), "be_upload (cudaEventRecord)");
+    g_uprec[g_nup++] = UpRec{ g_up_head, len, ev };
+    g_up_head += len;
+}
 void be_upload(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
     PROF(PROF_COPY);
-    cu_anat_xfer(1, (double)bytes);
-    CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_stream), "be_upload (cudaMemcpyAsync)");
-    cu_anat_sync("be_upload (waits for its copy)");
-    CU_CHECK(cudaStreamSynchronize(g_stream), "be_upload (a queued kernel or copy failed)");
-    note_device_use();
+    upload_async(dst, src, bytes, "be_upload (cudaMemcpyAsync)");
 }
 void be_download(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
@@ -674,11 +725,11 @@ static SqChunk* g_sq_dev = NULL;
 void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment* seg, int nseg) {
     PROF(PROF_OPTIM);
     need_started("be_sumsq_segments");
-    for (int c = 0; c < nclass; c++) out[c] = 0;
     if (nclass <= 0) return;
+    if (nclass > 64) cu_die("be_sumsq_segments", "%d classes (at most 64)", nclass);
     int n = 0;
     for (int i = 0; i < nseg; i++) n += (int)((seg[i].n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK);
-    if (n == 0) return;
+    if (n == 0) { be_zero(out, (size_t)nclass * sizeof(double)); return; }
     // build the table; compare with the uploaded one
     SqChunk* tab = (SqChunk*)malloc((size_t)n * sizeof(SqChunk));
     if (!tab) cu_die("be_sumsq_segments", "out of host memory");
@@ -691,13 +742,10 @@ void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment*
         }
     }
     size_t tab_bytes = (size_t)n * sizeof(SqChunk);
-    double* part = (double*)cu_workspace(WS_SUMSQ, ((size_t)n + 64) * sizeof(double));
+    double* part = (double*)cu_workspace(WS_SUMSQ, (size_t)n * sizeof(double));
     SqChunk* dtab = (SqChunk*)cu_workspace(WS_SUMSQ_TAB, tab_bytes);
     if (!g_sq_uploaded || dtab != g_sq_dev || n != g_sq_n || memcmp(tab, g_sq_host, tab_bytes)) {
-        cu_anat_xfer(1, (double)tab_bytes);
-        CU_CHECK(cudaMemcpyAsync(dtab, tab, tab_bytes, cudaMemcpyHostToDevice, g_stream), "be_sumsq_segments (upload)");
-        cu_anat_sync("be_sumsq_segments (a new chunk table)");
-        CU_CHECK(cudaStreamSynchronize(g_stream), "be_sumsq_segments (upload)");
+        upload_async(dtab, tab, tab_bytes, "be_sumsq_segments (upload)");
         if (n > g_sq_cap) {
             free(g_sq_host);
             g_sq_host = (SqChunk*)malloc(tab_bytes);
@@ -713,12 +761,36 @@ void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment*
     TRAFFIC(4.0 * nel + (double)tab_bytes, 8.0 * n);
     LAUNCH(sumsq_chunks_k, n, 256, 0, part, x, dtab);
     CU_LAUNCHED("be_sumsq_segments");
-    double* res = part + n;   // nclass <= 64 results after the partials
-    if (nclass > 64) cu_die("be_sumsq_segments", "%d classes (at most 64)", nclass);
     TRAFFIC(8.0 * n + (double)tab_bytes, 8.0 * nclass);
-    LAUNCH(sumsq_final_k, 1, 256, 0, res, part, dtab, n, nclass);
+    LAUNCH(sumsq_final_k, 1, 256, 0, out, part, dtab, n, nclass);
     CU_LAUNCHED("be_sumsq_segments");
-    be_download(out, res, (size_t)nclass * sizeof(double));
+}
+
+// acc[0] += sum of x: one block, a fixed partition (thread i sums x[i], x[i + 1024], ...) and a fixed tree
+__global__ void sum_k(double* acc, const float* x, size_t n) {
+    double s = 0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) acc[0] += s;
+}
+void be_sum(double* acc, const float* x, size_t n) {
+    PROF(PROF_XENT);
+    TRAFFIC(4.0 * n + 8, 8);
+    LAUNCH(sum_k, 1, 1024, 0, acc, x, n);
+    CU_LAUNCHED("be_sum");
+}
+
+__global__ void clip_scale_k(float* scale, const double* sumsq, int n, float clip) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += sumsq[i];
+    double coef = clip > 0 ? clip / (sqrt(s) + 1e-6) : 1.0;
+    scale[0] = coef < 1.0 ? (float)coef : 1.0f;
+}
+void be_clip_scale(float* scale, const double* sumsq, int n, float clip) {
+    PROF(PROF_OPTIM);
+    TRAFFIC(8.0 * n, 4);
+    LAUNCH(clip_scale_k, 1, 1, 0, scale, sumsq, n, clip);
+    CU_LAUNCHED("be_clip_scale");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -740,66 +812,101 @@ void be_embedding_forward(float* out, const int* tok, const float* wte, int N, i
     CU_LAUNCHED("be_embedding_forward");
 }
 
-// Deterministic without atomics, in the CPU's order: the token ids come to the host, which lists for every
-// vocabulary row its token indices in ascending order (a stable counting sort); one block per (row, column
-// range) then adds the rows of dout in that order.
-__global__ void embedding_bwd_k(float* dwte, const float* dout, const int* tab, int U, int C) {
-    const int* rows = tab;            // [U] vocabulary rows (local)
-    const int* start = tab + U;       // [U + 1]
-    const int* order = tab + 2 * U + 1;
-    int u = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float* d = dwte + (size_t)rows[u] * C + c;
-    float acc = *d;
-    for (int k = start[u]; k < start[u + 1]; k++) acc += dout[(size_t)order[k] * C + c];
-    *d = acc;
+// Deterministic without atomics, in the CPU's order, on the device and without the host: one block sorts the token
+// indices by vocabulary row with a stable radix sort (4-bit digits: per pass a histogram per thread of its contiguous
+// range of indices in shared memory, an exclusive scan in (digit, thread) order, a scatter in index order, so equal rows
+// keep ascending indices; tokens of other slices get the key nv and sort last) and lists the runs of equal rows; then
+// one block per (run, column range) adds the rows of dout in that order into the row of dwte.
+#define EMB_T 512      // threads of the sorting block
+#define EMB_BINS 16    // 4-bit digits
+// ws: keys[N], vals[N], keys2[N], vals2[N], runs[N + 2] = U, U run starts, then M (the tokens in this slice)
+__global__ void emb_sort_k(int* ws, const int* tok, int N, int v0, int nv, int passes) {
+    SHARED(int, hist, [EMB_BINS * EMB_T]);
+    SHARED(int, part, [EMB_T + 1]);
+    int t = threadIdx.x, per = (N + EMB_T - 1) / EMB_T, i0 = t * per < N ? t * per : N, i1 = i0 + per < N ? i0 + per : N;
+    int *key = ws, *val = ws + N, *key2 = ws + 2 * N, *val2 = ws + 3 * N, *runs = ws + 4 * N;
+    for (int i = i0; i < i1; i++) {
+        int r = tok[i] - v0;
+        key[i] = r >= 0 && r < nv ? r : nv;
+        val[i] = i;
+    }
+    for (int p = 0; p < passes; p++) {
+        int sh = 4 * p;
+        for (int d = 0; d < EMB_BINS; d++) hist[d * EMB_T + t] = 0;
+        for (int i = i0; i < i1; i++) hist[((key[i] >> sh) & (EMB_BINS - 1)) * EMB_T + t]++;
+        __syncthreads();
+        int s = 0;   // thread t scans the EMB_BINS consecutive entries [t EMB_BINS, (t + 1) EMB_BINS) of (digit, thread) order
+        for (int j = 0; j < EMB_BINS; j++) s += hist[t * EMB_BINS + j];
+        part[t] = s;
+        __syncthreads();
+        if (t == 0) {
+            int run = 0;
+            for (int j = 0; j < EMB_T; j++) { int x = part[j]; part[j] = run; run += x; }
+        }
+        __syncthreads();
+        s = part[t];
+        for (int j = 0; j < EMB_BINS; j++) { int x = hist[t * EMB_BINS + j]; hist[t * EMB_BINS + j] = s; s += x; }
+        __syncthreads();
+        for (int i = i0; i < i1; i++) {
+            int at = hist[((key[i] >> sh) & (EMB_BINS - 1)) * EMB_T + t]++;
+            key2[at] = key[i];
+            val2[at] = val[i];
+        }
+        __syncthreads();
+        int* x = key; key = key2; key2 = x;
+        x = val; val = val2; val2 = x;
+    }
+    // runs: a run starts where the key changes (keys of this slice only); thread t's starts after those of threads < t
+    int n = 0, m = 0;
+    for (int i = i0; i < i1; i++) {
+        m += key[i] < nv;
+        n += key[i] < nv && (i == 0 || key[i] != key[i - 1]);
+    }
+    part[t] = n;
+    hist[t] = m;
+    __syncthreads();
+    if (t == 0) {
+        int run = 0, tot = 0;
+        for (int j = 0; j < EMB_T; j++) { int x = part[j]; part[j] = run; run += x; tot += hist[j]; }
+        part[EMB_T] = run;
+        runs[0] = run;
+        runs[1 + run] = tot;
+    }
+    __syncthreads();
+    int at = part[t];
+    for (int i = i0; i < i1; i++)
+        if (key[i] < nv && (i == 0 || key[i] != key[i - 1])) runs[1 + at++] = i;
 }
-static int* g_emb_host = NULL;
-static size_t g_emb_cap = 0;
+__global__ void emb_acc_k(float* dwte, const float* dout, const int* key, const int* order, const int* runs, int C) {
+    int c = blockIdx.y * blockDim.x + threadIdx.x, U = runs[0];
+    if (c >= C) return;
+    for (int r = blockIdx.x; r < U; r += gridDim.x) {
+        int s = runs[1 + r], e = runs[2 + r];
+        float* d = dwte + (size_t)key[s] * C + c;
+        float acc = *d;
+        for (int k = s; k < e; k++) acc += dout[(size_t)order[k] * C + c];
+        *d = acc;
+    }
+}
 void be_embedding_backward(float* dwte, const float* dout, const int* tok, int N, int C, int v0, int nv) {
     PROF(PROF_EMBED);
     if (N <= 0 || C <= 0 || nv <= 0) return;
-    size_t need = (size_t)N + (size_t)nv + 2 * ((size_t)N + 1) + (size_t)N;   // tokens, counts, rows+starts, order
-    if (need > g_emb_cap) {
-        free(g_emb_host);
-        g_emb_host = (int*)malloc(need * sizeof(int));
-        if (!g_emb_host) cu_die("be_embedding_backward", "out of host memory");
-        g_emb_cap = need;
-    }
-    int* htok = g_emb_host;
-    int* cnt = htok + N;                      // [nv] counts, then running positions
-    int* tab = cnt + nv;                      // rows [U], start [U+1], order [M]
-    be_download(htok, tok, (size_t)N * sizeof(int));
-    memset(cnt, 0, (size_t)nv * sizeof(int));
-    int M = 0;
-    for (int i = 0; i < N; i++) {
-        int r = htok[i] - v0;
-        if (r >= 0 && r < nv) { cnt[r]++; M++; }
-    }
-    if (M == 0) return;
-    int U = 0;
-    for (int r = 0; r < nv; r++) U += cnt[r] > 0;
-    int *rows = tab, *start = tab + U, *order = tab + 2 * U + 1;
-    int u = 0, pos = 0;
-    for (int r = 0; r < nv; r++) {
-        if (!cnt[r]) continue;
-        rows[u] = r; start[u] = pos;
-        int c = cnt[r];
-        cnt[r] = pos;              // from here: next free slot of row r
-        pos += c; u++;
-    }
-    start[U] = pos;
-    for (int i = 0; i < N; i++) {   // ascending i: each row's list is in token order
-        int r = htok[i] - v0;
-        if (r >= 0 && r < nv) order[cnt[r]++] = i;
-    }
-    size_t bytes = (size_t)(2 * U + 1 + M) * sizeof(int);
-    int* dtab = (int*)cu_workspace(WS_EMB, bytes);
-    be_upload(dtab, tab, bytes);
-    dim3 grid(U, (C + 127) / 128);
-    double erd = (double)bytes + 4.0 * M * C + 4.0 * U * C, ewr = 4.0 * U * C;
-    TRAFFIC_BOUNDS(erd, ewr, erd, (double)bytes + cu_gather_hi(M + U, 4.0 * C), ewr, cu_gather_hi(U, 4.0 * C));
-    LAUNCH(embedding_bwd_k, grid, 128, 0, dwte, dout, dtab, U, C);
+    int bits = 0;
+    while (bits < 31 && (1 << bits) <= nv) bits++;   // keys 0 .. nv (nv: another slice's token)
+    int passes = (bits + 3) / 4;
+    int* ws = (int*)cu_workspace(WS_EMB, ((size_t)5 * N + 2) * sizeof(int));
+    double n4 = 4.0 * N;
+    // reads tok and the buffers of the passes, writes them and the runs (4 N + 8 at most)
+    TRAFFIC_BOUNDS(n4 + 2 * n4 * (passes > 1 ? 2 : 1), 4 * n4 + n4 + 8, n4 + 2 * n4, n4 + 4 * n4, 4 * n4, 4 * n4 + n4 + 8);
+    LAUNCH(emb_sort_k, 1, EMB_T, 0, ws, tok, N, v0, nv, passes);
+    CU_LAUNCHED("be_embedding_backward (sort)");
+    const int* key = ws + (passes % 2 ? 2 * N : 0);
+    const int* order = ws + (passes % 2 ? 3 * N : N);
+    dim3 grid(N < 2048 ? N : 2048, (C + 127) / 128);
+    // the sorted keys, the order and the runs; at most N rows of dout and of dwte (a gather; rows repeat)
+    TRAFFIC_BOUNDS(3 * n4 + 8 + 4.0 * N * C + 4.0 * N * C, 4.0 * N * C, 0, 3 * n4 + 8 + cu_gather_hi(2.0 * N, 4.0 * C), 0,
+                   cu_gather_hi(N, 4.0 * C));
+    LAUNCH(emb_acc_k, grid, 128, 0, dwte, dout, key, order, ws + 4 * N, C);
     CU_LAUNCHED("be_embedding_backward");
 }
 
@@ -1084,9 +1191,10 @@ void be_log_add(float* lse, const float* s, const float* m, int N) {
 // AdamW
 
 __global__ void adamw_k(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
-                        float eps, float wd, float bc1, float bc2, float gscale) {
+                        float eps, float wd, float bc1, float bc2, const float* gscale) {
+    float gs = gscale[0];
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float gi = g[i] * gscale;
+        float gi = g[i] * gs;
         float mi = b1 * m[i] + (1.0f - b1) * gi;
         float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
         m[i] = mi; v[i] = vi;
@@ -1094,10 +1202,10 @@ __global__ void adamw_k(float* p, const float* g, float* m, float* v, size_t n, 
     }
 }
 void be_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
-              float eps, float wd, float bc1, float bc2, float gscale) {
+              float eps, float wd, float bc1, float bc2, const float* gscale) {
     PROF(PROF_OPTIM);
     if (!n) return;
-    TRAFFIC(16.0 * n, 12.0 * n);
+    TRAFFIC(16.0 * n + 4, 12.0 * n);
     LAUNCH(adamw_k, grid_for(n), 256, 0, p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, gscale);
     CU_LAUNCHED("be_adamw");
 }

@@ -8,7 +8,7 @@
 #define BE_TABLE_FIELD(f) __typeof__(f)* f;
 #define BE_TABLE_FUNCS(X) \
     X(be_init) X(be_name) X(be_sync) X(be_tuning) X(be_alloc) X(be_free) X(be_upload) X(be_download) X(be_zero) \
-    X(be_copy) X(be_set_matmul_precision) X(be_matmul) X(be_add) X(be_split_cols) X(be_merge_cols) X(be_sumsq_segments) X(be_embedding_forward) \
+    X(be_copy) X(be_set_matmul_precision) X(be_matmul) X(be_add) X(be_split_cols) X(be_merge_cols) X(be_sumsq_segments) X(be_sum) X(be_clip_scale) X(be_embedding_forward) \
     X(be_embedding_backward) X(be_rmsnorm_forward) X(be_rmsnorm_backward) X(be_rope_forward) X(be_rope_backward) \
     X(be_swiglu_forward) X(be_swiglu_backward) X(be_xent_lse) X(be_xent_target_logit) X(be_xent_loss) \
     X(be_xent_backward) X(be_row_max) X(be_argmax_hit) X(be_exp_sub) X(be_log_add) X(be_adamw) \

@@ -32,6 +32,8 @@
 #define be_row_max cpu_be_row_max
 #define be_set_matmul_precision cpu_be_set_matmul_precision
 #define be_sumsq_segments cpu_be_sumsq_segments
+#define be_sum cpu_be_sum
+#define be_clip_scale cpu_be_clip_scale
 #define be_swiglu_backward cpu_be_swiglu_backward
 #define be_swiglu_forward cpu_be_swiglu_forward
 #define be_sync cpu_be_sync

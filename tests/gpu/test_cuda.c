@@ -194,9 +194,10 @@ static void test_elementwise(void) {
     for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
     scale_rows(gr, R, L, 7, 3, SMALL); scale_rows(mo, R, L, 7, 3, SMALL); scale_rows(v, R, L, 7, 3, SMALL * SMALL);
     scale_rows(p, R, L, 5, 2, SMALL);
-    float *Dp = up(p, n * 4), *Dgr = up(gr, n * 4), *Dm = up(mo, n * 4), *Dv = up(v, n * 4);
-    cpu->be_adamw(p, gr, mo, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.271f, 0.0975f, 0.6f);
-    be_adamw(Dp, Dgr, Dm, Dv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.271f, 0.0975f, 0.6f);
+    float *Dp = up(p, n * 4), *Dgr = up(gr, n * 4), *Dm = up(mo, n * 4), *Dv = up(v, n * 4), gs = 0.6f;
+    float* Dgs = up(&gs, 4);   // the clipping factor lives on the device
+    cpu->be_adamw(p, gr, mo, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.271f, 0.0975f, &gs);
+    be_adamw(Dp, Dgr, Dm, Dv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.271f, 0.0975f, Dgs);
     e1 = cmpd(Dp, p, R, L, FLOOR_REL); e2 = cmpd(Dm, mo, R, L, FLOOR_REL); e3 = cmpd(Dv, v, R, L, FLOOR_REL);
     CHECK(e1.err <= TOL_EW && e2.err <= TOL_EW && e3.err <= TOL_EW,
           "adamw n %zu (%.2f grid passes), per row of %zu: p %.2e, m %.2e, v %.2e (tol %g)", n, (double)n / GRID_PASS, L,
@@ -209,8 +210,44 @@ static void test_elementwise(void) {
     be_zero(Dp + 700, 100 * 4);            memset(p + 700, 0, 100 * 4);
     CHECK(same_dev(Dp, p, n), "copy (overlapping forward and backward, 2.8 MB) and zero are exact");
     free(y); free(x); free(g); free(u); free(dh); free(h); free(dg); free(du); free(p); free(gr); free(mo); free(v);
-    void* all[] = { dy, dx, Dg, Du, Ddh, Dh, Ddg, Ddu, Dp, Dgr, Dm, Dv };
+    void* all[] = { dy, dx, Dg, Du, Ddh, Dh, Ddg, Ddu, Dp, Dgr, Dm, Dv, Dgs };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be_free(all[i]);
+}
+
+// the step's scalars on the device: the loss sum (be_sum accumulates; a fixed order: repeats bit for bit) and the
+// clipping factor (be_clip_scale: torch's rule in double, then float; 1 without clipping or under the limit)
+static void test_scalars(void) {
+    size_t n = 70001;
+    float* x = rnd(n, 3);
+    float* dx = up(x, n * 4);
+    double acc0 = 0.25, h = 0.25, *dacc = up(&acc0, 8), g1, g2;
+    long double ref = 0.25;
+    for (size_t i = 0; i < n; i++) ref += x[i];
+    be_sum(dacc, dx, n);
+    cpu->be_sum(&h, x, n);
+    be_download(&g1, dacc, 8);
+    be_upload(dacc, &acc0, 8);
+    be_sum(dacc, dx, n);
+    be_download(&g2, dacc, 8);
+    double e = fabs((double)(g1 - ref)) / fabsl(ref), ec = fabs((double)(h - ref)) / fabsl(ref);
+    CHECK(e <= TOL_SUMSQ && ec <= TOL_SUMSQ && g1 == g2, "sum n %zu into 0.25 (double): rel err vs long double %.2e "
+          "(CPU %.2e, tol %g), repeats bit for bit: %s", n, e, ec, TOL_SUMSQ, g1 == g2 ? "yes" : "NO");
+    double ss[3][2] = { { 2.5, 1.5 }, { 0.3, 0.2 }, { 7.0, 9.0 } };   // norm 2 (clip 1: 0.5), 0.707 (1: none), 4 (clip 0)
+    float clip[3] = { 1.0f, 1.0f, 0.0f };
+    int ok_all = 1;
+    double* dss = be_alloc(2 * sizeof(double));
+    float* dsc = be_alloc(sizeof(float));
+    for (int i = 0; i < 3; i++) {
+        float a, b;
+        be_upload(dss, ss[i], sizeof ss[i]);
+        be_clip_scale(dsc, dss, 2, clip[i]);
+        be_download(&a, dsc, 4);
+        cpu->be_clip_scale(&b, ss[i], 2, clip[i]);
+        double want = clip[i] > 0 ? fmin(1.0, clip[i] / (sqrt(ss[i][0] + ss[i][1]) + 1e-6)) : 1.0;
+        ok_all &= a == b && a == (float)want;
+    }
+    CHECK(ok_all, "clip_scale: norms 2, 0.707 and 4 with clip 1, 1, off give 0.5, 1, 1 as torch's rule, on both backends");
+    free(x); be_free(dx); be_free(dacc); be_free(dss); be_free(dsc);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -280,8 +317,10 @@ static void test_sumsq(void) {
         for (size_t j = 0; j < seg[i].n; j++) ref[seg[i].cls] += (long double)x[seg[i].offset + j] * x[seg[i].offset + j];
     double a[NCLASS], b[NCLASS], b2[NCLASS], b3[NCLASS], c2[NCLASS];
     float* dx = up(x, n * 4);
+    double* dout = be_alloc(NCLASS * sizeof(double));   // the sums stay on the device
     cpu->be_sumsq_segments(a, NCLASS, x, seg, ns);
-    be_sumsq_segments(b, NCLASS, dx, seg, ns);
+    be_sumsq_segments(dout, NCLASS, dx, seg, ns);
+    be_download(b, dout, sizeof b);
     double e = 0, ec = 0;
     for (int c = 0; c < 5; c++) {
         e = fmax(e, fabs((double)(b[c] - ref[c])) / (double)ref[c]);
@@ -293,9 +332,9 @@ static void test_sumsq(void) {
           "class, two empty: rel err per class vs long double host %.2e (CPU backend %.2e, tol %g), empty classes 0: %s",
           ns, nchunk, SUMSQ_CHUNK, NCLASS, e, ec, TOL_SUMSQ, empty_ok ? "yes" : "NO");
     // bit for bit: again, then a different segment table (re-uploaded), then the first again
-    be_sumsq_segments(b2, NCLASS, dx, seg, ns);
-    be_sumsq_segments(c2, NCLASS, dx, seg + 6, ns - 6);
-    be_sumsq_segments(b3, NCLASS, dx, seg, ns);
+    be_sumsq_segments(dout, NCLASS, dx, seg, ns); be_download(b2, dout, sizeof b2);
+    be_sumsq_segments(dout, NCLASS, dx, seg + 6, ns - 6); be_download(c2, dout, sizeof c2);
+    be_sumsq_segments(dout, NCLASS, dx, seg, ns); be_download(b3, dout, sizeof b3);
     double es = 0;
     for (int c = 0; c < 5; c++) {
         long double r = 0;
@@ -304,15 +343,16 @@ static void test_sumsq(void) {
     }
     CHECK(!memcmp(b, b2, sizeof b) && !memcmp(b, b3, sizeof b) && es <= TOL_SUMSQ,
           "sumsq_segments repeats bit for bit (also after another segment table, which gives rel err %.2e)", es);
-    free(x); be_free(dx);
+    free(x); be_free(dx); be_free(dout);
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // embedding: forward beyond two grid passes (a row copy: exact), backward with many repeated tokens (the CPU's
 // token order: exact)
 
-static void test_embedding(void) {
-    int N = 1500, C = 777, v0 = 100, nv = 3000;
+// backward on the device: a stable radix sort of 4-bit digits (nv 3000: 3 passes; 70000: 5, the result in the other
+// buffer), repeated tokens, tokens of other slices, more tokens than the sorting block's 512 threads
+static void test_embedding(int N, int C, int v0, int nv) {
     int* tok = malloc(N * sizeof(int));
     for (int i = 0; i < N; i++)   // half from 20 ids (about 37 repeats each), half anywhere, some outside the slice
         tok[i] = urand() < 0.5 ? v0 + 5 + 7 * (int)(urand() * 20) : (int)(urand() * (v0 + nv + 200));
@@ -325,7 +365,7 @@ static void test_embedding(void) {
     cpu->be_embedding_backward(dw, dout, tok, N, C, v0, nv); be_embedding_backward(Ddw, Ddout, dtok, N, C, v0, nv);
     int f = same_dev(Dout, out, no), b = same_dev(Ddw, dw, nw);
     CHECK(f && b, "embedding N %d C %d (%.2f grid passes) slice [%d, %d): forward exact %s, backward += (repeats, token "
-          "order) exact %s", N, C, (double)no / GRID_PASS, v0, v0 + nv, f ? "yes" : "NO", b ? "yes" : "NO");
+          "order; sorted on the device) exact %s", N, C, (double)no / GRID_PASS, v0, v0 + nv, f ? "yes" : "NO", b ? "yes" : "NO");
     be_embedding_backward(Ddw, Ddout, dtok, N, C, v0, nv);
     be_embedding_backward(Ddw, Ddout, dtok, N, C, v0, nv);
     cpu->be_embedding_backward(dw, dout, tok, N, C, v0, nv);
@@ -885,7 +925,9 @@ int main(void) {
     test_split_merge_shape(4099, 2 * 64, 64, 4, 2);          // KV: 2 heads for 4 parts (each head to 2 parts)
     test_split_merge_shape(7000, 4 * 50, 50, 8, 4);          // 8 parts, 4 blocks, > 2 grid passes
     test_sumsq();
-    test_embedding();
+    test_scalars();
+    test_embedding(1500, 777, 100, 3000);
+    test_embedding(1300, 40, 5000, 70000);
     test_rmsnorm_shape(37, 1000);
     test_rmsnorm_shape(17000, 40);
     test_rope_shape(29, 3, 18);
