@@ -46,6 +46,7 @@ typedef struct {
     float timeout_s;                // watchdog: abort the job when a collective waits longer (0: off)
     char recompute[8];              // none | mlp | qkv | full (see recompute_mode)
     char matmul_precision[16];      // bf16 | tf32 | fp32 (tensor-core matmuls on a GPU; the CPU is always fp32)
+    char act_dtype[8];              // bf16 | fp32: activations (bf16 on a GPU with matmul_precision bf16; model_act_bf16)
     char resume[CFG_STR];           // resume from: a checkpoint file, a directory (its latest), or 'latest'
     char dump_weights[CFG_STR];     // at the end, write the final weights here (test dump format)
     unsigned char given[128];       // per key (table order): CFG_GIVEN_FILE / _CLI when set by a file / the command line

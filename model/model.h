@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "model/config.h"
 #include "model/params.h"
+#include "backend/backend.h"
 #include "attention/a2a.h"
 #include "attention/ring.h"
 #include "comm/comm.h"
@@ -24,18 +25,19 @@ typedef struct {   // the weights (or their gradients) as named pointers
 } Weights;
 
 typedef struct {   // per-layer activations saved for backward, N = B*T rows (attention's side: B*T_at rows;
-                   // the residual stream and the norms under sequence parallelism: Ns rows)
+                   // the residual stream and the norms under sequence parallelism: Ns rows). fp32, or in the
+                   // activation dtype m->adt where the type is void* (bf16 with act_dtype = bf16 on a GPU)
     float *res;    // [Ns, C] input of the layer (residual stream)
-    float *ln1;    // [Ns, C]
+    void *ln1;     // [Ns, C] (adt)
     float *rstd1;  // [Ns]
     float *q;      // attention's side [B*T_at, nh_at*hd] after RoPE (= [N, nh*hd] without all-to-all)
     float *k, *v;  // attention's side [B*T_at, nkv_at*hd] (k after RoPE)
-    float *att;    // [N, nh*hd] attention output (this rank's tokens)
+    void *att;     // [N, nh*hd] attention output (this rank's tokens; adt)
     float *lse;    // attention's side [B*T_at, nh_at]
     float *mid;    // [Ns, C] residual after attention
-    float *ln2;    // [Ns, C]
+    void *ln2;     // [Ns, C] (adt)
     float *rstd2;  // [Ns]
-    float *g, *u, *h; // [N, F]
+    void *gu;      // [N, 2F] (adt): gate | up, one matmul's output (h = silu(g) u is recomputed in the backward)
 } LayerActs;
 
 typedef struct {
@@ -63,25 +65,36 @@ typedef struct {
     long N;                    // B*T
     int sp;                    // sequence parallelism (tp_sp with tp > 1): the residual stream, the norms and
     long Ns;                   // what they keep hold this rank's Ns = N / tp rows [tp_rank Ns, (tp_rank + 1) Ns)
-    float* full;               // sp: [N, C] a column-parallel layer's input gathered over TP
+    void* full;                // sp: [N, C] a column-parallel layer's input gathered over TP (fp32 or adt)
     float* sp_dw;              // sp: [(2 n_layer + 1), C] this micro-batch's norm weight gradients before the TP sum
     float* dlnf;               // d(final norm output): this rank's rows of the LM head's input gradient
+    BeDtype adt;               // the activations' element type (model_act_bf16)
+    uint16_t* wbf;             // adt bf16: the bf16 copy of the parameter arena that feeds every matmul (refreshed by
+                               // model_params_changed, once per optimizer step); NULL with fp32
+    int norm_g;                // row groups of the norms' weight-gradient partials (be_tuning()->norm_groups)
+    float* dwpart;             // [(2 n_layer + 1), norm_g, C] this micro-batch's norm weight-gradient partials
+    long long *dw_off, *dw_off_sp;   // backend [(2 n_layer + 1)]: each norm's gradient in the arena; in sp_dw
     int lm_chunk;              // rows per LM-head chunk (bounds logits memory; the backend's tuning)
     ParamTable pt;
     size_t arena;              // elements of the parameter and gradient arenas: pt.total, padded for ZeRO-1
     float *params, *grads;     // arenas of `arena` floats (the first pt.total are the table's tensors)
     Weights w, dw;
     // activations: one allocation carved into named tensors
-    float* act_arena;
+    void* act_arena;
     size_t act_bytes;          // planned activation + scratch memory of this rank
     int recompute;             // RECOMPUTE_* (config.h): what the layers keep
     size_t act_kept, act_work; // bytes: the layers' kept activations; the shared working set of one layer
     LayerActs* acts;           // [n_layer]
-    float *res_final, *lnf, *rstdf;      // [N, C], [N, C], [N]
+    float *res_final, *rstdf;            // [Ns, C], [Ns]
+    void *lnf;                           // [Ns, C] (adt)
     // scratch shared by all layers. proj: a row-parallel projection's output before the residual add
-    // (forward), the gradient arriving at a norm's output (backward)
-    float *proj, *dres, *dq, *dk, *dv, *datt, *D, *dg, *du, *dh;
-    float *logits, *xlse, *xtl, *xm, *losses; // [chunk, Vl], [chunk] x 3, [N]
+    // (forward), the gradient arriving at a norm's output (backward); qkv: the q/k/v matmul's output (forward) and
+    // its gradient (backward) [N, (nh + 2 nkv) hd] (adt); att32: attention's fp32 output before its store in adt
+    // (adt bf16 only); h [N, F] (adt): SwiGLU's output; dres16: the residual gradient in adt (a matmul operand; =
+    // dres with fp32); dq, dk, dv contiguous
+    float *proj, *dres, *dq, *dk, *dv, *datt, *D, *att32;
+    void *qkv, *h, *dres16, *dh, *dgu;
+    float *logits, *xlse, *xtl, *xm, *losses; // [chunk, Vl] (the gradient in adt over each row's first bytes), [chunk] x 3, [N]
     float* rope;               // [rope_npos, hd] cos|sin table
     int rope_npos;
     int *tok, *tgt, *pos;      // [N] backend copies of the batch (pos: RoPE's positions)
@@ -116,8 +129,14 @@ typedef struct {
 // with a vocab-parallel cross-entropy (the [tokens x vocab] logits never exist on one rank).
 void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGroups* g);
 // The same shapes, table and activation plan for TP rank tp_rank of tp, a ring of cp, arenas padded to a
-// multiple of shard — sizes only, no backend memory (m->acts is allocated; free it and m->pt after use).
-void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp_rank, int cp, size_t shard);
+// multiple of shard, activations in bf16 or fp32 (act_bf16: model_act_bf16 of the backend that will run it) — sizes
+// only, no backend memory (m->acts is allocated; free it and m->pt after use).
+void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp_rank, int cp, size_t shard, int act_bf16);
+// Whether activations are stored in bf16: act_dtype = bf16 with matmul_precision = bf16 on a backend that has bf16
+// (has_bf16: be_has_bf16(), or the planned device's); otherwise fp32.
+int model_act_bf16(const Config* cfg, int has_bf16);
+// The parameters changed (an optimizer step, a checkpoint loaded): refresh their bf16 copy (adt bf16; else nothing).
+void model_params_changed(Model* m);
 void model_free(Model* m);
 
 // Set the batch: tokens, targets (-1 = ignored) and positions, each [B*T] host int32 (this rank's tokens).

@@ -98,4 +98,5 @@ void adamw_step(AdamW* o, Model* model, const AdamWHyper* h) {
                  h->beta1, h->beta2, h->eps, p->decay ? h->weight_decay : 0.0f, bc1, bc2, o->gscale);
     }
     if (o->zg) comm_allgather(o->zg, model->params, o->shard);
+    model_params_changed(model);   // bf16 activations: the weights' bf16 copy, once per step
 }
