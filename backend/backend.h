@@ -171,8 +171,10 @@ void be_argmax_hit(float* hit, const float* mx, const float* tl, const int* targ
 void be_exp_sub(float* x, const float* m, int N);
 void be_log_add(float* lse, const float* s, const float* m, int N);
 
-// ---- AdamW on n contiguous elements ----
+// ---- AdamW over the elements of segments, one call per step ----
 // m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr (mhat / (sqrt(vhat) + eps) + wd p)
 // with mhat = m / bc1, vhat = v / bc2 (bias corrections passed in); g is read as g * gscale[0] (clipping; backend memory).
-void be_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
+// p, g, m, v share offsets: segment i covers elements [seg[i].offset, + seg[i].n) of each; seg[i].cls = 1: decayed with
+// wd, 0: not decayed (norm weights).
+void be_adamw(float* p, const float* g, float* m, float* v, const BeSegment* seg, int nseg, float lr, float b1, float b2,
               float eps, float wd, float bc1, float bc2, const float* gscale);

@@ -152,6 +152,11 @@ void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp
     int head_rows = be_tuning()->head_rows;
     m->lm_chunk = m->N < head_rows ? (int)m->N : head_rows;
     m->norm_g = be_norm_groups(m->Ns);
+    if (m->sp && m->adt == BE_BF16 && (m->Ns * m->C) % 2) {   // tp_input gathers bf16 rows as whole floats
+        fprintf(stderr, "model: act_dtype = bf16 with tp_sp needs an even d_model x tokens per TP rank (%ld x %d); "
+                "use act_dtype = fp32 or an even d_model\n", m->Ns, m->C);
+        exit(1);
+    }
     m->rope_npos = cfg->max_seq_len;
     m->arena = (m->pt.total + shard - 1) / shard * shard;
     m->recompute = recompute_mode(cfg->recompute);   // validated with the config

@@ -18,6 +18,8 @@ typedef struct {
     BeSegment* seg;         // grad-norm segments: every tensor's owned part; class 0 TP-sharded, 1 replicated
     int nseg;
     float* gscale;          // backend [1]: the clipping factor of the step (adamw_clip)
+    BeSegment* useg;        // the update's segments: each tensor's owned part, offsets from lo, cls 1 = decayed
+    int nuseg;
 } AdamW;
 
 // The ZeRO-1 shard arithmetic: an arena of `total` real elements in a padded arena of `arena` elements

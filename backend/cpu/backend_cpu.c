@@ -389,15 +389,19 @@ void be_log_add(float* lse, const float* s, const float* m, int N) {
 }
 
 // ---- AdamW ----
-void be_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
+void be_adamw(float* p, const float* g, float* m, float* v, const BeSegment* seg, int nseg, float lr, float b1, float b2,
               float eps, float wd, float bc1, float bc2, const float* gscale) {
     float gs = gscale[0];
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i] * gs;
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi; v[i] = vi;
-        p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i]);
+    for (int s = 0; s < nseg; s++) {
+        size_t o = seg[s].offset, n = seg[s].n;
+        float w = seg[s].cls ? wd : 0.0f;
+        #pragma omp parallel for simd schedule(static)
+        for (size_t i = o; i < o + n; i++) {
+            float gi = g[i] * gs;
+            float mi = b1 * m[i] + (1.0f - b1) * gi;
+            float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+            m[i] = mi; v[i] = vi;
+            p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + w * p[i]);
+        }
     }
 }

@@ -759,44 +759,54 @@ __global__ void sumsq_final_k(double* out, const double* part, const SqChunk* ch
     }
 }
 
-static SqChunk* g_sq_host = NULL;      // the chunk table of the last call (re-uploaded only when it changes)
-static int g_sq_n = 0, g_sq_cap = 0, g_sq_uploaded = 0;
-static SqChunk* g_sq_dev = NULL;
+// Segments cut into chunks of at most SUMSQ_CHUNK elements, as a table in device memory: built on the host and uploaded
+// (queued) only when it differs from the one the slot holds (the gradient norm's and AdamW's tables do not change
+// between steps). *n: the chunks.
+typedef struct { SqChunk* host; int n, cap, uploaded; SqChunk* dev; } ChunkTable;
+static const SqChunk* chunk_table(ChunkTable* t, int slot, const BeSegment* seg, int nseg, int* n_out, const char* op) {
+    int n = 0;
+    for (int i = 0; i < nseg; i++) n += (int)((seg[i].n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK);
+    *n_out = n;
+    if (n == 0) return NULL;
+    SqChunk* tab = (SqChunk*)malloc((size_t)n * sizeof(SqChunk));
+    if (!tab) cu_die(op, "out of host memory");
+    int k = 0;
+    for (int i = 0; i < nseg; i++)
+        for (size_t o = 0; o < seg[i].n; o += SUMSQ_CHUNK) {
+            size_t m = seg[i].n - o < SUMSQ_CHUNK ? seg[i].n - o : SUMSQ_CHUNK;
+            tab[k++] = SqChunk{ seg[i].offset + o, (int)m, seg[i].cls };
+        }
+    size_t bytes = (size_t)n * sizeof(SqChunk);
+    SqChunk* dtab = (SqChunk*)cu_workspace(slot, bytes);
+    if (!t->uploaded || dtab != t->dev || n != t->n || memcmp(tab, t->host, bytes)) {
+        upload_async(dtab, tab, bytes, op);
+        if (n > t->cap) {
+            free(t->host);
+            t->host = (SqChunk*)malloc(bytes);
+            if (!t->host) cu_die(op, "out of host memory");
+            t->cap = n;
+        }
+        memcpy(t->host, tab, bytes);
+        t->n = n; t->dev = dtab; t->uploaded = 1;
+    }
+    free(tab);
+    return dtab;
+}
+
+static ChunkTable g_sq_tab;
 
 void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment* seg, int nseg) {
     PROF(PROF_OPTIM);
     need_started("be_sumsq_segments");
     if (nclass <= 0) return;
     if (nclass > 64) cu_die("be_sumsq_segments", "%d classes (at most 64)", nclass);
-    int n = 0;
-    for (int i = 0; i < nseg; i++) n += (int)((seg[i].n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK);
-    if (n == 0) { be_zero(out, (size_t)nclass * sizeof(double)); return; }
-    // build the table; compare with the uploaded one
-    SqChunk* tab = (SqChunk*)malloc((size_t)n * sizeof(SqChunk));
-    if (!tab) cu_die("be_sumsq_segments", "out of host memory");
-    int k = 0;
-    for (int i = 0; i < nseg; i++) {
+    for (int i = 0; i < nseg; i++)
         if (seg[i].cls < 0 || seg[i].cls >= nclass) cu_die("be_sumsq_segments", "segment %d has class %d of %d", i, seg[i].cls, nclass);
-        for (size_t o = 0; o < seg[i].n; o += SUMSQ_CHUNK) {
-            size_t m = seg[i].n - o < SUMSQ_CHUNK ? seg[i].n - o : SUMSQ_CHUNK;
-            tab[k++] = SqChunk{ seg[i].offset + o, (int)m, seg[i].cls };
-        }
-    }
+    int n;
+    const SqChunk* dtab = chunk_table(&g_sq_tab, WS_SUMSQ_TAB, seg, nseg, &n, "be_sumsq_segments (upload)");
+    if (n == 0) { be_zero(out, (size_t)nclass * sizeof(double)); return; }
     size_t tab_bytes = (size_t)n * sizeof(SqChunk);
     double* part = (double*)cu_workspace(WS_SUMSQ, (size_t)n * sizeof(double));
-    SqChunk* dtab = (SqChunk*)cu_workspace(WS_SUMSQ_TAB, tab_bytes);
-    if (!g_sq_uploaded || dtab != g_sq_dev || n != g_sq_n || memcmp(tab, g_sq_host, tab_bytes)) {
-        upload_async(dtab, tab, tab_bytes, "be_sumsq_segments (upload)");
-        if (n > g_sq_cap) {
-            free(g_sq_host);
-            g_sq_host = (SqChunk*)malloc(tab_bytes);
-            if (!g_sq_host) cu_die("be_sumsq_segments", "out of host memory");
-            g_sq_cap = n;
-        }
-        memcpy(g_sq_host, tab, tab_bytes);
-        g_sq_n = n; g_sq_dev = dtab; g_sq_uploaded = 1;
-    }
-    free(tab);
     size_t nel = 0;
     for (int i = 0; i < nseg; i++) nel += seg[i].n;
     TRAFFIC(4.0 * nel + (double)tab_bytes, 8.0 * n);
@@ -1379,22 +1389,29 @@ void be_log_add(float* lse, const float* s, const float* m, int N) {
 // ---------------------------------------------------------------------------------------------------------
 // AdamW
 
-__global__ void adamw_k(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
+// one block per chunk of a segment (the chunk's class: decayed or not)
+__global__ void adamw_k(float* p, const float* g, float* m, float* v, const SqChunk* ch, float lr, float b1, float b2,
                         float eps, float wd, float bc1, float bc2, const float* gscale) {
-    float gs = gscale[0];
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    SqChunk c = ch[blockIdx.x];
+    float gs = gscale[0], w = c.cls ? wd : 0.0f;
+    for (size_t i = c.off + threadIdx.x; i < c.off + c.n; i += blockDim.x) {
         float gi = g[i] * gs;
         float mi = b1 * m[i] + (1.0f - b1) * gi;
         float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
         m[i] = mi; v[i] = vi;
-        p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i]);
+        p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + w * p[i]);
     }
 }
-void be_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
+static ChunkTable g_adam_tab;
+void be_adamw(float* p, const float* g, float* m, float* v, const BeSegment* seg, int nseg, float lr, float b1, float b2,
               float eps, float wd, float bc1, float bc2, const float* gscale) {
     PROF(PROF_OPTIM);
-    if (!n) return;
-    TRAFFIC(16.0 * n + 4, 12.0 * n);
-    LAUNCH(adamw_k, grid_for(n), 256, 0, p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, gscale);
+    int n;
+    const SqChunk* dtab = chunk_table(&g_adam_tab, WS_ADAM_TAB, seg, nseg, &n, "be_adamw (upload)");
+    if (n == 0) return;
+    size_t nel = 0;
+    for (int i = 0; i < nseg; i++) nel += seg[i].n;
+    TRAFFIC(16.0 * nel + 4 + (double)n * sizeof(SqChunk), 12.0 * nel);
+    LAUNCH(adamw_k, n, 256, 0, p, g, m, v, dtab, lr, b1, b2, eps, wd, bc1, bc2, gscale);
     CU_LAUNCHED("be_adamw");
 }

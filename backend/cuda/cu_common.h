@@ -33,7 +33,7 @@ void cu_check_(cudaError_t e, const char* op);
 // Scratch in device memory, one growable buffer per slot, taken from the stream-ordered allocator (growing
 // never synchronises the device). Contents are undefined. A slot's pointer is valid until the next call
 // for the same slot with a larger size.
-enum { WS_RMS_DW, WS_EMB, WS_SUMSQ, WS_SUMSQ_TAB, WS_COPY,
+enum { WS_RMS_DW, WS_EMB, WS_SUMSQ, WS_SUMSQ_TAB, WS_ADAM_TAB, WS_COPY,
        WS_ATT_Q, WS_ATT_K, WS_ATT_V, WS_ATT_DO, WS_ATT_MM, WS_COUNT };
 void* cu_workspace(int slot, size_t bytes);
 

@@ -9,7 +9,7 @@
 # Each config also runs with one layer, so that the difference gives the launches per layer and micro-batch and the
 # activation bytes a layer keeps per token.
 #   bash tools/bench/step_anatomy.sh [OUT]       (default out/step_anatomy; OUT/<config>.md per run, OUT/summary.md)
-#   RUNS="1b:32768" ACT_DTYPE=... EXTRA="--key value" BIN=... to vary
+#   RUNS="1b:32768" EXTRA="--key value" BIN=... to vary; SUMMARY_ONLY=1 rewrites OUT/summary.md from the reports there
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-out/step_anatomy}
@@ -31,6 +31,7 @@ one() {   # NAME CONFIG SEQ_LEN [ARGS...]
     || { echo "step_anatomy: $name failed: $(tail -n 3 "$OUT/$name.log")" >&2; exit 1; }
 }
 for r in $RUNS; do
+  [ -z "${SUMMARY_ONLY:-}" ] || break
   conf=${r%%:*}; seq=${r##*:}; name="${conf}_$((seq / 1024))k"
   echo "step_anatomy: $name"
   one "$name" "$conf" "$seq"
@@ -49,16 +50,18 @@ for r in runs:
     a, b = (json.load(open(f"{out}/{n}.md.json")) for n in (name, name + "_L1"))
     L = layers(conf)
     per_layer = (a["launches"] - b["launches"]) / (L - 1)
+    att = lambda j: sum(v["launches"] for k, v in j["classes"].items() if k.startswith("attention"))
+    per_layer_att = (att(a) - att(b)) / (L - 1)
     act = (mem(f"{out}/{name}.log") - mem(f"{out}/{name}_L1.log")) / (L - 1) * 1048576 / seq
     attn = sum(v["predicted_s"] for k, v in a["classes"].items() if k.startswith("attention"))
-    rows.append((name, a, per_layer, act, attn))
+    rows.append((name, a, (per_layer, per_layer - per_layer_att), act, attn))
 print(f"Step anatomy ({datetime.date.today()}, `{binary}`{', ' + extra if extra else ''}; one GPU, micro_batch 1, "
       "recompute none; the roofline of backend/cuda/anatomy.cu):\n")
-print("| config | launches / step | per layer and micro-batch | host syncs | H2D / D2H copies | cuBLAS operand conversion GiB "
+print("| config | launches / step | per layer and micro-batch (outside attention's classes) | host syncs | H2D / D2H copies | cuBLAS operand conversion GiB "
       "| activation KiB / token / layer | peak GiB | predicted ms (outside attention) | predicted MFU |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for name, a, pl, act, attn in rows:
-    print(f"| {name} | {a['launches']} | {pl:.0f} | {a['syncs']} | {a['h2d_copies']} / {a['d2h_copies']} | "
+    print(f"| {name} | {a['launches']} | {pl[0]:.0f} ({pl[1]:.0f}) | {a['syncs']} | {a['h2d_copies']} / {a['d2h_copies']} | "
           f"{a['conv_bytes'] / 2**30:.1f} | {act / 1024:.1f} | {a['peak_bytes'] / 2**30:.1f} | "
           f"{a['predicted_s'] * 1e3:.1f} ({(a['predicted_s'] - attn) * 1e3:.1f}) | {100 * a['mfu']:.1f} % |")
 PY
