@@ -755,6 +755,7 @@ static int load_(const char* path, Model* m, AdamW* o, const Grid* g, TrainState
         if (!rc) {   // everything read and verified: only now does the run's state change
             size_t own = o->hi - o->lo;
             be_upload(m->params, ps.host[KIND_MODEL], m->pt.total * sizeof(float));
+            model_params_changed(m);   // the weights' bf16 copy
             if (have_opt) { be_upload(o->m, ps.host[KIND_M], own * sizeof(float)); be_upload(o->v, ps.host[KIND_V], own * sizeof(float)); }
             else if (!params_only) { be_zero(o->m, own * sizeof(float)); be_zero(o->v, own * sizeof(float)); }
             o->t = have_opt ? h.adam_t : 0;

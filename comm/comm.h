@@ -53,6 +53,7 @@ void ctl_allgather(const Group* g, const void* send, void* recv, size_t bytes);
 
 // ---- data collectives: backend memory, fp32 ----
 void comm_allreduce_sum(const Group* g, float* buf, size_t n);   // in place
+void comm_allreduce_sum_f64(const Group* g, double* buf, size_t n);   // a few doubles (sums of squares), in place
 void comm_allreduce_max(const Group* g, float* buf, size_t n);
 void comm_broadcast(const Group* g, float* buf, size_t n, int root);
 // buf [size * n], rank i's part at i * n. allgather: each rank's own part in, every part out.

@@ -121,10 +121,14 @@ static float* staged(size_t n) {
     return stage;
 }
 static void d2h(float* h, const float* d, size_t n) {
+    cuda_backend_note_xfer(0, n * sizeof(float));
+    cuda_backend_note_sync("staged transport (device to host)");
     cu(cudaMemcpyAsync(h, d, n * sizeof(float), cudaMemcpyDeviceToHost, stream()), "staging (device to host)");
     cu(cudaStreamSynchronize(stream()), "staging (a queued kernel failed)");
 }
 static void h2d(float* d, const float* h, size_t n) {
+    cuda_backend_note_xfer(1, n * sizeof(float));
+    cuda_backend_note_sync("staged transport (host to device)");
     cu(cudaMemcpyAsync(d, h, n * sizeof(float), cudaMemcpyHostToDevice, stream()), "staging (host to device)");
     cu(cudaStreamSynchronize(stream()), "staging (host to device)");
 }
@@ -139,11 +143,25 @@ static void staged_allreduce(const Group* g, float* buf, size_t n, MPI_Op op) {
 static void comm_allreduce_sum_(const Group* g, float* buf, size_t n) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) { staged_allreduce(g, buf, n, MPI_SUM); return; }
+    cuda_backend_note_collective("ncclAllReduce", n * sizeof(float));
     nc(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nccl_of(g), stream()), "ncclAllReduce (sum)");
+}
+static void comm_allreduce_sum_f64_(const Group* g, double* buf, size_t n) {
+    if (g->size == 1 || !n) return;
+    if (resolved == T_MPI) {   // staged as 2 n floats' bytes
+        float* h = staged(2 * n);
+        d2h(h, (const float*)buf, 2 * n);
+        mpi_allreduce(g, h, n, MPI_DOUBLE, sizeof(double), MPI_SUM);
+        h2d((float*)buf, h, 2 * n);
+        return;
+    }
+    cuda_backend_note_collective("ncclAllReduce", n * sizeof(double));
+    nc(ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, nccl_of(g), stream()), "ncclAllReduce (sum, double)");
 }
 static void comm_allreduce_max_(const Group* g, float* buf, size_t n) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) { staged_allreduce(g, buf, n, MPI_MAX); return; }
+    cuda_backend_note_collective("ncclAllReduce", n * sizeof(float));
     nc(ncclAllReduce(buf, buf, n, ncclFloat, ncclMax, nccl_of(g), stream()), "ncclAllReduce (max)");
 }
 static void comm_broadcast_(const Group* g, float* buf, size_t n, int root) {
@@ -155,6 +173,7 @@ static void comm_broadcast_(const Group* g, float* buf, size_t n, int root) {
         if (g->rank != root) h2d(buf, h, n);
         return;
     }
+    cuda_backend_note_collective("ncclBroadcast", n * sizeof(float));
     nc(ncclBroadcast(buf, buf, n, ncclFloat, root, nccl_of(g), stream()), "ncclBroadcast");
 }
 // Staged all-gather: the other parts zeroed, then summed (x + 0 is exact, so every part arrives unchanged).
@@ -171,11 +190,13 @@ static void comm_allgather_(const Group* g, float* buf, size_t n) {
         h2d(buf, h, all);
         return;
     }
+    cuda_backend_note_collective("ncclAllGather", (size_t)g->size * n * sizeof(float));
     nc(ncclAllGather(buf + (size_t)g->rank * n, buf, n, ncclFloat, nccl_of(g), stream()), "ncclAllGather");
 }
 static void comm_reduce_scatter_sum_(const Group* g, float* buf, size_t n) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) { staged_allreduce(g, buf, (size_t)g->size * n, MPI_SUM); return; }
+    cuda_backend_note_collective("ncclReduceScatter", (size_t)g->size * n * sizeof(float));
     nc(ncclReduceScatter(buf, buf + (size_t)g->rank * n, n, ncclFloat, ncclSum, nccl_of(g), stream()),
        "ncclReduceScatter");
 }
@@ -198,6 +219,7 @@ static void comm_alltoall_(const Group* g, const float* send, float* recv, size_
     }
     cu(cudaMemcpyAsync(recv + (size_t)g->rank * n, send + (size_t)g->rank * n, n * sizeof(float), cudaMemcpyDeviceToDevice,
                        stream()), "comm_alltoall (own block)");
+    cuda_backend_note_collective("ncclSend/ncclRecv (all-to-all)", (size_t)g->size * n * sizeof(float));
     nc(ncclGroupStart(), "ncclGroupStart");
     for (int j = 0; j < g->size; j++) {
         if (j == g->rank) continue;
@@ -289,6 +311,7 @@ static void comm_hop_(const Group* g, const float* send, size_t ns, float* recv,
         if (!h->done) cu(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming), "cudaEventCreate");
         cu(cudaEventRecord(r->ready, stream()), "cudaEventRecord");            // send after what wrote it
         cu(cudaStreamWaitEvent(comm_stream, r->ready, 0), "cudaStreamWaitEvent");
+        cuda_backend_note_collective("ncclSend/ncclRecv (ring hop)", n * sizeof(float));
         nc(ncclGroupStart(), "ncclGroupStart");
         if (ns) nc(ncclSend(send, ns, ncclFloat, next, nccl_of(g), comm_stream), "ncclSend (ring hop)");
         if (nr) nc(ncclRecv(recv, nr, ncclFloat, prev, nccl_of(g), comm_stream), "ncclRecv (ring hop)");
@@ -297,6 +320,10 @@ static void comm_hop_(const Group* g, const float* send, size_t ns, float* recv,
         return;
     }
     // the copy that landed this slot's previous hop reads hrecv: wait for it before hrecv is reused or freed
+    if (h->landing && cudaEventQuery(h->landed) == cudaErrorNotReady) {   // a host wait the anatomy counts
+        cudaGetLastError();
+        cuda_backend_note_sync("staged ring hop (the previous block still landing)");
+    }
     if (h->landing) cu(cudaEventSynchronize(h->landed), "comm_hop (host to device)");
     h->landing = 0;
     if (n > h->cap) {
@@ -317,6 +344,7 @@ static void comm_hop_(const Group* g, const float* send, size_t ns, float* recv,
 static void land(Hop* h) {
     if (resolved == T_NCCL) cu(cudaStreamWaitEvent(stream(), h->done, 0), "cudaStreamWaitEvent");
     else if (h->drecv) {
+        cuda_backend_note_xfer(1, h->n * sizeof(float));
         cu(cudaMemcpyAsync(h->drecv, h->hrecv, h->n * sizeof(float), cudaMemcpyHostToDevice, stream()),
            "comm_hop (host to device)");
         if (!h->landed) cu(cudaEventCreateWithFlags(&h->landed, cudaEventDisableTiming), "cudaEventCreate");
@@ -358,6 +386,13 @@ void comm_allreduce_sum(const Group* g, float* buf, size_t n) {
     comm_traffic_count(TRAFFIC_ALLREDUCE, g, n, 0);
     cuda_backend_prof_comm(1);
     comm_allreduce_sum_(g, buf, n);
+    cuda_backend_prof_comm(0);
+}
+void comm_allreduce_sum_f64(const Group* g, double* buf, size_t n) {
+    attach_late(g);
+    comm_traffic_count(TRAFFIC_ALLREDUCE, g, 2 * n, 0);
+    cuda_backend_prof_comm(1);
+    comm_allreduce_sum_f64_(g, buf, n);
     cuda_backend_prof_comm(0);
 }
 void comm_allreduce_max(const Group* g, float* buf, size_t n) {

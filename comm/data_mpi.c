@@ -139,6 +139,10 @@ void comm_allreduce_sum(const Group* g, float* buf, size_t n) {
     comm_traffic_count(TRAFFIC_ALLREDUCE, g, n, 0);
     allreduce(g, buf, n, 0, "comm_allreduce_sum");
 }
+void comm_allreduce_sum_f64(const Group* g, double* buf, size_t n) {
+    comm_traffic_count(TRAFFIC_ALLREDUCE, g, 2 * n, 0);
+    if (g->size > 1) mpi_allreduce_named(g, buf, n, MPI_DOUBLE, sizeof(double), MPI_SUM, "comm_allreduce_sum_f64");
+}
 void comm_allreduce_max(const Group* g, float* buf, size_t n) {
     comm_traffic_count(TRAFFIC_ALLREDUCE, g, n, 0);
     allreduce(g, buf, n, 1, "comm_allreduce_max");

@@ -87,6 +87,7 @@ static const Key KEYS[] = {
     K(recompute, T_STR, 0, "none", "activation recomputation: none | mlp (norm2 + SwiGLU) | qkv (also norm1, q, k, v) | full (the whole layer from its input; the ring rotates K/V again)"),
     K(attn_engine, T_STR, 0, "auto", "attention's block engine: auto (a GPU: cuDNN's fused attention for each class of block that passes a check against the own kernels at start-up, else the own kernels) | cudnn (cuDNN, or an error) | own"),
     K(matmul_precision, T_STR, 0, "bf16", "GPU matmuls: bf16 | tf32 tensor cores (fp32 accumulation) | fp32; the CPU backend always computes fp32"),
+    K(act_dtype, T_STR, 0, "bf16", "activations between kernels and kept for the backward: bf16 (a GPU with matmul_precision = bf16: with bf16 copies of the weights, refreshed once per optimizer step; norms' reductions, softmax statistics, the residual stream, attention's inputs and merge, all gradient accumulations stay fp32) | fp32; the CPU backend always computes fp32"),
     K(timeout_s, T_FLOAT, 0, "600", "watchdog: a collective or ring transfer that waits longer aborts the job naming the ranks that did not arrive (0: off)"),
     K(resume, T_STR, 0, "", "resume from a checkpoint file, a directory (its latest) or 'latest' (out_dir's)"),
     K(dump_weights, T_STR, 0, "", "write the final weights and last gradients to this file (tests' RLMDUMP1 format; empty: off)"),
@@ -408,6 +409,7 @@ int config_validate(const Config* c, char* err, size_t errlen) {
         FAIL("attn_engine = '%s' must be auto, cudnn or own", c->attn_engine);
     if (strcmp(c->matmul_precision, "bf16") && strcmp(c->matmul_precision, "tf32") && strcmp(c->matmul_precision, "fp32"))
         FAIL("matmul_precision = '%s' must be bf16, tf32 or fp32", c->matmul_precision);
+    if (strcmp(c->act_dtype, "bf16") && strcmp(c->act_dtype, "fp32")) FAIL("act_dtype = '%s' must be bf16 or fp32", c->act_dtype);
     if (c->zero != 0 && c->zero != 1) FAIL("zero = %d must be 0 or 1", c->zero);
     if (c->n_head % c->tp) FAIL("n_head = %d is not divisible by tp = %d (each TP rank owns whole heads)", c->n_head, c->tp);
     if (c->n_kv_head % c->tp) FAIL("n_kv_head = %d is not divisible by tp = %d (each TP rank owns whole KV heads)", c->n_kv_head, c->tp);

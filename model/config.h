@@ -50,6 +50,7 @@ typedef struct {
     char recompute[8];              // none | mlp | qkv | full (see recompute_mode)
     char attn_engine[16];           // auto | cudnn | own (attention.h: attn_engine_select)
     char matmul_precision[16];      // bf16 | tf32 | fp32 (tensor-core matmuls on a GPU; the CPU is always fp32)
+    char act_dtype[8];              // bf16 | fp32: activations (bf16 on a GPU with matmul_precision bf16; model_act_bf16)
     char resume[CFG_STR];           // resume from: a checkpoint file, a directory (its latest), or 'latest'
     char dump_weights[CFG_STR];     // at the end, write the final weights here (test dump format)
     char tensorboard_dir[CFG_STR];  // TensorBoard event files written during training here (empty: none)

@@ -19,7 +19,7 @@ typedef struct {
     float** kc;                   // [n_layer] -> [cap, nkv hd] backend
     float** vc;
     int* pos_dev;                 // [cap] positions of this rank's cached tokens
-    float *x, *xn, *rstd, *q, *k, *v, *att, *lse, *proj, *g, *u, *h, *logits;   // one token's scratch
+    float *x, *xn, *rstd, *q, *k, *v, *att, *lse, *proj, *qkv, *gu, *h, *logits;   // one token's scratch
     float *part, *acc;            // cp merge: [cp, nh hd + nh] gathered parts, [nh hd + nh] the merge
     int* tok1;                    // [1] token id, [1] position (backend)
     int* pos1;

@@ -27,69 +27,78 @@ static void bind_weights(Model* m, Weights* w, float* arena) {
     w->head = m->cfg.tie_embeddings ? w->wte : arena + t->p[i++].offset;
 }
 
-// The activation plan: `n` floats at a time carved off a cursor (64-byte aligned pieces). With base = NULL
-// only the size is planned (the pointers stay NULL).
-typedef struct { float* base; size_t used; } Carver;
-static float* carve(Carver* c, size_t n) {
-    float* p = c->base ? c->base + c->used : NULL;
-    c->used += (n + 15) / 16 * 16;
+// The activation plan: `bytes` at a time carved off a cursor (64-byte aligned pieces). With base = NULL only the size
+// is planned (the pointers stay NULL).
+typedef struct { char* base; size_t used; } Carver;
+static void* carve(Carver* c, size_t bytes) {
+    void* p = c->base ? c->base + c->used : NULL;
+    c->used += (bytes + 63) / 64 * 64;
     return p;
 }
+static float* carve_f(Carver* c, size_t n) { return carve(c, n * sizeof(float)); }
 
 // Which tensors a layer keeps depends on the recompute mode: the residual always; q, k, v (and norm1) unless
-// qkv or full; the attention output, LSE and mid residual unless full; norm2 and the SwiGLU tensors only
-// with none. What is not kept lives in one shared working set (one layer's worth), written by the forward
-// and rewritten by the recomputation in the backward. Memory: layers x kept + one working set + scratch.
+// qkv or full; the attention output, LSE and mid residual unless full; norm2 and gate|up only with none (SwiGLU's
+// output h is never kept: the backward recomputes it with SwiGLU's gradient). What is not kept lives in one shared
+// working set (one layer's worth), written by the forward and rewritten by the recomputation in the backward.
+// Memory: layers x kept + one working set + scratch. Tensors typed void* are in the activation dtype (adt).
 enum { G_RES, G_QKV, G_ATT, G_MLP };
 static int kept(int group, int rc) {
     return group == G_RES || (group == G_QKV && rc < RECOMPUTE_QKV) || (group == G_ATT && rc < RECOMPUTE_FULL) ||
            (group == G_MLP && rc == RECOMPUTE_NONE);
 }
 static void plan_layers(Model* m, Carver* c) {
-    size_t N = m->N, Ns = m->Ns, C = m->C, Hq = (size_t)m->nh * m->hd, F = m->F;
+    size_t N = m->N, Ns = m->Ns, C = m->C, Hq = (size_t)m->nh * m->hd, F = m->F, a = be_dtype_size(m->adt), f = 4;
     size_t Na = (size_t)m->B * m->T_at, Hqa = (size_t)m->nh_at * m->hd, Hka = (size_t)m->nkv_at * m->hd;   // attention's side
-    struct { size_t off, n; int group; } t[] = {
-        { offsetof(LayerActs, res), Ns * C, G_RES }, { offsetof(LayerActs, ln1), Ns * C, G_QKV },
-        { offsetof(LayerActs, rstd1), Ns, G_QKV },   { offsetof(LayerActs, q), Na * Hqa, G_QKV },
-        { offsetof(LayerActs, k), Na * Hka, G_QKV }, { offsetof(LayerActs, v), Na * Hka, G_QKV },
-        { offsetof(LayerActs, att), N * Hq, G_ATT }, { offsetof(LayerActs, lse), Na * m->nh_at, G_ATT },
-        { offsetof(LayerActs, mid), Ns * C, G_ATT }, { offsetof(LayerActs, ln2), Ns * C, G_MLP },
-        { offsetof(LayerActs, rstd2), Ns, G_MLP },   { offsetof(LayerActs, g), N * F, G_MLP },
-        { offsetof(LayerActs, u), N * F, G_MLP },    { offsetof(LayerActs, h), N * F, G_MLP },
+    struct { size_t off, bytes; int group; } t[] = {
+        { offsetof(LayerActs, res), f * Ns * C, G_RES }, { offsetof(LayerActs, ln1), a * Ns * C, G_QKV },
+        { offsetof(LayerActs, rstd1), f * Ns, G_QKV },   { offsetof(LayerActs, q), f * Na * Hqa, G_QKV },
+        { offsetof(LayerActs, k), f * Na * Hka, G_QKV }, { offsetof(LayerActs, v), f * Na * Hka, G_QKV },
+        { offsetof(LayerActs, att), a * N * Hq, G_ATT }, { offsetof(LayerActs, lse), f * Na * m->nh_at, G_ATT },
+        { offsetof(LayerActs, mid), f * Ns * C, G_ATT }, { offsetof(LayerActs, ln2), a * Ns * C, G_MLP },
+        { offsetof(LayerActs, rstd2), f * Ns, G_MLP },   { offsetof(LayerActs, gu), a * N * 2 * F, G_MLP },
     };
     int nt = sizeof t / sizeof *t, rc = m->recompute;
     size_t start = c->used;
-    float* work[sizeof t / sizeof *t];
-    for (int i = 0; i < nt; i++) work[i] = kept(t[i].group, rc) ? NULL : carve(c, t[i].n);
-    m->act_work = (c->used - start) * sizeof(float);
+    void* work[sizeof t / sizeof *t];
+    for (int i = 0; i < nt; i++) work[i] = kept(t[i].group, rc) ? NULL : carve(c, t[i].bytes);
+    m->act_work = c->used - start;
     start = c->used;
     for (int l = 0; l < m->L; l++)
         for (int i = 0; i < nt; i++)
-            *(float**)((char*)&m->acts[l] + t[i].off) = kept(t[i].group, rc) ? carve(c, t[i].n) : work[i];
-    m->act_kept = (c->used - start) * sizeof(float);
+            *(void**)((char*)&m->acts[l] + t[i].off) = kept(t[i].group, rc) ? carve(c, t[i].bytes) : work[i];
+    m->act_kept = c->used - start;
 }
 
-static size_t plan_activations(Model* m, float* base) {
+static size_t plan_activations(Model* m, void* base) {
     Carver cv = { base, 0 }, *c = &cv;
-    size_t N = m->N, C = m->C, Hq = (size_t)m->nh * m->hd, Hk = (size_t)m->nkv * m->hd, F = m->F;
+    size_t N = m->N, C = m->C, Hq = (size_t)m->nh * m->hd, Hk = (size_t)m->nkv * m->hd, F = m->F, a = be_dtype_size(m->adt);
+    size_t L2 = 2 * (size_t)m->L + 1;
     plan_layers(m, c);
     size_t Ns = m->Ns;
-    m->res_final = carve(c, Ns * C); m->lnf = carve(c, Ns * C); m->rstdf = carve(c, Ns);
-    m->dres = carve(c, Ns * C); m->proj = carve(c, N * C);
-    if (m->sp) { m->full = carve(c, N * C); m->sp_dw = carve(c, (2 * (size_t)m->L + 1) * C); }
-    m->dq = carve(c, N * Hq); m->dk = carve(c, N * Hk); m->dv = carve(c, N * Hk);
-    m->datt = carve(c, N * Hq); m->D = carve(c, N * m->nh);
-    m->dg = carve(c, N * F); m->du = carve(c, N * F); m->dh = carve(c, N * F);
-    m->logits = carve(c, (size_t)m->lm_chunk * m->Vl);
-    m->xlse = carve(c, m->lm_chunk); m->xtl = carve(c, m->lm_chunk); m->xm = carve(c, m->lm_chunk);
-    m->losses = carve(c, N); m->hits = carve(c, N);
-    m->rope = carve(c, (size_t)m->rope_npos * m->hd);
-    m->tok = (int*)carve(c, N); m->tgt = (int*)carve(c, N); m->pos = (int*)carve(c, N);
+    m->res_final = carve_f(c, Ns * C); m->lnf = carve(c, a * Ns * C); m->rstdf = carve_f(c, Ns);
+    m->dres = carve_f(c, Ns * C); m->proj = carve_f(c, N * C);
+    m->dres16 = m->adt == BE_BF16 ? carve(c, a * Ns * C) : m->dres;
+    if (m->sp) { m->full = carve_f(c, N * C); m->sp_dw = carve_f(c, L2 * C); }
+    m->dq = carve_f(c, N * (Hq + 2 * Hk));   // dq, dk, dv in one piece: zeroed at once
+    m->dk = m->dq ? m->dq + N * Hq : NULL; m->dv = m->dk ? m->dk + N * Hk : NULL;
+    m->datt = carve_f(c, N * Hq); m->D = carve_f(c, N * m->nh);
+    m->qkv = carve(c, a * N * (Hq + 2 * Hk));   // the q/k/v matmul's output, and in the backward its gradient
+    m->att32 = m->adt == BE_BF16 ? carve_f(c, N * Hq) : NULL;
+    m->h = carve(c, a * N * F); m->dh = carve(c, a * N * F); m->dgu = carve(c, a * N * 2 * F);
+    m->dwpart = carve_f(c, L2 * m->norm_g * C);
+    m->dw_off = carve(c, L2 * sizeof(long long)); m->dw_off_sp = carve(c, L2 * sizeof(long long));
+    m->logits = carve_f(c, (size_t)m->lm_chunk * m->Vl);
+    m->xlse = carve_f(c, m->lm_chunk); m->xtl = carve_f(c, m->lm_chunk); m->xm = carve_f(c, m->lm_chunk);
+    m->losses = carve_f(c, N); m->hits = carve_f(c, N);
+    m->rope = carve_f(c, (size_t)m->rope_npos * m->hd);
+    m->tok = carve(c, N * sizeof(int)); m->tgt = carve(c, N * sizeof(int)); m->pos = carve(c, N * sizeof(int));
     if (m->U > 1) {   // attention's side of the all-to-all
         size_t Na = (size_t)m->B * m->T_at, Hka = (size_t)m->nkv_at * m->hd;
-        m->xq = carve(c, N * Hq); m->xatt = carve(c, N * Hq); m->xD = carve(c, N * m->nh);
-        m->xk = carve(c, Na * Hka); m->xv = carve(c, Na * Hka);
-        m->pos_at = (int*)carve(c, Na); m->doc_at = (int*)carve(c, Na);
+        m->xq = carve_f(c, N * Hq + 2 * Na * Hka);   // xq, xk, xv in one piece
+        m->xk = m->xq ? m->xq + N * Hq : NULL; m->xv = m->xk ? m->xk + Na * Hka : NULL;
+        m->xatt = carve_f(c, N * Hq); m->xD = carve_f(c, N * m->nh);
+        m->pos_at = carve(c, Na * sizeof(int)); m->doc_at = carve(c, Na * sizeof(int));
     }
     return cv.used;
 }
@@ -102,8 +111,13 @@ static void* host_alloc(size_t n, size_t size) {
 
 // Dimensions, the parameter table and the activation plan of one rank, without allocating backend memory
 // (pointers stay NULL): what model_build allocates, and what the capacity planner (model/plan.c) reports.
-void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp_rank, int cp, size_t shard) {
+int model_act_bf16(const Config* cfg, int has_bf16) {
+    return has_bf16 && !strcmp(cfg->act_dtype, "bf16") && !strcmp(cfg->matmul_precision, "bf16");
+}
+
+void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp_rank, int cp, size_t shard, int act_bf16) {
     memset(m, 0, sizeof *m);
+    m->adt = act_bf16 ? BE_BF16 : BE_F32;
     m->cfg = *cfg;
     m->tp = tp; m->tp_rank = tp_rank;
     m->C = cfg->d_model; m->L = cfg->n_layer; m->hd = cfg->d_model / cfg->n_head;
@@ -117,6 +131,13 @@ void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp
     const ParamSpec* q = params_find(&m->pt, "model.layers.0.self_attn.q_proj.weight");
     const ParamSpec* k = params_find(&m->pt, "model.layers.0.self_attn.k_proj.weight");
     const ParamSpec* gate = params_find(&m->pt, "model.layers.0.mlp.gate_proj.weight");
+    const ParamSpec* v = params_find(&m->pt, "model.layers.0.self_attn.v_proj.weight");
+    const ParamSpec* up = params_find(&m->pt, "model.layers.0.mlp.up_proj.weight");
+    // one matmul for q, k, v and one for gate and up: each rank's shards lie next to each other in the arena
+    if (k->offset != q->offset + q->numel || v->offset != k->offset + k->numel || up->offset != gate->offset + gate->numel) {
+        fprintf(stderr, "model: the parameter table does not place q, k, v (and gate, up) side by side\n");
+        exit(1);
+    }
     const ParamSpec* emb = params_find(&m->pt, "model.embed_tokens.weight");
     m->nh = (int)(q->lshape[0] / m->hd); m->nkv = (int)(k->lshape[0] / m->hd); m->F = (int)gate->lshape[0];
     m->Vl = (int)emb->lshape[0];
@@ -132,11 +153,17 @@ void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp
     if (m->nv < 0) m->nv = 0;
     int head_rows = be_tuning()->head_rows;
     m->lm_chunk = m->N < head_rows ? (int)m->N : head_rows;
+    m->norm_g = be_norm_groups(m->Ns);
+    if (m->sp && m->adt == BE_BF16 && (m->Ns * m->C) % 2) {   // tp_input gathers bf16 rows as whole floats
+        fprintf(stderr, "model: act_dtype = bf16 with tp_sp needs an even d_model x tokens per TP rank (%ld x %d); "
+                "use act_dtype = fp32 or an even d_model\n", m->Ns, m->C);
+        exit(1);
+    }
     m->rope_npos = cfg->max_seq_len;
     m->arena = (m->pt.total + shard - 1) / shard * shard;
     m->recompute = recompute_mode(cfg->recompute);   // validated with the config
     m->acts = host_alloc(m->L, sizeof(LayerActs));
-    m->act_bytes = plan_activations(m, NULL) * sizeof(float);
+    m->act_bytes = plan_activations(m, NULL);
 }
 
 // attention's block engines (attention.h): chosen and verified on every rank; a class runs on the fast engine only where
@@ -175,7 +202,8 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
     const Group* ring_g = g ? (g->ring ? g->ring : g->a2a ? NULL : g->cp) : NULL;
     int tp = tp_g ? group_size(tp_g) : 1, tp_rank = tp_g ? group_rank(tp_g) : 0;
     int cp = cp_g ? group_size(cp_g) : 1, cp_rank = cp_g ? group_rank(cp_g) : 0;
-    model_shape(m, cfg, B, seq_len, tp, tp_rank, cp, g && g->shard ? (size_t)group_size(g->shard) : 1);
+    model_shape(m, cfg, B, seq_len, tp, tp_rank, cp, g && g->shard ? (size_t)group_size(g->shard) : 1,
+                model_act_bf16(cfg, be_has_bf16()));
     int ua = a2a_g ? group_size(a2a_g) : 1;
     if (ua != m->U) {
         fprintf(stderr, "model: an all-to-all group of %d ranks for the all-to-all degree %d of the config\n", ua, m->U);
@@ -213,15 +241,31 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
     free(host);
     bind_weights(m, &m->w, m->params);
     bind_weights(m, &m->dw, m->grads);
+    if (m->adt == BE_BF16) m->wbf = be_alloc(m->arena * sizeof(uint16_t));
+    model_params_changed(m);
 
     m->act_arena = be_alloc(m->act_bytes);
     plan_activations(m, m->act_arena);
+    // where each norm's weight gradient goes: its place in the gradient arena; with sequence parallelism first a row of
+    // sp_dw (summed over TP); i = 2 l (ln1), 2 l + 1 (ln2), 2 L (final)
+    size_t L2 = 2 * (size_t)m->L + 1;
+    long long* off = host_alloc(2 * L2, sizeof(long long));
+    for (int l = 0; l < m->L; l++) {
+        off[2 * l] = m->dw.layer[l].ln1 - m->grads;
+        off[2 * l + 1] = m->dw.layer[l].ln2 - m->grads;
+    }
+    off[2 * m->L] = m->dw.lnf - m->grads;
+    for (size_t i = 0; i < L2; i++) off[L2 + i] = (long long)(i * m->C);
+    be_upload(m->dw_off, off, L2 * sizeof(long long));
+    be_upload(m->dw_off_sp, off + L2, L2 * sizeof(long long));
+    free(off);
 
     float* rope = host_alloc((size_t)m->rope_npos * m->hd, sizeof(float));
     rope_table(cfg, m->hd, m->rope_npos, rope);
     be_upload(m->rope, rope, (size_t)m->rope_npos * m->hd * sizeof(float));
     free(rope);
     m->host_losses = host_alloc(m->N, sizeof(float));
+    m->scal = be_alloc(4 * sizeof(double));
     m->host_hits = host_alloc(m->N, sizeof(float));
     m->htok = host_alloc(m->N, sizeof(int)); m->htgt = host_alloc(m->N, sizeof(int)); m->hpos = host_alloc(m->N, sizeof(int));
     if (cfg->doc_mask) { m->doc = be_alloc(m->N * sizeof(int)); m->hdoc = host_alloc(m->N, sizeof(int)); }
@@ -233,7 +277,8 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
 void model_free(Model* m) {
     int* mirrored[] = { m->pos, m->apos, m->doc, m->pos_at, m->doc_at };
     for (int i = 0; i < 5; i++) if (mirrored[i]) attn_host_mirror(mirrored[i], NULL, 0);   // (their memory goes)
-    be_free(m->params); be_free(m->grads); be_free(m->act_arena);
+    be_free(m->params); be_free(m->grads); be_free(m->act_arena); be_free(m->scal);
+    if (m->wbf) be_free(m->wbf);
     free(m->w.layer); free(m->dw.layer); free(m->acts); free(m->host_losses); free(m->host_hits);
     free(m->htok); free(m->htgt); free(m->hpos); free(m->lpos);
     if (m->doc) be_free(m->doc);
@@ -341,8 +386,23 @@ ModelMemory model_memory(const Model* m) {
 }
 
 void model_zero_grad(Model* m) { be_zero(m->grads, m->arena * sizeof(float)); }
-const float* model_token_losses(const Model* m) { return m->host_losses; }
-const float* model_token_hits(const Model* m) { return m->host_hits; }
+void model_params_changed(Model* m) {
+    if (m->wbf) be_cast(m->wbf, BE_BF16, m->params, m->arena);
+}
+void model_loss_reset(Model* m) { be_zero(m->scal, sizeof(double)); }
+double model_loss_sum(Model* m) {
+    double s;
+    be_download(&s, m->scal, sizeof s);
+    return s;
+}
+static void host_results(Model* m) {
+    if (m->host_fresh) return;
+    be_download(m->host_losses, m->losses, m->N * sizeof(float));
+    if (m->want_hits) be_download(m->host_hits, m->hits, m->N * sizeof(float));
+    m->host_fresh = 1;
+}
+const float* model_token_losses(Model* m) { host_results(m); return m->host_losses; }
+const float* model_token_hits(Model* m) { host_results(m); return m->host_hits; }
 
 // ---------------------------------------------------------------------------------------------------
 // attention: every sequence of the micro-batch attends to itself, causally — locally, or around the ring
@@ -366,14 +426,15 @@ static void attend_forward(Model* m, LayerActs* a, int b, float* out, float* lse
     attn_block_forward(out, lse, q, pos, doc, Ta, k, v, pos, doc, Ta, m->nh_at, m->nkv_at, m->hd, scale, ATTN_MASK_CAUSAL);
 }
 
-static void attention_forward(Model* m, LayerActs* a) {
+// out [N, nh*hd] fp32: this rank's tokens' attention output
+static void attention_forward(Model* m, LayerActs* a, float* out) {
     int Hq = m->nh * m->hd, Hqa = m->nh_at * m->hd;
     for (int b = 0; b < m->B; b++) {
         size_t r = (size_t)b * m->T, ra = (size_t)b * m->T_at;
-        if (m->U == 1) { attend_forward(m, a, b, a->att + r * Hq, a->lse + r * m->nh); continue; }
-        float* out = m->xatt + ra * Hqa;
-        attend_forward(m, a, b, out, a->lse + ra * m->nh_at);
-        a2a_to_tokens(&m->a2a, a->att + r * Hq, out, Hq, Hqa, m->U, 0);
+        if (m->U == 1) { attend_forward(m, a, b, out + r * Hq, a->lse + r * m->nh); continue; }
+        float* o = m->xatt + ra * Hqa;
+        attend_forward(m, a, b, o, a->lse + ra * m->nh_at);
+        a2a_to_tokens(&m->a2a, out + r * Hq, o, Hq, Hqa, m->U, 0);
     }
 }
 
@@ -399,19 +460,15 @@ static void attend_backward(Model* m, LayerActs* a, int b, float* dq, float* dk,
 // datt -> dq, dk, dv (overwritten)
 static void attention_backward(Model* m, LayerActs* a) {
     int Hq = m->nh * m->hd, Hk = m->nkv * m->hd, Hqa = m->nh_at * m->hd, Hka = m->nkv_at * m->hd, U = m->U;
-    size_t Na = (size_t)m->B * m->T_at;
+    size_t Na = (size_t)m->B * m->T_at, esz = be_dtype_size(m->adt);
     float *dq = U > 1 ? m->xq : m->dq, *dk = U > 1 ? m->xk : m->dk, *dv = U > 1 ? m->xv : m->dv;
-    if (!m->have_ring) {   // the block kernel accumulates; the ring overwrites
-        be_zero(dq, Na * Hqa * sizeof(float));
-        be_zero(dk, Na * Hka * sizeof(float));
-        be_zero(dv, Na * Hka * sizeof(float));
-    }
+    if (!m->have_ring) be_zero(dq, Na * (Hqa + 2 * (size_t)Hka) * sizeof(float));   // the block kernel accumulates
     int acc = U > 1 && m->kv_nb < U;   // KV heads shared by several members: their dK, dV contributions are summed
-    if (acc) { be_zero(m->dk, m->N * Hk * sizeof(float)); be_zero(m->dv, m->N * Hk * sizeof(float)); }
+    if (acc) be_zero(m->dk, 2 * m->N * Hk * sizeof(float));
     for (int b = 0; b < m->B; b++) {
         size_t r = (size_t)b * m->T, ra = (size_t)b * m->T_at;
         float* D = m->D + r * m->nh;
-        attn_backward_begin(D, m->datt + r * Hq, a->att + r * Hq, m->T, m->nh, m->hd);
+        be_attn_rowdot(D, m->datt + r * Hq, (const char*)a->att + r * Hq * esz, m->adt, m->T, m->nh, m->hd);
         if (U == 1) { attend_backward(m, a, b, dq + r * Hq, dk + r * Hk, dv + r * Hk, m->datt + r * Hq, D); continue; }
         float *Da = m->xD + ra * m->nh_at, *douta = m->xatt + ra * Hqa;
         a2a_to_heads(&m->a2a, Da, D, m->nh, m->nh_at, U);
@@ -426,10 +483,10 @@ static void attention_backward(Model* m, LayerActs* a) {
 // ---------------------------------------------------------------------------------------------------
 // forward
 
-// Tensor parallelism. A row-parallel layer's output (and a column-parallel layer's input gradient) y [N, C] holds
+// Tensor parallelism. A row-parallel layer's output (and a column-parallel layer's input gradient) y [N, C] fp32 holds
 // partial sums over the TP group: all-reduced (every row, returned as y), or with sequence parallelism
-// reduce-scattered (returns this rank's Ns rows, inside y). A column-parallel layer's input x: as it is, or with
-// sequence parallelism this rank's rows x [Ns, C] all-gathered into m->full [N, C].
+// reduce-scattered (returns this rank's Ns rows, inside y). A column-parallel layer's input x [.., C] of element type
+// dt: as it is, or with sequence parallelism this rank's rows x [Ns, C] all-gathered into m->full [N, C].
 static float* own_rows(Model* m, float* y) { return y + (size_t)m->tp_rank * m->Ns * m->C; }
 static float* tp_reduce(Model* m, float* y) {
     if (m->tp == 1) return y;
@@ -437,43 +494,47 @@ static float* tp_reduce(Model* m, float* y) {
     comm_reduce_scatter_sum(m->tp_g, y, (size_t)m->Ns * m->C);
     return own_rows(m, y);
 }
-static const float* tp_input(Model* m, const float* x) {
+static const void* tp_input(Model* m, const void* x, BeDtype dt) {
     if (!m->sp) return x;
-    be_copy(own_rows(m, m->full), x, (size_t)m->Ns * m->C * sizeof(float));
-    comm_allgather(m->tp_g, m->full, (size_t)m->Ns * m->C);
+    size_t rows = (size_t)m->Ns * m->C * be_dtype_size(dt);   // bytes of this rank's rows (a bf16 pair per float)
+    be_copy((char*)m->full + (size_t)m->tp_rank * rows, x, rows);
+    comm_allgather(m->tp_g, m->full, rows / sizeof(float));
     return m->full;
 }
-// where a norm's weight gradient accumulates: its place in the gradient arena, or with sequence parallelism (each
-// rank's rows only) a scratch summed over TP at the end of the backward; i = 2 l (ln1), 2 l + 1 (ln2), 2 L (final)
-static float* norm_grad(Model* m, float* dw, int i) { return m->sp ? m->sp_dw + (size_t)i * m->C : dw; }
 
-// y[N, out] = x[N, in] W^T with W [out, in]
-static void linear_forward(float* y, const float* x, const float* W, long N, int in, int out) {
-    be_matmul(y, x, W, (int)N, out, in, 0, 1, 1.0f, 0.0f);
+// The matmuls. A weight enters as its fp32 master or, with bf16 activations, as its bf16 copy (the same offset in
+// m->wbf): every operand of a matmul has the activations' type, every weight gradient is accumulated in fp32.
+static const void* wop(const Model* m, const float* w) {
+    return m->wbf ? (const void*)(m->wbf + (w - m->params)) : (const void*)w;
 }
-// dx[N, in] (= or +=) dy[N, out] W;  dW[out, in] += dy^T x
-static void linear_backward(float* dx, float* dW, const float* dy, const float* x, const float* W,
-                            long N, int in, int out, float beta_dx) {
-    be_matmul(dW, dy, x, out, in, (int)N, 1, 0, 1.0f, 1.0f);
-    if (dx) be_matmul(dx, dy, W, (int)N, in, out, 0, 0, 1.0f, beta_dx);
+// y[N, out] (ydt) = x[N, in] W^T with W [out, in]
+static void linear_forward(Model* m, void* y, BeDtype ydt, const void* x, const float* W, long N, int in, int out) {
+    be_matmul_ex(y, ydt, 0, x, m->adt, 0, wop(m, W), m->adt, 0, (int)N, out, in, 0, 1, 1.0f, 0.0f);
 }
+// dW[out, in] += dy^T x (fp32);  dx[N, in] (dxdt; = or +=) dy W (dx NULL: none). dy [N, out] with leading dimension ldy
+static void linear_backward(Model* m, void* dx, BeDtype dxdt, float* dW, const void* dy, int ldy, const void* x,
+                            const float* W, long N, int in, int out, float beta_dx) {
+    if (dW) be_matmul_ex(dW, BE_F32, 0, dy, m->adt, ldy, x, m->adt, 0, out, in, (int)N, 1, 0, 1.0f, 1.0f);
+    if (dx) be_matmul_ex(dx, dxdt, 0, dy, m->adt, ldy, wop(m, W), m->adt, 0, (int)N, in, out, 0, 0, 1.0f, beta_dx);
+}
+// element offsets of activations in adt
+static const void* at_rows(const Model* m, const void* x, size_t elems) { return (const char*)x + elems * be_dtype_size(m->adt); }
 
-// the layer in three parts, so that the backward can recompute what its mode did not keep (the same calls
-// in the same order: recomputed values are bit-identical to the forward's)
-static void qkv_forward(Model* m, int l) {            // ln1, q, k, v (RoPE applied; on attention's side)
+// The layer in three parts, so that the backward can recompute what its mode did not keep (the same calls in the same
+// order: recomputed values are bit-identical to the forward's). In the forward a layer's norm1 comes with the previous
+// layer's last residual add (be_residual_rmsnorm) and norm2 with its attention's residual add: `norm` = 1 when a part
+// must compute its norm itself (recomputation; the first layer's norm1 is model_forward's).
+static void qkv_forward(Model* m, int l, int norm) {   // ln1, then q, k, v (RoPE applied; on attention's side)
     LayerW* w = &m->w.layer[l];
     LayerActs* a = &m->acts[l];
     long N = m->N;
     int C = m->C, Hq = m->nh * m->hd, Hk = m->nkv * m->hd, U = m->U;
     // with an all-to-all, this rank's tokens go through the (then idle) gradient scratch first
     float *q = U > 1 ? m->dq : a->q, *k = U > 1 ? m->dk : a->k, *v = U > 1 ? m->dv : a->v;
-    be_rmsnorm_forward(a->ln1, a->rstd1, a->res, w->ln1, m->Ns, C, m->cfg.norm_eps);
-    const float* x = tp_input(m, a->ln1);
-    linear_forward(q, x, w->wq, N, C, Hq);
-    linear_forward(k, x, w->wk, N, C, Hk);
-    linear_forward(v, x, w->wv, N, C, Hk);
-    be_rope_forward(q, m->pos, m->rope, N, m->nh, m->hd);
-    be_rope_forward(k, m->pos, m->rope, N, m->nkv, m->hd);
+    if (norm) be_rmsnorm_forward(a->ln1, m->adt, a->rstd1, a->res, w->ln1, m->Ns, C, m->cfg.norm_eps);
+    const void* x = tp_input(m, a->ln1, m->adt);
+    linear_forward(m, m->qkv, m->adt, x, w->wq, N, C, Hq + 2 * Hk);   // [q; k; v] lie side by side: one matmul
+    be_qkv_rope(q, k, v, m->qkv, m->adt, m->pos, m->rope, (int)N, m->nh, m->nkv, m->hd);
     if (U == 1) return;
     int Hqa = m->nh_at * m->hd, Hka = m->nkv_at * m->hd;
     for (int b = 0; b < m->B; b++) {
@@ -483,64 +544,66 @@ static void qkv_forward(Model* m, int l) {            // ln1, q, k, v (RoPE appl
         a2a_to_heads(&m->a2a, a->v + ra * Hka, v + r * Hk, Hk, m->kv_w, m->kv_nb);
     }
 }
-static void att_forward(Model* m, int l) {            // att, lse; mid = res + att Wo^T
+static void att_forward(Model* m, int l) {            // att, lse; mid = res + att Wo^T with norm2 (ln2)
     LayerW* w = &m->w.layer[l];
     LayerActs* a = &m->acts[l];
     long N = m->N;
     int C = m->C, Hq = m->nh * m->hd;
-    attention_forward(m, a);
-    linear_forward(m->proj, a->att, w->wo, N, Hq, C);            // o = att Wo^T (row-parallel under TP)
+    // attention's fp32 output, stored in the activations' type (with bf16: one cast, the output's store)
+    float* out = m->adt == BE_F32 ? (float*)a->att : m->att32;
+    attention_forward(m, a, out);
+    if (m->adt != BE_F32) be_cast(a->att, m->adt, out, (size_t)N * Hq);
+    linear_forward(m, m->proj, BE_F32, a->att, w->wo, N, Hq, C);       // o = att Wo^T (row-parallel under TP)
     const float* o = tp_reduce(m, m->proj);
-    be_copy(a->mid, a->res, m->Ns * C * sizeof(float));
-    be_add(a->mid, o, m->Ns * C);
+    be_residual_rmsnorm(a->mid, a->ln2, m->adt, a->rstd2, a->res, o, w->ln2, (int)m->Ns, C, m->cfg.norm_eps);
 }
-static void mlp_inputs_forward(Model* m, int l) {     // ln2, g, u, h
+static void mlp_inputs_forward(Model* m, int l, int norm) {   // (ln2), gate | up
     LayerW* w = &m->w.layer[l];
     LayerActs* a = &m->acts[l];
-    long N = m->N;
     int C = m->C, F = m->F;
-    be_rmsnorm_forward(a->ln2, a->rstd2, a->mid, w->ln2, m->Ns, C, m->cfg.norm_eps);
-    const float* x = tp_input(m, a->ln2);
-    linear_forward(a->g, x, w->wg, N, C, F);
-    linear_forward(a->u, x, w->wu, N, C, F);
-    be_swiglu_forward(a->h, a->g, a->u, (size_t)N * F);
+    if (norm) be_rmsnorm_forward(a->ln2, m->adt, a->rstd2, a->mid, w->ln2, (int)m->Ns, C, m->cfg.norm_eps);
+    const void* x = tp_input(m, a->ln2, m->adt);
+    linear_forward(m, a->gu, m->adt, x, w->wg, m->N, C, 2 * F);       // [gate; up] lie side by side: one matmul
 }
 
-static void layer_forward(Model* m, int l, float* out) {
+// out = mid + h Wd^T, and the next norm on it: the next layer's norm1 (ln, rstd, w) or the final norm
+static void layer_forward(Model* m, int l, float* out, void* ln, float* rstd, const float* wn) {
     LayerActs* a = &m->acts[l];
     long N = m->N;
-    qkv_forward(m, l);
+    qkv_forward(m, l, 0);
     att_forward(m, l);
-    mlp_inputs_forward(m, l);
-    linear_forward(m->proj, a->h, m->w.layer[l].wd, N, m->F, m->C);   // down (row-parallel under TP)
+    mlp_inputs_forward(m, l, 0);
+    be_swiglu_forward(m->h, a->gu, m->adt, (int)N, m->F);
+    linear_forward(m, m->proj, BE_F32, m->h, m->w.layer[l].wd, N, m->F, m->C);   // down (row-parallel under TP)
     const float* o = tp_reduce(m, m->proj);
-    be_copy(out, a->mid, m->Ns * m->C * sizeof(float));
-    be_add(out, o, m->Ns * m->C);
+    be_residual_rmsnorm(out, ln, m->adt, rstd, a->mid, o, wn, (int)m->Ns, m->C, m->cfg.norm_eps);
 }
 
 // before layer l's backward: recompute the activations its mode did not keep
 static void layer_recompute(Model* m, int l) {
     int rc = m->recompute;
-    if (rc >= RECOMPUTE_QKV) qkv_forward(m, l);
+    if (rc >= RECOMPUTE_QKV) qkv_forward(m, l, 1);
     if (rc >= RECOMPUTE_FULL) att_forward(m, l);
-    if (rc >= RECOMPUTE_MLP) mlp_inputs_forward(m, l);
+    if (rc >= RECOMPUTE_MLP) mlp_inputs_forward(m, l, rc < RECOMPUTE_FULL);
 }
 
 void model_attention_inputs(Model* m, int l) {
-    if (m->recompute >= RECOMPUTE_QKV) qkv_forward(m, l);
+    if (m->recompute >= RECOMPUTE_QKV) qkv_forward(m, l, 1);
 }
 
-// LM head + cross-entropy over row chunks (the [N, V] logits never exist at once; under TP each rank
-// holds a vocabulary slice and the row LSE and target logit are combined over the TP group). With
-// grad_scale != 0 the head's backward runs right away: dW_head += dlogits^T lnf, proj = d(lnf).
-static double head_forward(Model* m, float grad_scale, float* logits_out) {
+// LM head + cross-entropy over row chunks (the [N, V] logits never exist at once; under TP each rank holds a
+// vocabulary slice and the row LSE and target logit are combined over the TP group; without TP one kernel does the
+// softmax, the loss and the gradient in one pass over each row). With grad_scale != 0 the head's backward runs right
+// away: dW_head += dlogits^T lnf, proj = d(lnf).
+static void head_forward(Model* m, float grad_scale, float* logits_out) {
     int C = m->C, V = m->Vl;
-    const float* lnf = tp_input(m, m->lnf);   // every token's row (sequence parallelism: gathered over TP)
+    const void* lnf = tp_input(m, m->lnf, m->adt);   // every token's row (sequence parallelism: gathered over TP)
+    int ldd = m->adt == BE_BF16 ? 2 * V : V;          // the gradient's row stride, written over each logits row
     for (long r0 = 0; r0 < m->N; r0 += m->lm_chunk) {
         int n = (int)(m->N - r0 < m->lm_chunk ? m->N - r0 : m->lm_chunk);
-        const float* x = lnf + r0 * C;
+        const void* x = at_rows(m, lnf, (size_t)r0 * C);
         const int* tgt = m->tgt + r0;
-        linear_forward(m->logits, x, m->w.head, n, C, V);
+        linear_forward(m, m->logits, BE_F32, x, m->w.head, n, C, V);
         if (logits_out) {   // only the real vocabulary columns
             float* tmp = malloc((size_t)n * V * sizeof(float));
             be_download(tmp, m->logits, (size_t)n * V * sizeof(float));
@@ -548,99 +611,106 @@ static double head_forward(Model* m, float grad_scale, float* logits_out) {
                 memcpy(logits_out + (r0 + i) * (size_t)m->V + m->v0, tmp + (size_t)i * V, m->nv * sizeof(float));
             free(tmp);
         }
-        be_xent_lse(m->xlse, m->logits, n, V, m->nv);
-        be_xent_target_logit(m->xtl, m->logits, tgt, n, V, m->nv, m->v0);
-        if (m->tp > 1) {   // lse = M + log sum_r exp(lse_r - M), M = max_r lse_r; the target logit lives on one rank
-            be_copy(m->xm, m->xlse, n * sizeof(float));
-            comm_allreduce_max(m->tp_g, m->xm, n);
-            be_exp_sub(m->xlse, m->xm, n);
-            comm_allreduce_sum(m->tp_g, m->xlse, n);
-            be_log_add(m->xlse, m->xlse, m->xm, n);
-            comm_allreduce_sum(m->tp_g, m->xtl, n);
+        if (m->tp == 1 && !m->want_hits)
+            be_xent_fused(m->losses + r0, m->xlse, m->logits, m->adt, tgt, n, V, m->nv, m->v0, grad_scale);
+        else {
+            be_xent_stats(m->xlse, m->xtl, m->logits, tgt, n, V, m->nv, m->v0);
+            if (m->tp > 1) {   // lse = M + log sum_r exp(lse_r - M), M = max_r lse_r; the target logit lives on one rank
+                be_copy(m->xm, m->xlse, n * sizeof(float));
+                comm_allreduce_max(m->tp_g, m->xm, n);
+                be_exp_sub(m->xlse, m->xm, n);
+                comm_allreduce_sum(m->tp_g, m->xlse, n);
+                be_log_add(m->xlse, m->xlse, m->xm, n);
+                comm_allreduce_sum(m->tp_g, m->xtl, n);
+            }
+            if (m->want_hits) {   // greedy correctness: the target logit above every other logit of the vocabulary
+                be_row_max(m->xm, m->logits, tgt, n, V, m->nv, m->v0);
+                if (m->tp > 1) comm_allreduce_max(m->tp_g, m->xm, n);
+                be_argmax_hit(m->hits + r0, m->xm, m->xtl, tgt, n);
+            }
+            be_xent_finish(m->losses + r0, m->logits, m->adt, m->xlse, m->xtl, tgt, n, V, m->nv, m->v0, grad_scale);
         }
-        be_xent_loss(m->losses + r0, m->xlse, m->xtl, tgt, n);
-        if (m->want_hits) {   // greedy correctness: the target logit above every other logit of the vocabulary
-            be_row_max(m->xm, m->logits, tgt, n, V, m->nv, m->v0);
-            if (m->tp > 1) comm_allreduce_max(m->tp_g, m->xm, n);
-            be_argmax_hit(m->hits + r0, m->xm, m->xtl, tgt, n);
-        }
-        if (grad_scale != 0.0f) {
-            be_xent_backward(m->logits, m->xlse, tgt, n, V, m->nv, m->v0, grad_scale);
-            linear_backward(m->proj + r0 * C, m->dw.head, m->logits, x, m->w.head, n, C, V, 0.0f);
-        }
+        if (grad_scale != 0.0f)
+            linear_backward(m, m->proj + r0 * C, BE_F32, m->dw.head, m->logits, ldd, x, m->w.head, n, C, V, 0.0f);
     }
     if (grad_scale != 0.0f) m->dlnf = tp_reduce(m, m->proj);
-    be_download(m->host_losses, m->losses, m->N * sizeof(float));
-    if (m->want_hits) be_download(m->host_hits, m->hits, m->N * sizeof(float));
-    double sum = 0;
-    for (long i = 0; i < m->N; i++) sum += m->host_losses[i];
-    return sum;
+    be_sum(m->scal, m->losses, (size_t)m->N);   // the step's loss, on the backend
+    m->host_fresh = 0;
 }
 
-double model_forward(Model* m, float grad_scale, float* logits_out) {
+void model_forward(Model* m, float grad_scale, float* logits_out) {
     long N = m->N;
     int C = m->C;
     // vocab-parallel: each token's row lives on one rank (summed over TP; sequence parallelism: this rank's rows)
+    LayerActs* a0 = &m->acts[0];
     if (!m->sp) {
-        be_embedding_forward(m->acts[0].res, m->tok, m->w.wte, N, C, m->v0, m->Vl);
-        tp_reduce(m, m->acts[0].res);
+        be_embedding_forward(a0->res, m->tok, m->w.wte, N, C, m->v0, m->Vl);
+        tp_reduce(m, a0->res);
     } else {
         be_embedding_forward(m->proj, m->tok, m->w.wte, N, C, m->v0, m->Vl);
-        be_copy(m->acts[0].res, tp_reduce(m, m->proj), (size_t)m->Ns * C * sizeof(float));
+        be_copy(a0->res, tp_reduce(m, m->proj), (size_t)m->Ns * C * sizeof(float));
     }
+    be_rmsnorm_forward(a0->ln1, m->adt, a0->rstd1, a0->res, m->w.layer[0].ln1, (int)m->Ns, C, m->cfg.norm_eps);
     for (int l = 0; l < m->L; l++) {
-        layer_forward(m, l, l + 1 < m->L ? m->acts[l + 1].res : m->res_final);
+        if (l + 1 < m->L) {
+            LayerActs* n = &m->acts[l + 1];
+            layer_forward(m, l, n->res, n->ln1, n->rstd1, m->w.layer[l + 1].ln1);
+        } else layer_forward(m, l, m->res_final, m->lnf, m->rstdf, m->w.lnf);
         if (m->layer_done) m->layer_done(m->layer_done_ctx, l + 1, m->L);
     }
-    be_rmsnorm_forward(m->lnf, m->rstdf, m->res_final, m->w.lnf, m->Ns, C, m->cfg.norm_eps);
-    return head_forward(m, grad_scale, logits_out);
+    head_forward(m, grad_scale, logits_out);
 }
 
 // ---------------------------------------------------------------------------------------------------
-// backward: dres holds d(loss)/d(residual stream) flowing down the layers
+// backward: dres holds d(loss)/d(residual stream) flowing down the layers (fp32), dres16 the same in the activations'
+// type (the matmuls' operand: each norm's backward writes both)
+
+// a norm's backward: dres += ..., its weight gradient's partial sums into row i of m->dwpart
+static void norm_backward(Model* m, int i, const float* dout, const float* x, const float* w, const float* rstd) {
+    be_rmsnorm_backward(m->dres, m->adt == BE_F32 ? NULL : m->dres16, m->adt, m->dwpart + (size_t)i * m->norm_g * m->C,
+                        dout, x, w, rstd, (int)m->Ns, m->C);
+}
 
 static void layer_backward(Model* m, int l) {
     layer_recompute(m, l);
     LayerW* w = &m->w.layer[l];
     LayerW* dw = &m->dw.layer[l];
     LayerActs* a = &m->acts[l];
-    long N = m->N, Ns = m->Ns;
+    long N = m->N;
     int C = m->C, Hq = m->nh * m->hd, Hk = m->nkv * m->hd, F = m->F;
-    // MLP: out = mid + h Wd^T
-    linear_backward(m->dh, dw->wd, tp_input(m, m->dres), a->h, w->wd, N, F, C, 0.0f);
-    be_swiglu_backward(m->dg, m->du, m->dh, a->g, a->u, (size_t)N * F);
-    const float* x2 = tp_input(m, a->ln2);
-    linear_backward(m->proj, dw->wg, m->dg, x2, w->wg, N, C, F, 0.0f);
-    linear_backward(m->proj, dw->wu, m->du, x2, w->wu, N, C, F, 1.0f);
-    be_rmsnorm_backward(m->dres, norm_grad(m, dw->ln2, 2 * l + 1), tp_reduce(m, m->proj), a->mid, w->ln2, a->rstd2, Ns, C);
+    // MLP: out = mid + h Wd^T; SwiGLU's backward recomputes h (not kept) for Wd's gradient
+    const void* dy = tp_input(m, m->dres16, m->adt);
+    linear_backward(m, m->dh, m->adt, NULL, dy, 0, NULL, w->wd, N, F, C, 0.0f);
+    be_swiglu_backward(m->dgu, m->h, m->dh, a->gu, m->adt, (int)N, F);
+    linear_backward(m, NULL, m->adt, dw->wd, dy, 0, m->h, w->wd, N, F, C, 0.0f);
+    const void* x2 = tp_input(m, a->ln2, m->adt);
+    linear_backward(m, m->proj, BE_F32, dw->wg, m->dgu, 0, x2, w->wg, N, C, 2 * F, 0.0f);   // gate | up at once
+    norm_backward(m, 2 * l + 1, tp_reduce(m, m->proj), a->mid, w->ln2, a->rstd2);
     // attention: mid = res + att Wo^T
-    linear_backward(m->datt, dw->wo, tp_input(m, m->dres), a->att, w->wo, N, Hq, C, 0.0f);
+    dy = tp_input(m, m->dres16, m->adt);
+    linear_backward(m, m->datt, BE_F32, dw->wo, dy, 0, a->att, w->wo, N, Hq, C, 0.0f);
     attention_backward(m, a);
-    be_rope_backward(m->dq, m->pos, m->rope, N, m->nh, m->hd);
-    be_rope_backward(m->dk, m->pos, m->rope, N, m->nkv, m->hd);
-    const float* x1 = tp_input(m, a->ln1);
-    linear_backward(m->proj, dw->wq, m->dq, x1, w->wq, N, C, Hq, 0.0f);
-    linear_backward(m->proj, dw->wk, m->dk, x1, w->wk, N, C, Hk, 1.0f);
-    linear_backward(m->proj, dw->wv, m->dv, x1, w->wv, N, C, Hk, 1.0f);
-    be_rmsnorm_backward(m->dres, norm_grad(m, dw->ln1, 2 * l), tp_reduce(m, m->proj), a->res, w->ln1, a->rstd1, Ns, C);
+    be_qkv_rope_backward(m->qkv, m->adt, m->dq, m->dk, m->dv, m->pos, m->rope, (int)N, m->nh, m->nkv, m->hd);
+    const void* x1 = tp_input(m, a->ln1, m->adt);
+    linear_backward(m, m->proj, BE_F32, dw->wq, m->qkv, 0, x1, w->wq, N, C, Hq + 2 * Hk, 0.0f);   // q, k, v at once
+    norm_backward(m, 2 * l, tp_reduce(m, m->proj), a->res, w->ln1, a->rstd1);
 }
 
 void model_backward(Model* m) {
     long N = m->N;
     int C = m->C, L = m->L;
-    if (m->sp) be_zero(m->sp_dw, (2 * (size_t)L + 1) * C * sizeof(float));
     // dlnf: d(lnf) from the fused head backward
     be_zero(m->dres, m->Ns * C * sizeof(float));
-    be_rmsnorm_backward(m->dres, norm_grad(m, m->dw.lnf, 2 * L), m->dlnf, m->res_final, m->w.lnf, m->rstdf, m->Ns, C);
+    norm_backward(m, 2 * L, m->dlnf, m->res_final, m->w.lnf, m->rstdf);
     for (int l = m->L - 1; l >= 0; l--) layer_backward(m, l);
-    be_embedding_backward(m->dw.wte, tp_input(m, m->dres), m->tok, N, C, m->v0, m->Vl);
-    if (m->sp) {   // the norm weights' gradients from every TP rank's rows, added into the arena
-        comm_allreduce_sum(m->tp_g, m->sp_dw, (2 * (size_t)L + 1) * C);
-        for (int l = 0; l < L; l++) {
-            be_add(m->dw.layer[l].ln1, m->sp_dw + (size_t)(2 * l) * C, C);
-            be_add(m->dw.layer[l].ln2, m->sp_dw + (size_t)(2 * l + 1) * C, C);
-        }
-        be_add(m->dw.lnf, m->sp_dw + (size_t)(2 * L) * C, C);
+    be_embedding_backward(m->dw.wte, tp_input(m, m->dres, BE_F32), m->tok, N, C, m->v0, m->Vl);
+    // the norms' weight gradients from their partials (sequence parallelism: every TP rank's rows, summed first)
+    int n = 2 * L + 1;
+    if (!m->sp) be_rmsnorm_dw(m->grads, m->dw_off, m->dwpart, n, m->norm_g, C, 1);
+    else {
+        be_rmsnorm_dw(m->sp_dw, m->dw_off_sp, m->dwpart, n, m->norm_g, C, 0);
+        comm_allreduce_sum(m->tp_g, m->sp_dw, (size_t)n * C);
+        be_rmsnorm_dw(m->grads, m->dw_off, m->sp_dw, n, 1, C, 1);
     }
 }
 

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "model/config.h"
 #include "model/params.h"
+#include "backend/backend.h"
 #include "attention/a2a.h"
 #include "attention/ring.h"
 #include "attention/shard.h"
@@ -25,18 +26,19 @@ typedef struct {   // the weights (or their gradients) as named pointers
 } Weights;
 
 typedef struct {   // per-layer activations saved for backward, N = B*T rows (attention's side: B*T_at rows;
-                   // the residual stream and the norms under sequence parallelism: Ns rows)
+                   // the residual stream and the norms under sequence parallelism: Ns rows). fp32, or in the
+                   // activation dtype m->adt where the type is void* (bf16 with act_dtype = bf16 on a GPU)
     float *res;    // [Ns, C] input of the layer (residual stream)
-    float *ln1;    // [Ns, C]
+    void *ln1;     // [Ns, C] (adt)
     float *rstd1;  // [Ns]
     float *q;      // attention's side [B*T_at, nh_at*hd] after RoPE (= [N, nh*hd] without all-to-all)
     float *k, *v;  // attention's side [B*T_at, nkv_at*hd] (k after RoPE)
-    float *att;    // [N, nh*hd] attention output (this rank's tokens)
+    void *att;     // [N, nh*hd] attention output (this rank's tokens; adt)
     float *lse;    // attention's side [B*T_at, nh_at]
     float *mid;    // [Ns, C] residual after attention
-    float *ln2;    // [Ns, C]
+    void *ln2;     // [Ns, C] (adt)
     float *rstd2;  // [Ns]
-    float *g, *u, *h; // [N, F]
+    void *gu;      // [N, 2F] (adt): gate | up, one matmul's output (h = silu(g) u is recomputed in the backward)
 } LayerActs;
 
 typedef struct {
@@ -67,25 +69,36 @@ typedef struct {
     long N;                    // B*T
     int sp;                    // sequence parallelism (tp_sp with tp > 1): the residual stream, the norms and
     long Ns;                   // what they keep hold this rank's Ns = N / tp rows [tp_rank Ns, (tp_rank + 1) Ns)
-    float* full;               // sp: [N, C] a column-parallel layer's input gathered over TP
+    void* full;                // sp: [N, C] a column-parallel layer's input gathered over TP (fp32 or adt)
     float* sp_dw;              // sp: [(2 n_layer + 1), C] this micro-batch's norm weight gradients before the TP sum
     float* dlnf;               // d(final norm output): this rank's rows of the LM head's input gradient
+    BeDtype adt;               // the activations' element type (model_act_bf16)
+    uint16_t* wbf;             // adt bf16: the bf16 copy of the parameter arena that feeds every matmul (refreshed by
+                               // model_params_changed, once per optimizer step); NULL with fp32
+    int norm_g;                // row groups of the norms' weight-gradient partials (be_tuning()->norm_groups)
+    float* dwpart;             // [(2 n_layer + 1), norm_g, C] this micro-batch's norm weight-gradient partials
+    long long *dw_off, *dw_off_sp;   // backend [(2 n_layer + 1)]: each norm's gradient in the arena; in sp_dw
     int lm_chunk;              // rows per LM-head chunk (bounds logits memory; the backend's tuning)
     ParamTable pt;
     size_t arena;              // elements of the parameter and gradient arenas: pt.total, padded for ZeRO-1
     float *params, *grads;     // arenas of `arena` floats (the first pt.total are the table's tensors)
     Weights w, dw;
     // activations: one allocation carved into named tensors
-    float* act_arena;
+    void* act_arena;
     size_t act_bytes;          // planned activation + scratch memory of this rank
     int recompute;             // RECOMPUTE_* (config.h): what the layers keep
     size_t act_kept, act_work; // bytes: the layers' kept activations; the shared working set of one layer
     LayerActs* acts;           // [n_layer]
-    float *res_final, *lnf, *rstdf;      // [N, C], [N, C], [N]
+    float *res_final, *rstdf;            // [Ns, C], [Ns]
+    void *lnf;                           // [Ns, C] (adt)
     // scratch shared by all layers. proj: a row-parallel projection's output before the residual add
-    // (forward), the gradient arriving at a norm's output (backward)
-    float *proj, *dres, *dq, *dk, *dv, *datt, *D, *dg, *du, *dh;
-    float *logits, *xlse, *xtl, *xm, *losses; // [chunk, Vl], [chunk] x 3, [N]
+    // (forward), the gradient arriving at a norm's output (backward); qkv: the q/k/v matmul's output (forward) and
+    // its gradient (backward) [N, (nh + 2 nkv) hd] (adt); att32: attention's fp32 output before its store in adt
+    // (adt bf16 only); h [N, F] (adt): SwiGLU's output; dres16: the residual gradient in adt (a matmul operand; =
+    // dres with fp32); dq, dk, dv contiguous
+    float *proj, *dres, *dq, *dk, *dv, *datt, *D, *att32;
+    void *qkv, *h, *dres16, *dh, *dgu;
+    float *logits, *xlse, *xtl, *xm, *losses; // [chunk, Vl] (the gradient in adt over each row's first bytes), [chunk] x 3, [N]
     float* rope;               // [rope_npos, hd] cos|sin table
     int rope_npos;
     int *tok, *tgt, *pos;      // [N] backend copies of the batch (pos: RoPE's positions)
@@ -93,13 +106,16 @@ typedef struct {
     int *doc, *hdoc;           // doc_mask: [N] document ids (backend, host); NULL without doc_mask
     int *apos, *hrpos;         // doc_positions: [N] attention's positions (backend: the positions given), RoPE's
                                // positions (host: restarted at each document); NULL otherwise (apos = pos)
-    float* host_losses;        // [N] host
+    float* host_losses;        // [N] host (downloaded when asked: model_token_losses)
     // progress inside one forward pass (evaluation of a long window): called after each layer with (ctx, layers
     // done, n_layer); NULL: none
     void (*layer_done)(void* ctx, int done, int n_layer);
     void* layer_done_ctx;
     int want_hits;             // evaluation: also record whether each target is the greedy prediction
     float *hits, *host_hits;   // [N] backend / host: 1 = the target is the argmax of the logits
+    int host_fresh;            // host_losses (and host_hits) hold the last forward's
+    double* scal;              // backend [4]: the step's scalars, read with one download at its end: [0] the sum of
+                               // token losses since model_loss_reset, [1] [2] the gradient's sums of squares (adamw_clip)
     char attn_report[2048];    // attention's block engines, one line per class (attn_engine_select; the same on every rank)
 } Model;
 
@@ -122,8 +138,14 @@ typedef struct {
 // with a vocab-parallel cross-entropy (the [tokens x vocab] logits never exist on one rank).
 void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGroups* g);
 // The same shapes, table and activation plan for TP rank tp_rank of tp, a ring of cp, arenas padded to a
-// multiple of shard — sizes only, no backend memory (m->acts is allocated; free it and m->pt after use).
-void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp_rank, int cp, size_t shard);
+// multiple of shard, activations in bf16 or fp32 (act_bf16: model_act_bf16 of the backend that will run it) — sizes
+// only, no backend memory (m->acts is allocated; free it and m->pt after use).
+void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp_rank, int cp, size_t shard, int act_bf16);
+// Whether activations are stored in bf16: act_dtype = bf16 with matmul_precision = bf16 on a backend that has bf16
+// (has_bf16: be_has_bf16(), or the planned device's); otherwise fp32.
+int model_act_bf16(const Config* cfg, int has_bf16);
+// The parameters changed (an optimizer step, a checkpoint loaded): refresh their bf16 copy (adt bf16; else nothing).
+void model_params_changed(Model* m);
 void model_free(Model* m);
 
 // Set the batch: tokens, targets (-1 = ignored) and positions, each [B*T] host int32 (this rank's tokens).
@@ -140,20 +162,24 @@ void model_set_windows(Model* m, const int32_t* win, size_t stride, const unsign
 const int* model_positions(const Model* m);
 const int* model_targets(const Model* m);
 
-// Forward. Returns the SUM of the token losses of this micro-batch (host double).
+// Forward. Adds the sum of the token losses of this micro-batch to the loss accumulator on the backend (m->scal[0]:
+// nothing is read back, no host synchronisation; model_loss_sum or the step's scalars read it).
 // grad_scale != 0: also runs the fused LM-head backward with dloss_i = grad_scale (so model_backward can
 // follow); grad_scale = 1 / (valid targets of the whole step) gives the gradient of the mean loss.
 // logits_out (host, [N, V], may be NULL): receives the logits of this rank's vocabulary slice (its columns; the
 // others are left as they are).
-double model_forward(Model* m, float grad_scale, float* logits_out);
+void model_forward(Model* m, float grad_scale, float* logits_out);
+// The loss accumulator: zeroed; read (one download: waits for the device)
+void model_loss_reset(Model* m);
+double model_loss_sum(Model* m);
 // Backward after model_forward(grad_scale != 0): accumulates (+=) into the gradient arena.
 void model_backward(Model* m);
 // Zero the gradient arena.
 void model_zero_grad(Model* m);
-// The per-token losses of the last forward, host [N] (0 for ignored targets).
-const float* model_token_losses(const Model* m);
+// The per-token losses of the last forward, host [N] (0 for ignored targets; downloaded on the first call).
+const float* model_token_losses(Model* m);
 // With m->want_hits set before model_forward: per token 1 when the target is the argmax (greedy) prediction.
-const float* model_token_hits(const Model* m);
+const float* model_token_hits(Model* m);
 // Matmul FLOPs per token for throughput (6 * matmul params + 6 * n_layer * T * C, see docs/benchmarks.md)
 double model_flops_per_token(const Config* c, int seq_len);
 

@@ -22,7 +22,8 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
     if (c.max_seq_len < seq_len) c.max_seq_len = seq_len;   // the RoPE table covers the sequence
     int shard = l->dp * l->cp;
     Model m;
-    model_shape(&m, &c, l->micro_batch, seq_len, l->tp, 0, l->cp, (size_t)shard);
+    // the activations' type of the backend planned for: bf16 on a GPU (act_dtype = bf16, matmul_precision = bf16)
+    model_shape(&m, &c, l->micro_batch, seq_len, l->tp, 0, l->cp, (size_t)shard, model_act_bf16(&c, !strcmp(l->backend, "cuda")));
     size_t own, lo, hi;
     if (l->zero && shard > 1) zero_shard(m.pt.total, m.arena, shard, 0, &own, &lo, &hi);
     else own = m.pt.total;
@@ -40,6 +41,9 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
         // and the CUDA backend's LM-head chunk (4096 rows) where this build's backend plans another
         long rows = m.N < 4096 ? m.N : 4096;
         p->acts_scratch += ((double)rows - m.lm_chunk) * m.Vl * 4;
+        // and its RMSNorm weight-gradient partials: up to 256 row groups (this build's backend plans m.norm_g)
+        long g = (m.Ns + 63) / 64 < 256 ? (m.Ns + 63) / 64 : 256;
+        p->acts_scratch += ((double)g - m.norm_g) * (2.0 * m.L + 1) * m.C * 4;
         double hdp = m.hd <= 64 ? 64 : 128;
         double Na = (double)m.B * m.T_at;   // bf16 copies of attention's q, dO (nh_at heads) and k, v (nkv_at)
         p->workspace = 32.0 * 1048576 + 2.0 * Na * hdp * (2 * m.nh_at + 2 * m.nkv_at) + 4.0 * C * 1024;

@@ -35,16 +35,23 @@ void adamw_init(AdamW* o, const Model* model, const Group* replicas, int zero) {
     }
     o->m = be_alloc(o->shard * sizeof(float));
     o->v = be_alloc(o->shard * sizeof(float));
+    o->gscale = be_alloc(sizeof(float));
     o->seg = calloc(model->pt.n, sizeof(BeSegment));
+    o->useg = calloc(model->pt.n, sizeof(BeSegment));
     for (int i = 0; i < model->pt.n; i++) {
         const ParamSpec* p = &model->pt.p[i];
         size_t a, b;
-        if (adamw_owned(o, p, &a, &b))
-            o->seg[o->nseg++] = (BeSegment){ a, b - a, p->split == SPLIT_REPLICATED };
+        if (!adamw_owned(o, p, &a, &b)) continue;
+        o->seg[o->nseg++] = (BeSegment){ a, b - a, p->split == SPLIT_REPLICATED };
+        o->useg[o->nuseg++] = (BeSegment){ a - o->lo, b - a, p->decay };
     }
 }
 
-void adamw_free(AdamW* o) { be_free(o->m); be_free(o->v); free(o->seg); memset(o, 0, sizeof *o); }
+void adamw_free(AdamW* o) {
+    be_free(o->m); be_free(o->v); be_free(o->gscale);
+    free(o->seg); free(o->useg);
+    memset(o, 0, sizeof *o);
+}
 
 float lr_at(const Config* c, long long step) {
     if (step < c->warmup_steps) return c->lr * (float)(step + 1) / (float)c->warmup_steps;
@@ -76,28 +83,22 @@ void adamw_reduce_grads(AdamW* o, Model* model) {
     else comm_allreduce_sum(o->rg, model->grads, model->pt.total);
 }
 
-double adamw_grad_norm(const AdamW* o, const Model* model) {
-    double s[2];   // [0] TP-sharded tensors, [1] replicated tensors
+void adamw_clip(AdamW* o, Model* model, float grad_clip) {
+    double* s = model->scal + 1;   // [0] TP-sharded tensors, [1] replicated tensors
     be_sumsq_segments(s, 2, model->grads, o->seg, o->nseg);
-    if (o->zg) ctl_sum_f64(o->zg, s, 2);
-    if (model->tp > 1) s[0] = ctl_sum(model->tp_g, s[0]);
-    return sqrt(s[0] + s[1]);
+    if (o->zg) comm_allreduce_sum_f64(o->zg, s, 2);
+    if (model->tp > 1) comm_allreduce_sum_f64(model->tp_g, s, 1);
+    be_clip_scale(o->gscale, s, 2, grad_clip);
 }
 
-void adamw_step(AdamW* o, Model* model, const AdamWHyper* h, double gnorm) {
+double adamw_norm_of(const double* scal) { return sqrt(scal[1] + scal[2]); }
+
+void adamw_step(AdamW* o, Model* model, const AdamWHyper* h) {
     o->t++;
     float bc1 = 1.0f - powf(h->beta1, (float)o->t), bc2 = 1.0f - powf(h->beta2, (float)o->t);
-    float gscale = 1.0f;
-    if (h->grad_clip > 0) {
-        double coef = h->grad_clip / (gnorm + 1e-6);
-        if (coef < 1.0) gscale = (float)coef;
-    }
-    for (int i = 0; i < model->pt.n; i++) {   // each tensor's owned part
-        const ParamSpec* p = &model->pt.p[i];
-        size_t a, b;
-        if (!adamw_owned(o, p, &a, &b)) continue;
-        be_adamw(model->params + a, model->grads + a, o->m + (a - o->lo), o->v + (a - o->lo), b - a, h->lr,
-                 h->beta1, h->beta2, h->eps, p->decay ? h->weight_decay : 0.0f, bc1, bc2, gscale);
-    }
+    // every tensor's owned part in one call (its own decay)
+    be_adamw(model->params + o->lo, model->grads + o->lo, o->m, o->v, o->useg, o->nuseg, h->lr, h->beta1, h->beta2, h->eps,
+             h->weight_decay, bc1, bc2, o->gscale);
     if (o->zg) comm_allgather(o->zg, model->params, o->shard);
+    model_params_changed(model);   // bf16 activations: the weights' bf16 copy, once per step
 }

@@ -17,6 +17,9 @@ typedef struct {
     size_t lo, hi;          // the owned part of the arena's real elements [lo, hi)
     BeSegment* seg;         // grad-norm segments: every tensor's owned part; class 0 TP-sharded, 1 replicated
     int nseg;
+    float* gscale;          // backend [1]: the clipping factor of the step (adamw_clip)
+    BeSegment* useg;        // the update's segments: each tensor's owned part, offsets from lo, cls 1 = decayed
+    int nuseg;
 } AdamW;
 
 // The ZeRO-1 shard arithmetic: an arena of `total` real elements in a padded arena of `arena` elements
@@ -40,10 +43,13 @@ AdamWHyper adamw_hyper(const Config* c, float lr);
 // Sum the gradients over the replicas: all-reduce; with ZeRO-1 a reduce-scatter (each rank receives the
 // sum of its own shard only — half the traffic).
 void adamw_reduce_grads(AdamW* o, Model* model);
-// Global L2 norm of the (reduced) gradient: every tensor of the table once — TP shards summed over the TP
-// group, replicated tensors counted once. One backend reduction and one read-back.
-double adamw_grad_norm(const AdamW* o, const Model* model);
-// One AdamW step over the owned part of every tensor; gradients are first clipped to h->grad_clip by the
-// global norm `gnorm` (torch's clip_grad_norm_ rule); decay only where the table says so. With ZeRO-1
-// the parameters are all-gathered afterwards.
-void adamw_step(AdamW* o, Model* model, const AdamWHyper* h, double gnorm);
+// The global L2 norm of the (reduced) gradient and the clipping factor, on the backend without a read-back: the sums
+// of squares of every tensor of the table once (TP shards summed over the TP group, replicated tensors counted once,
+// ZeRO-1 shards over the replicas) into model->scal[1] (TP-sharded) and [2] (replicated), and o->gscale =
+// min(1, grad_clip / (norm + 1e-6)) (torch's clip_grad_norm_ rule; 1 when grad_clip <= 0).
+void adamw_clip(AdamW* o, Model* model, float grad_clip);
+// The norm from the step's scalars (model->scal as downloaded: sqrt([1] + [2])).
+double adamw_norm_of(const double* scal);
+// One AdamW step over the owned part of every tensor, its gradient scaled by o->gscale (adamw_clip first); decay
+// only where the table says so. With ZeRO-1 the parameters are all-gathered afterwards.
+void adamw_step(AdamW* o, Model* model, const AdamWHyper* h);

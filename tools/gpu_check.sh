@@ -591,6 +591,18 @@ if ptab:
 else:
     L.append("no profile: " + (f"the profiled run ({prof[-1]['status']}) left no table at RINGLM_CUDA_PROFILE"
                                 if prof else "the profiled run did not happen"))
+# the step anatomy of the profiled run (backend/cuda/anatomy.cu): the roofline's prediction per kernel class beside the
+# milliseconds measured with events in the same step, to calibrate the model
+an = [r["profile"].replace("profile_", "anatomy_") for r in reversed(prof) if r.get("profile")]
+an = [p for p in an if os.path.exists(p)]
+L += ["", "## Predicted (step anatomy) and measured per kernel class", ""]
+if an:
+    txt = open(an[0], errors="replace").read()
+    keep = [l for l in txt.splitlines() if re.match(r"\| (predicted|measured|host synchronisations|launches)", l)]
+    cls = txt.split("## By kernel class", 1)[1].split("\n## ", 1)[0].strip() if "## By kernel class" in txt else ""
+    L += ["| | |", "|---|---:|"] + keep + ["", cls, "", f"(whole report: {os.path.basename(an[0])} in rest.tar.gz)"]
+else:
+    L.append("no step anatomy: the profiled run left no report at RINGLM_CUDA_ANATOMY")
 os.makedirs(OUT, exist_ok=True)
 open(os.path.join(OUT, "summary.md"), "w").write("\n".join(L) + "\n")
 with open(os.path.join(OUT, "attention.csv"), "w", newline="") as fh:
@@ -678,7 +690,8 @@ attempt() {
   d=$W/tp_${conf}_${L}_${mode}_$eng; rm -rf "$d"
   max=$(sed -n 's/^max_seq_len *= *\([0-9]*\).*/\1/p' "configs/$conf.conf")
   [ "$L" -gt "${max:-0}" ] && extra=(--max_seq_len "$L")
-  if [ "$conf $L" = "$PROF_ROW" ] && [ "$eng" = auto ]; then prof=$W/profile_${conf}_$L.md; envs=(RINGLM_CUDA_PROFILE="$prof"); fi
+  if [ "$conf $L" = "$PROF_ROW" ] && [ "$eng" = auto ]; then   # the profile, and the step anatomy of step 2 (predicted beside measured)
+    prof=$W/profile_${conf}_$L.md; envs=(RINGLM_CUDA_PROFILE="$prof" RINGLM_CUDA_ANATOMY="$W/anatomy_${conf}_$L.md"); fi
   capped "${PRE[@]}" OMP_NUM_THREADS="$NCPU" "${envs[@]}" "$TRAIN" -c "configs/$conf.conf" --train_data "$DATA" \
     --val_data "" --out_dir "$d" --seq_len "$L" "${extra[@]}" --batch_size 1 --micro_batch 1 --max_steps "$steps" \
     --warmup_steps 1 --log_every 1 --save_final 0 --ckpt_every 0 --val_every 0 --recompute "$mode" \

@@ -286,16 +286,16 @@ static double validate(Run* r) {
     if (n > r->val.n_seq) n = r->val.n_seq;
     n = n / (B * dp) * (B * dp);
     if (n == 0) n = (long long)B * dp;   // loader_get wraps around a tiny validation set
-    double sum = 0;
     long long count = 0;
+    model_loss_reset(&r->m);
     for (long long g0 = 0; g0 < n; g0 += (long long)B * dp) {
         int fail = fetch_windows(&r->val, g0, B * dp, T, r->win);
         grid_check(r->g.world_g, fail, msg);
         model_set_windows(&r->m, r->win + (size_t)r->g.dp_rank * B * (T + 1), T + 1, NULL);
-        sum += model_forward(&r->m, 0.0f, NULL);
+        model_forward(&r->m, 0.0f, NULL);
         count += count_targets(r->win, B * dp, T);
     }
-    sum = ctl_sum(r->g.dpcp_g, sum);
+    double sum = ctl_sum(r->g.dpcp_g, model_loss_sum(&r->m));
     return sum / (double)(count ? count : 1);
 }
 
@@ -314,12 +314,14 @@ static StepResult train_step(Run* r, int step, long long* cursor) {
     grid_check(r->g.world_g, fail, msg);
     long long valid = count_targets(r->win, c->batch_size, T);
     float gscale = 1.0f / (float)(valid ? valid : 1);
+    // No host synchronisation until the step's end: batches are uploaded without waiting, the loss and the gradient
+    // norm stay on the backend (model->scal), and one download reads them when everything is done.
     model_zero_grad(&r->m);
-    double loss_sum = 0;
+    model_loss_reset(&r->m);
     for (int a = 0; a < r->accum; a++) {
         int i0 = (r->g.dp_rank * r->accum + a) * B;
         model_set_windows(&r->m, r->win + (size_t)i0 * (T + 1), T + 1, NULL);
-        loss_sum += model_forward(&r->m, gscale, NULL);
+        model_forward(&r->m, gscale, NULL);
         model_backward(&r->m);
     }
     if (step_slow_ms > 0) {   // test hook (RINGLM_TEST_STEP_SLOW_MS): a step as long as a large model's
@@ -328,19 +330,20 @@ static StepResult train_step(Run* r, int step, long long* cursor) {
     }
     // weights are replicated over the ring and the replicas: their gradients are summed over dp x cp
     adamw_reduce_grads(&r->opt, &r->m);
-    loss_sum = ctl_sum(r->g.dpcp_g, loss_sum);
+    adamw_clip(&r->opt, &r->m, c->grad_clip);
+    s.lr = lr_at(c, step);
+    AdamWHyper h = adamw_hyper(c, s.lr);
+    adamw_step(&r->opt, &r->m, &h);
+    double scal[3];   // the step's one host synchronisation: loss sum, the gradient's sums of squares
+    be_download(scal, r->m.scal, sizeof scal);
     *cursor += c->batch_size;
-    s.loss = loss_sum / (double)(valid ? valid : 1);
-    s.gnorm = adamw_grad_norm(&r->opt, &r->m);
-    if (!isfinite(s.loss) || !isfinite(s.gnorm)) {
+    s.loss = ctl_sum(r->g.dpcp_g, scal[0]) / (double)(valid ? valid : 1);
+    s.gnorm = adamw_norm_of(scal);
+    if (!isfinite(s.loss) || !isfinite(s.gnorm)) {   // (read after the update: no checkpoint of it is written)
         snprintf(msg, sizeof msg, "train: step %d: loss %g, grad norm %g is not finite; lower lr or check the data",
                  step + 1, s.loss, s.gnorm);
         grid_check(r->g.world_g, 1, msg);
     }
-    s.lr = lr_at(c, step);
-    AdamWHyper h = adamw_hyper(c, s.lr);
-    adamw_step(&r->opt, &r->m, &h, s.gnorm);
-    be_sync();
     s.dt = ctl_max(r->g.world_g, now_s() - t0);
     s.tr = comm_traffic();   // what this rank sent in the step
     for (int k = 0; k < TRAFFIC_KINDS; k++) { s.tr.bytes[k] -= tr0.bytes[k]; s.tr.messages[k] -= tr0.messages[k]; }
@@ -1201,8 +1204,16 @@ int main(int argc, char** argv) {
     int sampling = sample_ready(r);
     if (getenv("RINGLM_TEST_STEP_SLOW_MS")) step_slow_ms = atol(getenv("RINGLM_TEST_STEP_SLOW_MS"));
     if (r->rank0) r->t_loop = r->t_line = progress_now();
+    char about[600];   // the step anatomy's header (a backend that counts a step: be_step_begin)
+    snprintf(about, sizeof about, "model d_model %d n_layer %d n_head %d n_kv_head %d d_ff %d vocab %d | seq_len %d, "
+             "micro_batch %d x %d accumulation steps per rank | tp %d cp %d (%s) dp %d zero %d | matmul_precision %s, "
+             "recompute %s, doc_mask %d", c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->d_ff, c->vocab_size, T,
+             c->micro_batch, r->accum, r->g.tp, r->g.cp, c->cp_comm, r->g.dp, c->zero, c->matmul_precision, c->recompute,
+             c->doc_mask);
     for (int step = step0; step < c->max_steps; step++) {
+        be_step_begin(step + 1, r->flops_tok * c->batch_size * T / r->g.world, about);
         StepResult s = train_step(r, step, &cursor);
+        be_step_end();
         t_total += s.dt;
         RingStep rs = {0};
         if (have_ring) {

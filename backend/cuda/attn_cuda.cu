@@ -1056,6 +1056,7 @@ static unsigned grid_n(size_t n) {
 // per-tile (min, max) of positions and of document ids (doc may be NULL) for tiles of `tile` rows
 static void minmax(int4* dst, const int* pos, const int* doc, int T, int tile) {
     int nt = (T + tile - 1) / tile;
+    TRAFFIC(4.0 * T * (doc ? 2 : 1), 16.0 * nt);
     LAUNCH(minmax_k, (nt + 7) / 8, 256, 0, dst, pos, doc, T, tile, nt);
     CU_LAUNCHED("attention (tile positions)");
 }
@@ -1063,6 +1064,7 @@ static void minmax(int4* dst, const int* pos, const int* doc, int T, int tile) {
 // bf16 [H][T][HDP] copy of a [T][H * hd] fp32 matrix in scratch slot `slot`
 static const bf16* to_bf16(int slot, const float* src, int T, int H, int hd, int HDP) {
     bf16* dst = (bf16*)cu_workspace(slot, (size_t)H * T * HDP * sizeof(bf16));
+    TRAFFIC(4.0 * T * H * hd, 2.0 * H * T * HDP);
     LAUNCH(to_bf16_k, grid_n((size_t)H * T * HDP / 2), 256, 0, (__nv_bfloat162*)dst, src, T, H, hd, HDP);
     CU_LAUNCHED("attention (bf16 conversion)");
     return dst;
@@ -1071,7 +1073,9 @@ static const bf16* to_bf16(int slot, const float* src, int T, int H, int hd, int
 void attn_forward_begin(float* out, float* lse, int Tq, int nh, int hd) {
     PROF(PROF_ATTN_FWD);
     if (Tq <= 0) return;
+    TRAFFIC(0, 4.0 * Tq * nh * hd);
     LAUNCH(fill_k, grid_n((size_t)Tq * nh * hd), 256, 0, out, (size_t)Tq * nh * hd, 0.0f);
+    TRAFFIC(0, 4.0 * Tq * nh);
     LAUNCH(fill_k, grid_n((size_t)Tq * nh), 256, 0, lse, (size_t)Tq * nh, -INFINITY);
     CU_LAUNCHED("attn_forward_begin");
 }
@@ -1080,6 +1084,7 @@ void attn_backward_begin(float* D, const float* dout, const float* out, int Tq, 
     PROF(PROF_ATTN_BWD);
     long n = (long)Tq * nh;
     if (n <= 0) return;
+    TRAFFIC(8.0 * n * hd, 4.0 * n);
     LAUNCH(bwd_begin_k, (unsigned)((n + 7) / 8), 256, 0, D, dout, out, n, hd);
     CU_LAUNCHED("attn_backward_begin");
 }
@@ -1088,6 +1093,7 @@ void attn_merge(float* o1, float* lse1, const float* o2, const float* lse2, int 
     PROF(PROF_ATTN_FWD);
     long n = (long)Tq * nh;
     if (n <= 0) return;
+    TRAFFIC(8.0 * n * (hd + 1), 4.0 * n * (hd + 1));
     LAUNCH(merge_k, (unsigned)((n + 255) / 256), 256, 0, o1, lse1, o2, lse2, n, hd);
     CU_LAUNCHED("attn_merge");
 }
@@ -1125,6 +1131,18 @@ static void set_docs(AttnArgs* a, const int* qdoc, const int* kdoc) {
     a->kdoc = a->docs ? kdoc : NULL;
 }
 
+// The step anatomy's declaration of an attention kernel (cu_common.h): at most every input once (key tiles no query
+// sees are skipped) and its outputs read and written; rb = bytes of one row of one head of q, k, v, dout as the
+// kernel reads them (bf16 copies padded to HDP, or fp32). which: 0 forward, 1 dK/dV, 2 dQ.
+static void attn_traffic(const AttnArgs& a, double rb, int which) {
+    double q = rb * a.Tq * a.nh, kv = rb * a.Tk * a.nkv, rows = 4.0 * a.Tq * a.nh;
+    double idx = 4.0 * (a.Tq + a.Tk) * (a.docs ? 2 : 1) + 16.0 * (a.nqt + a.nkt);
+    double o = rows * a.hd, dkv = 8.0 * a.Tk * a.nkv * a.hd;
+    if (which == 0) TRAFFIC_ATTN(q + 2 * kv + o + rows + idx, o + rows);
+    else if (which == 1) TRAFFIC_ATTN(2 * q + 2 * kv + 2 * rows + idx + dkv * a.hsplit, dkv * a.hsplit);   // (hsplit > 1: the partials)
+    else TRAFFIC_ATTN(2 * q + 2 * kv + 2 * rows + idx + o, o);
+}
+
 template <int HD>
 static void forward_bf16(AttnArgs a, const float* q, const float* k, const float* v) {
     constexpr int BM = 16 * Cfg<HD>::NW, BN = Cfg<HD>::FBN;
@@ -1138,6 +1156,7 @@ static void forward_bf16(AttnArgs a, const float* q, const float* k, const float
     minmax(mm + a.nqt, a.kpos, a.kdoc, a.Tk, BN);
     a.qmm = mm; a.kmm = mm + a.nqt;
     a.stats = stats_for(0, (unsigned)a.nqt * a.nh);
+    attn_traffic(a, 2.0 * HD, 0);
     LAUNCH(fwd_bf16_k<HD>, dim3(a.nqt, a.nh), Cfg<HD>::NW * 32, fwd_smem<HD>(), a);
     CU_LAUNCHED("attn_block_forward");
 }
@@ -1150,6 +1169,7 @@ void own_block_forward(float* out, float* lse,
     if (Tq <= 0 || Tk <= 0) return;
     ensure_init();
     check_shape("attn_block_forward", nh, nkv, hd);
+    cu_anat_attention(0, Tq, Tk, nh, hd, mask == ATTN_MASK_CAUSAL);
     AttnArgs a = base_args(Tq, Tk, nh, nkv, hd, scale, mask);
     a.out = out; a.lse = lse; a.qpos = qpos; a.kpos = kpos;
     set_docs(&a, qdoc, kdoc);
@@ -1161,6 +1181,7 @@ void own_block_forward(float* out, float* lse,
         minmax(mm, qpos, a.qdoc, Tq, FB);
         minmax(mm + a.nqt, kpos, a.kdoc, Tk, FB);
         a.qmm = mm; a.kmm = mm + a.nqt;
+        attn_traffic(a, 4.0 * hd, 0);
         LAUNCH(fwd_f32_k, dim3(a.nqt, nh), 256, f32_fwd_smem(hd), a);
         CU_LAUNCHED("attn_block_forward (fp32)");
         return;
@@ -1201,16 +1222,20 @@ static void backward_bf16(AttnArgs a, const float* q, const float* k, const floa
         a.part_v = a.part_k + (size_t)a.hsplit * nkel;
         CU_CHECK(cudaMemsetAsync(a.part_k, 0, 2 * (size_t)a.hsplit * nkel * sizeof(float), cu_stream()),
                  "attn_block_backward (dk, dv partials)");
+        cu_anat_op("cudaMemsetAsync (dk, dv partials)", 0, 2.0 * a.hsplit * nkel * sizeof(float));
     }
     a.stats = stats_for(1, (unsigned)nk1 * a.nkv * a.hsplit);
+    attn_traffic(a, 2.0 * HD, 1);
     LAUNCH(dkdv_bf16_k<HD>, dim3(nk1, a.nkv * a.hsplit), Cfg<HD>::NW * 32, dkdv_smem<HD>(), a);
     CU_LAUNCHED("attn_block_backward (dk, dv)");
     if (a.hsplit > 1) {
+        TRAFFIC(8.0 * nkel * (a.hsplit + 1), 8.0 * nkel);
         LAUNCH(dkdv_sum_k, grid_n(nkel), 256, 0, a.dk, a.dv, (const float*)a.part_k, (const float*)a.part_v, nkel, a.hsplit);
         CU_LAUNCHED("attn_block_backward (dk, dv partials summed)");
     }
     b.qmm = mm + nq1 + nk1; b.kmm = mm + nq1 + nk1 + nq2; b.nqt = nq2; b.nkt = nk2;
     b.stats = stats_for(2, (unsigned)nq2 * b.nh);
+    attn_traffic(b, 2.0 * HD, 2);
     LAUNCH(dq_bf16_k<HD>, dim3(nq2, b.nh), Cfg<HD>::NW * 32, dq_smem<HD>(), b);
     CU_LAUNCHED("attn_block_backward (dq)");
 }
@@ -1224,6 +1249,7 @@ void own_block_backward(float* dq, float* dk, float* dv,
     if (Tq <= 0 || Tk <= 0) return;
     ensure_init();
     check_shape("attn_block_backward", nh, nkv, hd);
+    cu_anat_attention(1, Tq, Tk, nh, hd, mask == ATTN_MASK_CAUSAL);
     AttnArgs a = base_args(Tq, Tk, nh, nkv, hd, scale, mask);
     a.dq = dq; a.dk = dk; a.dv = dv; a.lse_in = lse; a.D = D; a.qpos = qpos; a.kpos = kpos;
     set_docs(&a, qdoc, kdoc);
@@ -1235,8 +1261,10 @@ void own_block_backward(float* dq, float* dk, float* dv,
         minmax(mm, qpos, a.qdoc, Tq, FB);
         minmax(mm + a.nqt, kpos, a.kdoc, Tk, FB);
         a.qmm = mm; a.kmm = mm + a.nqt;
+        attn_traffic(a, 4.0 * hd, 1);
         LAUNCH(dkdv_f32_k, dim3(a.nkt, nkv), 256, f32_dkdv_smem(hd), a);
         CU_LAUNCHED("attn_block_backward (fp32 dk, dv)");
+        attn_traffic(a, 4.0 * hd, 2);
         LAUNCH(dq_f32_k, dim3(a.nqt, nh), 256, f32_dq_smem(hd), a);
         CU_LAUNCHED("attn_block_backward (fp32 dq)");
         return;

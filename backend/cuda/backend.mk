@@ -11,7 +11,7 @@ ifeq ($(CUDA_EMU),1)
 BD              := build/emu
 EMU_INC         := -Ibackend/cuda/emu/include
 EMU_SRC         := backend/cuda/emu/emu_runtime.cc backend/cuda/emu/emu_cublas.cc backend/cuda/emu/emu_nccl.cc
-BACKEND_SRC     := backend/cuda/backend_cuda.cu backend/cuda/attn_cuda.cu backend/cuda/attn_engine.cu backend/cuda/cudnn_sdpa.cu \
+BACKEND_SRC     := backend/cuda/backend_cuda.cu backend/cuda/attn_cuda.cu backend/cuda/attn_engine.cu backend/cuda/cudnn_sdpa.cu backend/cuda/anatomy.cu \
                    comm/data_cuda.c $(EMU_SRC)
 BACKEND_CFLAGS  := $(EMU_INC)
 # -rdynamic: the emulated cuDNN (a library loaded at run time) calls the emulation's runtime in the program. The
@@ -47,7 +47,7 @@ NVCC_ARCH       ?= -gencode=arch=compute_90a,code=[sm_90a,compute_90a]
 NVCC_FLAGS      := -std=c++17 -O3 $(NVCC_ARCH) -Xptxas -warn-spills,-v -Xcompiler -Wall,-Wextra,-march=x86-64-v3 \
                    -Werror all-warnings -I. -I$(CUDA_HOME)/include -I$(H5_INC)
 CUDA_LIB        := $(CUDA_HOME)/lib64
-BACKEND_SRC     := backend/cuda/backend_cuda.cu backend/cuda/attn_cuda.cu backend/cuda/attn_engine.cu backend/cuda/cudnn_sdpa.cu \
+BACKEND_SRC     := backend/cuda/backend_cuda.cu backend/cuda/attn_cuda.cu backend/cuda/attn_engine.cu backend/cuda/cudnn_sdpa.cu backend/cuda/anatomy.cu \
                    comm/data_cuda.c
 BACKEND_CFLAGS  := -I$(CUDA_HOME)/include
 # (cuDNN is not linked: backend/cuda/cudnn_sdpa.cu loads it at run time)

@@ -32,6 +32,7 @@ using std::min;
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 // a static __shared__ variable cannot be emulated: kernels declare them with SHARED(type, name, dims)

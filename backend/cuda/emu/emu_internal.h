@@ -10,6 +10,7 @@ namespace emu {
 // one line "cuda emulation: <message>" on stderr, then the process ends (the whole job under MPI)
 [[noreturn]] void die(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void ensure_init(void);
+bool dry(void);   // RINGLM_EMU_DRY: operations are not executed
 int device_index(void);
 const cudaDeviceProp& props(void);
 

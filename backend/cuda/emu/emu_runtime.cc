@@ -25,6 +25,12 @@
 //   known by their pointer arguments (a pointer to const is a read, others reads and writes; pointers inside
 //   struct arguments count as reads).
 // Kernels: see emu_device.h (fibers, barriers, warp collectives, shared memory, launch limits).
+// Dry runs (RINGLM_EMU_DRY=1): every check above runs, but no kernel, copy, memset or cuBLAS call is executed and
+//   new allocations are not filled: the program's own host code runs as usual on device memory that stays zero, so
+//   the step anatomy can count the work of shapes far beyond this machine (results are meaningless).
+// Traffic (RINGLM_EMU_TRAFFIC=1): each kernel runs with device memory unmapped; the first read or write of a page
+//   faults, is recorded and the page opened (read-only first, read-write at the first write), so the pages a kernel
+//   read and wrote are counted (emu_traffic_last): what the step anatomy's declared traffic is checked against.
 // What it cannot show: timing, occupancy and register limits, __launch_bounds__ (not checked), bank conflicts,
 // memory-model effects that real hardware orders differently, the hardware's accumulation order inside mma
 // and cuBLAS (here: fp32 in k order, or OpenBLAS's), and anything the CUDA driver does that is not modelled.
@@ -104,6 +110,8 @@ static cudaDeviceProp g_prop;
 static size_t g_total = 0, g_used = 0;
 static bool g_hostcheck = true;
 static double g_timeout = 300;
+static bool g_dry = false, g_traffic = false;
+bool dry(void) { ensure_init(); return g_dry; }
 
 static void on_fault(int sig, siginfo_t* si, void* ctx);
 static void init_memory(void);
@@ -156,6 +164,8 @@ void ensure_init(void) {
     g_total = (size_t)env_long("RINGLM_EMU_MEMORY_MIB", 16384, 1, 1 << 22) << 20;
     g_hostcheck = env_long("RINGLM_EMU_HOSTCHECK", 1, 0, 1) != 0;
     g_timeout = (double)env_long("RINGLM_EMU_TIMEOUT_S", 300, 1, 86400);
+    g_dry = env_long("RINGLM_EMU_DRY", 0, 0, 1) != 0;
+    g_traffic = env_long("RINGLM_EMU_TRAFFIC", 0, 0, 1) != 0;
     fill_props(0);
     init_memory();
     // faults become one line: an alternate stack, so that a fiber's stack overflow is reported too
@@ -220,7 +230,7 @@ static Alloc* new_alloc(size_t bytes, int kind, const char* how) {
         g_bump = r->hi + PAGE;
         // NaN bytes: uninitialised device memory is garbage. Allocations above POISON_MAX stay zero pages until
         // written (a page touched costs every later protection change of it; the 32 MiB cuBLAS workspace is one)
-        if (span <= POISON_MAX) {
+        if (span <= POISON_MAX && !g_dry) {
             if (mprotect((void*)r->lo, span, PROT_READ | PROT_WRITE)) die("%s: mprotect failed", how);
             memset((void*)r->lo, 0xFF, span);
         }
@@ -278,6 +288,16 @@ Alloc* need_device(const char* op, const char* what, const void* p, size_t bytes
 static void set_device_prot(int prot) {
     for (Alloc* r : g_live_dev) mprotect((void*)r->lo, r->hi - r->lo, prot);
 }
+// ---- traffic counting (RINGLM_EMU_TRAFFIC): the pages the running kernel faulted on, read and written ----
+struct Traffic {
+    bool on = false;            // a kernel runs with device memory unmapped
+    std::vector<uintptr_t> rd, wr;
+    bool valid = false;         // the last launch was counted
+    int nptr = 0;
+};
+static Traffic g_tr;
+static const size_t TRAFFIC_PAGES = (size_t)1 << 20;   // per kernel: 4 GiB of pages (preallocated: a fault allocates nothing)
+
 DeviceAccess::DeviceAccess() {
     if (g_device_depth++ == 0 && g_hostcheck) set_device_prot(PROT_READ | PROT_WRITE);
 }
@@ -876,6 +896,7 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
             Runner run, void* tuple) {
     ensure_init();
     init_kernels();
+    g_tr.valid = false;
     if (g_L) die("kernel %s launched from inside kernel %s (dynamic parallelism is not used by ringlm)", name, g_L->name);
     const cudaDeviceProp& P = g_prop;
     unsigned long nt = (unsigned long)block.x * block.y * block.z;
@@ -931,6 +952,7 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
             }
         }
     }
+    if (g_dry) return;
     Launch L;
     L.name = name; L.fn = fn; L.run = run; L.tuple = tuple; L.grid = grid; L.block = block; L.nt = (int)nt;
     L.dsm_bytes = smem;
@@ -942,16 +964,42 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
     L.cur = 0;
     blockDim = block;
     gridDim = grid;
-    DeviceAccess da;
-    g_L = &L;
-    for (unsigned bz = 0; bz < grid.z; bz++)
-        for (unsigned by = 0; by < grid.y; by++)
-            for (unsigned bx = 0; bx < grid.x; bx++) {
-                blockIdx = uint3{ bx, by, bz };
-                L.block_linear = bx + (unsigned long)grid.x * (by + (unsigned long)grid.y * bz);
-                run_block(&L);
-            }
-    g_L = NULL;
+    auto run_all = [&]() {
+        g_L = &L;
+        for (unsigned bz = 0; bz < grid.z; bz++)
+            for (unsigned by = 0; by < grid.y; by++)
+                for (unsigned bx = 0; bx < grid.x; bx++) {
+                    blockIdx = uint3{ bx, by, bz };
+                    L.block_linear = bx + (unsigned long)grid.x * (by + (unsigned long)grid.y * bz);
+                    run_block(&L);
+                }
+        g_L = NULL;
+    };
+    if (!g_traffic) {
+        DeviceAccess da;
+        run_all();
+        return;
+    }
+    // counted: every device page unmapped, opened by the faults of the kernel's first accesses (on_fault)
+    if (g_tr.rd.capacity() < TRAFFIC_PAGES) { g_tr.rd.reserve(TRAFFIC_PAGES); g_tr.wr.reserve(TRAFFIC_PAGES); }
+    g_tr.rd.clear(); g_tr.wr.clear();
+    g_tr.nptr = 0;
+    for (int i = 0; i < nargs; i++) {
+        if (args[i].ptr) { g_tr.nptr++; continue; }
+        for (size_t o = 0; o + 8 <= args[i].bytes; o += 8) {   // device pointers inside struct arguments
+            uintptr_t v;
+            memcpy(&v, (const char*)args[i].p + o, 8);
+            g_tr.nptr += in_device_space((void*)v);
+        }
+    }
+    g_device_depth++;
+    set_device_prot(PROT_NONE);
+    g_tr.on = true;
+    run_all();
+    g_tr.on = false;
+    g_device_depth--;
+    set_device_prot(prot_now());
+    g_tr.valid = true;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -959,6 +1007,17 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
 
 static void on_fault(int sig, siginfo_t* si, void* ctx) {
     uintptr_t a = (uintptr_t)si->si_addr;
+    if (g_tr.on && g_L && sig == SIGSEGV) {   // traffic counting: a kernel's first access of a page
+        Alloc* c = find_alloc((void*)a);
+        if (c && c->live && c->kind == DEVICE && a >= c->lo && a < c->hi) {
+            bool w = (((ucontext_t*)ctx)->uc_mcontext.gregs[REG_ERR] & 2) != 0;   // x86-64 page-fault code: a write
+            std::vector<uintptr_t>& v = w ? g_tr.wr : g_tr.rd;
+            if (v.size() == v.capacity()) { const char m[] = "cuda emulation: traffic counting: too many pages\n"; if (write(2, m, sizeof m - 1)) {} _exit(1); }
+            v.push_back(a & ~(uintptr_t)(PAGE - 1));
+            mprotect((void*)(a & ~(uintptr_t)(PAGE - 1)), PAGE, w ? PROT_READ | PROT_WRITE : PROT_READ);
+            return;
+        }
+    }
     char msg[900], w[300], fn[200] = "";
     where(w, sizeof w);
     ucontext_t* uc = (ucontext_t*)ctx;
@@ -1181,6 +1240,15 @@ int emu_pointer_kind(const void* p) {
     return r->kind;
 }
 
+int emu_dry(void) { return dry(); }
+int emu_traffic_last(double* rd, double* wr, int* nptr) {
+    if (!g_tr.valid) return 0;
+    *rd = (double)g_tr.rd.size() * PAGE;
+    *wr = (double)g_tr.wr.size() * PAGE;
+    *nptr = g_tr.nptr;
+    return 1;
+}
+
 static bool is_dev(const void* p) { return in_device_space(p); }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t cs) {
@@ -1208,6 +1276,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
         Alloc* r = hp ? find_alloc(hp) : NULL;
         if (r && r->kind == PINNED && r->live) { r->copy_stream = s->id; r->copy_time = t; }
     }
+    if (g_dry) return cudaSuccess;
     DeviceAccess da;
     memcpy(dst, src, bytes);
     return cudaSuccess;
@@ -1225,6 +1294,7 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t cs) {
     need_device("cudaMemsetAsync", "destination", p, bytes);
     uint64_t t = begin_op(s, "cudaMemsetAsync");
     access(s, t, "cudaMemsetAsync", p, bytes, true);
+    if (g_dry) return cudaSuccess;
     DeviceAccess da;
     memset(p, value, bytes);
     return cudaSuccess;
