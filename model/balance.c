@@ -55,7 +55,7 @@ int balance_run(Balance* b, const Config* c0, int dp, int windows, char* err, si
     int layout = ring_layout_parse(c.cp_layout), docs = c.doc_mask, eod = docs ? config_eod(&c) : -1;
     int full_rc = recompute_mode(c.recompute) == RECOMPUTE_FULL;
     Model shape;   // this rank's K/V width on the ring (the model's own arithmetic)
-    model_shape(&shape, &c, 1, T, c.tp, 0, P, 1);
+    model_shape(&shape, &c, 1, T, c.tp, 0, P, 1, 0);   // (the ring carries fp32 K and V on either backend)
     double rowb = 2.0 * shape.kv_w * sizeof(float), hopb = rowb * TlR;   // one row of K and V; a whole block
     free(shape.acts);
     params_free(&shape.pt);
