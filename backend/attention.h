@@ -22,7 +22,14 @@
 //
 // The kernels never allocate after attn_init(); they use per-thread scratch planned there.
 // All pointers are backend ("device") memory; on the CPU backend that is host memory.
+//
+// Engines. A backend may compute blocks in more than one way (the CUDA backend: its own kernels, or cuDNN's fused
+// attention as the "fast" engine, see docs/attention_engine.md). The schedule never chooses: the run says once,
+// after attn_init, what its calls look like (attn_engine_select), and may register host copies of the position and
+// document-id arrays it passes (attn_host_mirror), from which a backend plans each block on the host without
+// reading device memory. A block whose arrays have no host copy runs on the own kernels.
 #pragma once
+#include <stddef.h>
 
 enum { ATTN_MASK_NONE = 0, ATTN_MASK_CAUSAL = 1 };
 
@@ -50,6 +57,28 @@ void attn_block_backward(float* dq, float* dk, float* dv,
                          const int* qpos, const int* qdoc, int Tq,
                          const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,
                          int nh, int nkv, int hd, float scale, int mask);
+
+// ---- engines ----
+enum { ATTN_ENGINE_OWN = 0, ATTN_ENGINE_FAST = 1 };
+typedef struct {
+    int nh, nkv, hd;   // heads and head dim of the run's block calls
+    int docs;          // the calls pass document ids
+} AttnRunShape;
+// Choose the engine of each class of block the run will use (class = mask kind: ATTN_MASK_NONE, ATTN_MASK_CAUSAL).
+// engine: "own" (the own kernels), "auto" (each class verified at start-up against the own kernels on seeded inputs;
+// the fast engine where it passes), or the fast engine's name ("cudnn": a failing class is an error). On return bit
+// c of *fast is set when class c is verified for the fast engine; report gets one line per class (which engine,
+// and why). 0, or 1 with one line in err. Nothing runs on the fast engine before attn_engine_use.
+int attn_engine_select(const char* engine, const AttnRunShape* s, unsigned* fast, char* report, size_t reportlen,
+                       char* err, size_t errlen);
+// Run the classes in mask on the fast engine (the caller ANDs the masks of every rank: one numerics per job).
+void attn_engine_use(unsigned fast);
+// dev [n] (backend memory) holds the same ints as host [n], now and whenever a block call passes (a part of) dev:
+// the caller updates both together. Registering dev again replaces its host copy; host NULL (n 0) forgets dev
+// (before its memory is freed).
+void attn_host_mirror(const int* dev, const int* host, size_t n);
+// Blocks (pieces of block calls) computed so far by each engine: counts[ATTN_ENGINE_OWN], counts[ATTN_ENGINE_FAST].
+void attn_engine_counts(long long counts[2]);
 
 // Merge a partial result (o2, lse2) into (o1, lse1) in place: both over disjoint key sets. Exact, any order;
 // -inf on either side means "take the other side". For a caller that computes a block's partial result

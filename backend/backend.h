@@ -4,7 +4,8 @@
 // attention.h) and never dereference backend memory themselves: host data crosses with be_upload /
 // be_download. A backend is a folder backend/<name>/ selected at build time (`make BACKEND=<name>`); this
 // header names no implementation.
-// Conventions: row-major fp32; "+=" in a comment means the kernel accumulates into its output. Token ids,
+// Conventions: row-major fp32, except the activations a backend may store in bf16 (act_dtype: the arguments typed
+// void* with a BeDtype beside them); "+=" in a comment means the kernel accumulates into its output. Token ids,
 // targets and positions are int32 arrays in backend memory. Kernels may run asynchronously (in order on
 // one queue): a host value produced by a kernel is valid after be_download (which waits) or be_sync.
 #pragma once
@@ -23,13 +24,32 @@ void be_sync(void);   // wait until every queued kernel and copy has finished
 // ranks that share the device). For the capacity check before the arenas are allocated.
 double be_memory_available(int node_ranks);
 
+// The training step's boundaries, for a backend that reports what one step costs (the CUDA backend's step anatomy,
+// RINGLM_CUDA_ANATOMY; the CPU ignores them). model_flops: the step's model FLOPs per process (6N + attention);
+// about: one line describing the model and layout.
+void be_step_begin(long long step, double model_flops, const char* about);
+void be_step_end(void);
+
 // Sizes that are the backend's tuning, not the model's: the model and the ring ask, never assume.
 typedef struct {
     int ring_query_rows;   // query rows per attention call while a ring transfer is in flight: the ring
                            // drives communication progress between calls (CPU: 256)
     int head_rows;         // rows per LM-head chunk: bounds the [rows, vocab] logits buffer (CPU: 1024)
+    int norm_groups;       // row groups of an RMSNorm weight gradient's partial sums (be_rmsnorm_backward; CPU: 1)
 } BeTuning;
+
+// ---- element types: activations are fp32, or bf16 (act_dtype) on a backend that stores and multiplies bf16 ----
+typedef enum { BE_F32 = 0, BE_BF16 = 1 } BeDtype;
+static inline size_t be_dtype_size(BeDtype t) { return t == BE_BF16 ? 2 : 4; }
+// 1 when the backend keeps bf16 tensors (activations, the weights' bf16 copies) and feeds them to its matmuls with
+// bf16 precision; a backend without (the CPU, the reference) runs everything in fp32.
+int be_has_bf16(void);
 const BeTuning* be_tuning(void);
+// The row groups of an RMSNorm backward over N rows: norm_groups, at most one per 64 rows, at least 1
+static inline int be_norm_groups(long N) {
+    long g = be_tuning()->norm_groups, most = (N + 63) / 64;
+    return (int)(g < most ? (g > 0 ? g : 1) : (most > 0 ? most : 1));
+}
 
 // ---- timing on the backend's own clock (CPU: wall and CPU time; a GPU: events on its queue) ----
 // A timer sums regions begin..end. clamped_s sums min(region wall time, clamp_s) (the ring's estimate of
@@ -46,7 +66,9 @@ BeTimes be_timer_read(BeTimer* t);   // totals of every region ended so far (wai
 // ---- memory ----
 void* be_alloc(size_t bytes);                                     // zero-filled; exits with one line on OOM
 void  be_free(void* p);
-void  be_upload(void* dst, const void* host_src, size_t bytes);   // host -> backend
+// host -> backend, queued: returns without waiting for the device (the host buffer may be reused at once: a GPU stages
+// it through pinned memory), so uploads inside a step cost no host synchronisation
+void  be_upload(void* dst, const void* host_src, size_t bytes);
 void  be_download(void* host_dst, const void* src, size_t bytes); // backend -> host (waits for the data)
 void  be_zero(void* p, size_t bytes);
 void  be_copy(void* dst, const void* src, size_t bytes);          // backend -> backend
@@ -75,6 +97,12 @@ int be_set_matmul_precision(const char* name);
 // C[m,n] = alpha * op(A) op(B) + beta * C; op(A) is [m,k] (A is [k,m] when transA), op(B) is [k,n].
 void be_matmul(float* C, const float* A, const float* B, int m, int n, int k,
                int transA, int transB, float alpha, float beta);
+// The same with element types and leading dimensions (elements; 0: packed): C (ct) = alpha op(A) (at) op(B) (bt) +
+// beta C, fp32 accumulation. bf16 operands (A and B both) need be_has_bf16 and the bf16 matmul precision.
+void be_matmul_ex(void* C, BeDtype ct, int ldc, const void* A, BeDtype at, int lda, const void* B, BeDtype bt, int ldb,
+                  int m, int n, int k, int transA, int transB, float alpha, float beta);
+// dst[n] (dt) = src[n] rounded to dt (bf16: to nearest even): the weights' bf16 copies, once per optimizer step
+void be_cast(void* dst, BeDtype dt, const float* src, size_t n);
 void be_add(float* y, const float* x, size_t n);                  // y += x
 // Column blocks to row blocks and back: the exchange between a sequence shard of all heads and all tokens of a
 // head shard (the all-to-all of context parallelism). src/dst [R, ld] hold nb blocks of w columns; block j < P of
@@ -84,10 +112,15 @@ void be_add(float* y, const float* x, size_t n);                  // y += x
 // merge: dst[r, b_j w : b_j w + w] += src[j, r, 0:w] in j order (accumulate), or = (accumulate = 0; needs nb = P)
 void be_split_cols(float* dst, const float* src, int R, int ld, int w, int P, int nb);
 void be_merge_cols(float* dst, const float* src, int R, int ld, int w, int P, int nb, int accumulate);
-// Sums of squares of segments of x, accumulated per class: out[c] (host) = sum over the segments of class c.
-// One pass, one read-back, deterministic (independent of thread count and schedule). The gradient norm.
+// Sums of squares of segments of x, accumulated per class: out[c] (backend memory) = sum over the segments of class c.
+// One pass, deterministic (independent of thread count and schedule), nothing read back. The gradient norm.
 typedef struct { size_t offset, n; int cls; } BeSegment;
 void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment* seg, int nseg);
+// acc[0] += sum of x[0..n) (backend memory, summed in double in a fixed order): the step's loss on the backend
+void be_sum(double* acc, const float* x, size_t n);
+// Gradient clipping by the global norm (torch's clip_grad_norm_ rule), on the backend: scale[0] = min(1, clip /
+// (sqrt(sum of sumsq[0..n)) + 1e-6)), or 1 when clip <= 0
+void be_clip_scale(float* scale, const double* sumsq, int n, float clip);
 
 // ---- embedding (rows v0 .. v0+nv-1 of the vocabulary live here; others give zero rows) ----
 // out[N,C] = wte[tok - v0]                         wte [nv, C]
@@ -95,36 +128,57 @@ void be_embedding_forward(float* out, const int* tok, const float* wte, int N, i
 // dwte[tok - v0] += dout[N,C]
 void be_embedding_backward(float* dwte, const float* dout, const int* tok, int N, int C, int v0, int nv);
 
-// ---- RMSNorm: out = x / sqrt(mean(x^2) + eps) * w ----
-// x, out [N,C]; w [C]; rstd [N] saved for backward
-void be_rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps);
-// dx += ..., dw += ...
-void be_rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                         const float* rstd, int N, int C);
+// ---- RMSNorm: out = x / sqrt(mean(x^2) + eps) * w, in fp32, stored in dt (the cast of a matmul's input fused) ----
+// x [N,C] fp32; w [C]; out [N,C] (dt); rstd [N] saved for backward
+void be_rmsnorm_forward(void* out, BeDtype dt, float* rstd, const float* x, const float* w, int N, int C, float eps);
+// The residual add with the next norm, one pass: y = x + r (fp32, the residual stream), out = RMSNorm(y) w (dt),
+// rstd. The norm's arithmetic is be_rmsnorm_forward's on y (a recomputation from y gives the same bits).
+void be_residual_rmsnorm(float* y, void* out, BeDtype dt, float* rstd, const float* x, const float* r, const float* w,
+                         int N, int C, float eps);
+// Backward: dx [N,C] += ... (fp32, the residual stream's gradient); dx_dt (NULL: none) = the new dx in dt (the next
+// matmul's operand); dw_part [G, C] = this call's partial sums of dw over G = be_tuning()->norm_groups fixed groups
+// of rows (overwritten; be_rmsnorm_dw adds them up)
+void be_rmsnorm_backward(float* dx, void* dx_dt, BeDtype dt, float* dw_part, const float* dout, const float* x,
+                         const float* w, const float* rstd, int N, int C);
+// The norms' weight gradients from their partials, one call for n norms: base[off[i] + c] (+= with accumulate, else =)
+// sum over g < G of part[(i G + g) C + c], g in order. off: backend memory, [n] element offsets.
+void be_rmsnorm_dw(float* base, const long long* off, const float* part, int n, int G, int C, int accumulate);
 
-// ---- rotary embedding, rotate_half layout, in place ----
-// x [N, nh*hd]; pos [N]; cos_sin [max_pos, hd] = (cos[hd/2], sin[hd/2]) per position, attention factor
-// already multiplied in. forward: x' = x cos + rot(x) sin; backward applies the transpose to dx.
-void be_rope_forward(float* x, const int* pos, const float* cos_sin, int N, int nh, int hd);
-void be_rope_backward(float* dx, const int* pos, const float* cos_sin, int N, int nh, int hd);
+// ---- q, k, v: one matmul's output split, with RoPE (rotate_half layout) applied as q and k are written ----
+// qkv [N, (nh + 2 nkv) hd] (dt) -> q [N, nh hd], k, v [N, nkv hd] (fp32: attention's inputs); pos [N];
+// cos_sin [max_pos, hd] = (cos[hd/2], sin[hd/2]) per position, attention factor already multiplied in:
+// x' = x cos + rot(x) sin.
+void be_qkv_rope(float* q, float* k, float* v, const void* qkv, BeDtype dt, const int* pos, const float* cos_sin, int N,
+                 int nh, int nkv, int hd);
+// backward: dqkv [N, (nh + 2 nkv) hd] (dt) = (RoPE^T dq, RoPE^T dk, dv)
+void be_qkv_rope_backward(void* dqkv, BeDtype dt, const float* dq, const float* dk, const float* dv, const int* pos,
+                          const float* cos_sin, int N, int nh, int nkv, int hd);
 
-// ---- SwiGLU: h = silu(g) * u ----
-void be_swiglu_forward(float* h, const float* g, const float* u, size_t n);
-// dg = dh * u * silu'(g), du = dh * silu(g)   (overwrite)
-void be_swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, size_t n);
+// ---- SwiGLU on one matmul's output gu [N, 2F] (dt): g = columns 0..F-1, u = F..2F-1 of each row ----
+// h [N, F] (dt) = silu(g) * u
+void be_swiglu_forward(void* h, const void* gu, BeDtype dt, int N, int F);
+// dgu [N, 2F] (dt) = (dh * u * silu'(g), dh * silu(g)) (overwrite); h (NULL: none) = silu(g) * u again: the forward's
+// h, which the model does not keep (the down projection's weight gradient needs it)
+void be_swiglu_backward(void* dgu, void* h, const void* dh, const void* gu, BeDtype dt, int N, int F);
+
+// ---- the attention output's row dots: D[i, h] = sum_d dout[i, h, d] * out[i, h, d] (out in dt) ----
+void be_attn_rowdot(float* D, const float* dout, const void* out, BeDtype dt, int N, int nh, int hd);
 
 // ---- softmax cross-entropy over a (local slice of the) vocabulary ----
-// logits [N, ld]: columns 0..nv-1 hold vocabulary ids v0 .. v0+nv-1; columns nv..ld-1 are padding (a
+// logits [N, ld] fp32: columns 0..nv-1 hold vocabulary ids v0 .. v0+nv-1; columns nv..ld-1 are padding (a
 // vocabulary padded to a multiple of tp) and are never counted or predicted. Target -1 = ignored.
-// lse[N] = log sum exp(logits row) over the nv real columns                    (local slice)
-void be_xent_lse(float* lse, const float* logits, int N, int ld, int nv);
-// tl[N] = logits[i, targets[i]-v0] if the target is in this slice, else 0
-void be_xent_target_logit(float* tl, const float* logits, const int* targets, int N, int ld, int nv, int v0);
-// losses[i] = lse[i] - tl[i] for valid targets, 0 for ignored ones
-void be_xent_loss(float* losses, const float* lse, const float* tl, const int* targets, int N);
-// in place: logits -> dlogits = scale * (softmax - onehot) with the (global) lse; padding columns and
-// rows with an ignored target -> 0
-void be_xent_backward(float* logits, const float* lse, const int* targets, int N, int ld, int nv, int v0, float scale);
+// One pass over each row: lse[N] = log sum exp over the nv real columns (the local slice), tl[N] = the target's
+// logit if it is in this slice, else 0
+void be_xent_stats(float* lse, float* tl, const float* logits, const int* targets, int N, int ld, int nv, int v0);
+// With the (global) lse and tl: losses[i] = lse - tl (0 for ignored targets); scale != 0: the gradient in place,
+// row i of logits -> scale (softmax - onehot) stored in dt over the row's first bytes (a bf16 row then has leading
+// dimension 2 ld elements); padding columns and ignored rows -> 0
+void be_xent_finish(float* losses, float* logits, BeDtype dt, const float* lse, const float* tl, const int* targets,
+                    int N, int ld, int nv, int v0, float scale);
+// Both at once, when the slice is the whole vocabulary (no tensor parallelism): lse, losses and the gradient, one
+// pass over the logits per row.
+void be_xent_fused(float* losses, float* lse, float* logits, BeDtype dt, const int* targets, int N, int ld, int nv,
+                   int v0, float scale);
 // mx[N] = max over the nv real columns (columns v0.. of the vocabulary) other than the row's target (-inf when
 // none); hit[i] = 1 when the target's logit tl[i] is above every other logit mx[i] (greedy prediction correct;
 // a tie is not a hit), else 0 (ignored targets: 0)
@@ -134,8 +188,10 @@ void be_argmax_hit(float* hit, const float* mx, const float* tl, const int* targ
 void be_exp_sub(float* x, const float* m, int N);
 void be_log_add(float* lse, const float* s, const float* m, int N);
 
-// ---- AdamW on n contiguous elements ----
+// ---- AdamW over the elements of segments, one call per step ----
 // m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr (mhat / (sqrt(vhat) + eps) + wd p)
-// with mhat = m / bc1, vhat = v / bc2 (bias corrections passed in); g is read as g * gscale (clipping).
-void be_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
-              float eps, float wd, float bc1, float bc2, float gscale);
+// with mhat = m / bc1, vhat = v / bc2 (bias corrections passed in); g is read as g * gscale[0] (clipping; backend memory).
+// p, g, m, v share offsets: segment i covers elements [seg[i].offset, + seg[i].n) of each; seg[i].cls = 1: decayed with
+// wd, 0: not decayed (norm weights).
+void be_adamw(float* p, const float* g, float* m, float* v, const BeSegment* seg, int nseg, float lr, float b1, float b2,
+              float eps, float wd, float bc1, float bc2, const float* gscale);

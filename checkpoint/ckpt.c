@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +223,9 @@ static int write_datasets(hid_t f, Pass* ps, const char* tmp, char* err, size_t 
     const ParamTable* t = ps->t;
     int nd = 3 * t->n, bad = 0;
     const char* slow = getenv("RINGLM_TEST_CKPT_SLOW_MS");   // test hook: widen the window for kill -9
+    // test hook: this rank stops itself (SIGSTOP) as the others enter the collective write of the first dataset
+    const char* stop = getenv("RINGLM_TEST_CKPT_STOP_RANK");
+    int stop_rank = stop && *stop ? atoi(stop) : -1;
     for (int kind = 0; kind < 3 && !bad; kind++)
         for (int i = 0; i < t->n && !bad; i++) {
             char path[256];
@@ -231,6 +235,7 @@ static int write_datasets(hid_t f, Pass* ps, const char* tmp, char* err, size_t 
             if (fs >= 0) H5Sclose(fs);
             if (d < 0) ERR("checkpoint: creating %s in '%s' failed (disk full?)", path, tmp);
             if (agree(ps->g, d < 0, err, errlen)) { if (d >= 0) H5Dclose(d); bad = 1; break; }
+            if (stop_rank >= 0 && stop_rank == ps->g->rank && kind == 0 && i == 0) raise(SIGSTOP);
             int wbad = move_dataset(ps, d, kind, i, 1, 0) != 0;
             if (wbad) ERR("checkpoint: writing %s to '%s' failed (disk full?)", path, tmp);
             if (H5Dclose(d) < 0 && !wbad) { wbad = 1; ERR("checkpoint: closing %s in '%s' failed (disk full?)", path, tmp); }
@@ -478,8 +483,20 @@ static int publish(const char* out_dir, const char* tmp, const char* final, cons
     return 0;
 }
 
+static int save_(const char* out_dir, int keep_last, const Model* m, const AdamW* o, const Grid* g,
+                 const TrainState* st, char* err, size_t errlen);
+// the watchdog covers the whole save (HDF5's collective I/O, rank 0's file work): comm_phase_begin
 int ckpt_save(const char* out_dir, int keep_last, const Model* m, const AdamW* o, const Grid* g,
               const TrainState* st, char* err, size_t errlen) {
+    char ph[64];
+    snprintf(ph, sizeof ph, "saving ckpt_%08lld.h5", st->step);
+    comm_phase_begin(ph);
+    int rc = save_(out_dir, keep_last, m, o, g, st, err, errlen);
+    comm_phase_end();
+    return rc;
+}
+static int save_(const char* out_dir, int keep_last, const Model* m, const AdamW* o, const Grid* g,
+                 const TrainState* st, char* err, size_t errlen) {
     char name[64], tmp[CFG_STR + 160], final[CFG_STR + 80];
     snprintf(name, sizeof name, "ckpt_%08lld.h5", st->step);
     snprintf(final, sizeof final, "%s/%s", out_dir, name);
@@ -514,6 +531,22 @@ int ckpt_save(const char* out_dir, int keep_last, const Model* m, const AdamW* o
 
 // ---- loading -----------------------------------------------------------------------------------------
 
+// after a failed read of path: when the file is gone, say that instead (keep_last of a run still writing there)
+static int vanished(const char* path, int failed, char* err, size_t errlen) {
+    struct stat st;
+    if (failed && stat(path, &st) && errno == ENOENT)
+        ERR("checkpoint: '%s' was deleted while it was being read (by keep_last of a run still writing there?): give a "
+            "checkpoint that run keeps, or its out_dir for the newest", path);
+    return failed;
+}
+
+int ckpt_retry_vanished(const Group* g, int failed, const char* spec, const char* path) {
+    struct stat st;
+    double v[2] = { failed != 0, failed && path[0] && strcmp(path, spec) && stat(path, &st) && errno == ENOENT };
+    ctl_max_f64(g, v, 2);
+    return v[0] && v[1];
+}
+
 int ckpt_resolve(const char* spec, const char* out_dir, char* path, size_t n, char* err, size_t errlen) {
     char dir[CFG_STR + 16];
     struct stat st;
@@ -530,21 +563,28 @@ int ckpt_resolve(const char* spec, const char* out_dir, char* path, size_t n, ch
     }
     char lf[CFG_STR + 32], name[512] = "";
     snprintf(lf, sizeof lf, "%s/latest", dir);
-    FILE* f = fopen(lf, "r");
-    if (!f) { ERR("checkpoint: '%s' has no 'latest' pointer (no completed checkpoint there)", dir); return 1; }
-    if (!fgets(name, sizeof name, f)) name[0] = 0;
-    fclose(f);
+    struct stat ls;
+    if (lstat(lf, &ls)) { ERR("checkpoint: '%s' has no 'latest' pointer (no completed checkpoint there)", dir); return 1; }
+    int fd;   // (a FIFO or a link to nothing named latest is one line, never a hang)
+    if (open_regular("checkpoint", "a regular file (the 'latest' pointer)", lf, &fd, err, errlen)) return 1;
+    ssize_t k = read(fd, name, sizeof name - 1);
+    close(fd);
+    name[k > 0 ? k : 0] = 0;
     name[strcspn(name, "\r\n")] = 0;
     if (!name[0] || strchr(name, '/')) { ERR("checkpoint: '%s' is empty or malformed", lf); return 1; }
     snprintf(path, n, "%s/%s", dir, name);
     if (stat(path, &st)) { ERR("checkpoint: '%s' points at '%s', which does not exist", lf, path); return 1; }
+    // test hook: a shell command run once, right after the first resolution (what a live run's keep_last does then)
+    static int hooked;
+    const char* hook = getenv("RINGLM_TEST_CKPT_RESOLVED_CMD");
+    if (hook && *hook && !hooked++ && system(hook)) {}
     return 0;
 }
 
 struct Cmp { hid_t grp; const Config* c; char* diff_model; char* diff_train; int missing; char* missing_key;
              int malformed; const char* const* allow; };
 // keys that say how this run is launched, not what it trains: never reported as changed
-static const char* OPERATIONAL[] = { "resume", "out_dir", "dump_weights", "tp", "cp", "cp_layout", "zero", "ckpt_io", "comm", "timeout_s",
+static const char* OPERATIONAL[] = { "resume", "out_dir", "dump_weights", "tp", "cp", "cp_layout", "cp_shard", "cp_shard_min", "cp_prune", "zero", "ckpt_io", "comm", "timeout_s",
                                      "log_every", "verify_attention", "ckpt_every", "keep_last", "save_final", "recompute", NULL };
 static void compare_key(const char* key, int is_model, void* vctx) {
     struct Cmp* x = vctx;
@@ -676,20 +716,32 @@ static void load_notes(hid_t f, const Grid* g, const AdamW* o, int had_opt, cons
     if (!had_opt && k < (int)n) snprintf(notes + k, n - k, "; no optimizer state in the checkpoint: AdamW moments start at zero");
 }
 
+static int load_(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* st, const char* const* allow,
+                 char* err, size_t errlen, char* notes, size_t noteslen);
 int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* st, const char* const* allow,
               char* err, size_t errlen, char* notes, size_t noteslen) {
+    char ph[300];
+    const char* base = strrchr(path, '/');
+    snprintf(ph, sizeof ph, "loading %.250s", base ? base + 1 : path);
+    comm_phase_begin(ph);
+    int rc = load_(path, m, o, g, st, allow, err, errlen, notes, noteslen);
+    comm_phase_end();
+    return rc;
+}
+static int load_(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* st, const char* const* allow,
+                 char* err, size_t errlen, char* notes, size_t noteslen) {
     AdamW none = {0};   // parameters only: no moments are read
     int params_only = o == NULL;
     if (params_only) o = &none;
     if (notes) notes[0] = 0;
     // the whole file's structure first, in a child process: nothing below reads metadata it has not read
-    int bad = g->rank == 0 && ckpt_check_file("checkpoint", path, err, errlen);
+    int bad = g->rank == 0 && vanished(path, ckpt_check_file("checkpoint", path, err, errlen), err, errlen);
     if (agree(g, bad, err, errlen)) return 1;
     hid_t fapl = h5_fapl(g->world_g);
     hid_t f = fapl < 0 ? H5I_INVALID_HID : H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (fapl >= 0) H5Pclose(fapl);
     if (f < 0) ERR("checkpoint: '%s' cannot be opened as HDF5 (truncated, corrupt or not a checkpoint)", path);
-    if (agree(g, f < 0, err, errlen)) {
+    if (agree(g, vanished(path, f < 0, err, errlen), err, errlen)) {
         if (f >= 0) H5Fclose(f);
         return 1;
     }
@@ -707,7 +759,7 @@ int ckpt_load(const char* path, Model* m, AdamW* o, const Grid* g, TrainState* s
         if (!rc) {   // everything read and verified: only now does the run's state change
             size_t own = ps.len[KIND_M];
             be_upload(m->zero == 3 ? m->pshard : m->params, ps.host[KIND_MODEL], ps.len[KIND_MODEL] * sizeof(float));
-            zero_invalidate(m);
+            model_params_changed(m);   // the weights' bf16 copy (ZeRO-3: the gathered buffers stale)
             if (have_opt) { be_upload(o->m, ps.host[KIND_M], own * sizeof(float)); be_upload(o->v, ps.host[KIND_V], own * sizeof(float)); }
             else if (!params_only) { be_zero(o->m, own * sizeof(float)); be_zero(o->v, own * sizeof(float)); }
             o->t = have_opt ? h.adam_t : 0;
@@ -737,12 +789,20 @@ static void read_key(const char* key, int is_model, void* vctx) {
     if (config_set(x->c, key, val, "checkpoint /config", e, sizeof e)) { ERR("checkpoint: '%s': %s", x->path, e); x->bad = 1; }
 }
 
-int ckpt_read_data_meta(const char* path, char* buf, size_t n, char* err, size_t errlen) {
-    if (ckpt_check_file("checkpoint", path, err, errlen)) return 1;
+// ckpt_check_file, then H5Fopen of path for reading (serial); the file, or -1 with err
+static hid_t open_checked(const char* path, char* err, size_t errlen) {
+    if (vanished(path, ckpt_check_file("checkpoint", path, err, errlen), err, errlen)) return H5I_INVALID_HID;
     hid_t fapl = h5_fapl(NULL);
     hid_t f = fapl < 0 ? H5I_INVALID_HID : H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (fapl >= 0) H5Pclose(fapl);
-    if (f < 0) { ERR("checkpoint: '%s' cannot be opened as HDF5 (truncated, corrupt or not a checkpoint)", path); return 1; }
+    if (f < 0) ERR("checkpoint: '%s' cannot be opened as HDF5 (truncated, corrupt or not a checkpoint)", path);
+    vanished(path, f < 0, err, errlen);
+    return f;
+}
+
+int ckpt_read_data_meta(const char* path, char* buf, size_t n, char* err, size_t errlen) {
+    hid_t f = open_checked(path, err, errlen);
+    if (f < 0) return 1;
     int rc = h5_attr_read_str(f, "data_meta", buf, n);
     H5Fclose(f);
     if (rc == -2) { ERR("checkpoint: '%s' has a malformed root attribute data_meta", path); return 1; }
@@ -750,11 +810,8 @@ int ckpt_read_data_meta(const char* path, char* buf, size_t n, char* err, size_t
 }
 
 int ckpt_read_config(const char* path, Config* c, char* err, size_t errlen) {
-    if (ckpt_check_file("checkpoint", path, err, errlen)) return 1;
-    hid_t fapl = h5_fapl(NULL);
-    hid_t f = fapl < 0 ? H5I_INVALID_HID : H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    if (fapl >= 0) H5Pclose(fapl);
-    if (f < 0) { ERR("checkpoint: '%s' cannot be opened as HDF5 (truncated, corrupt or not a checkpoint)", path); return 1; }
+    hid_t f = open_checked(path, err, errlen);
+    if (f < 0) return 1;
     config_defaults(c);
     hid_t grp = h5_exists(f, "/config") ? H5Gopen2(f, "/config", H5P_DEFAULT) : H5I_INVALID_HID;
     ReadCfg x = { grp, c, path, err, errlen, 0 };

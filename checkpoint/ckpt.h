@@ -62,6 +62,11 @@ void ckpt_shutdown(void);
 
 // Resolve a --resume argument: "latest" (OUT_DIR/latest), a directory (its latest) or a file.
 int ckpt_resolve(const char* spec, const char* out_dir, char* path, size_t n, char* err, size_t errlen);
+// After reading checkpoint `path`, resolved from `spec` (failed: this rank's read failed): 1 on every rank when a
+// read failed because the file is gone and spec named it through a 'latest' pointer (an out_dir whose run's
+// keep_last deleted it meanwhile): resolve spec again and read once more. Collective over g. (The readers' own
+// message says that a file was deleted while it was being read.)
+int ckpt_retry_vanished(const Group* g, int failed, const char* spec, const char* path);
 
 // Load a checkpoint into the model, optimizer and state for this rank's layout (collective over the world):
 // the file's structure and training state are checked first (checkpoint/validate.h); every rank reads the

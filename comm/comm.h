@@ -28,6 +28,14 @@ void comm_set_note_stderr(int on);
 // arrive (asked over a side channel: no answer = stopped, hung or dead). 0 disables it; the default is 600.
 // Waiting ranks poll, and after the first millisecond sleep between polls: a stalled peer costs no CPU.
 void comm_set_timeout(double seconds);
+// A phase of the job in which ranks block outside this layer too: HDF5's collective I/O (it waits inside MPI-IO)
+// and one rank's file work while the others wait (a checkpoint's save, verification and load). Between begin and
+// end a thread of the watchdog answers the side channel for this rank while it is not in a wait of this layer, and
+// ends the job with one line (naming the phase and the ranks that do not answer) when this rank has been out of
+// the layer's waits for `seconds` of comm_set_timeout. `name` ("saving ckpt_00000100.h5") ends every watchdog line
+// of the phase (" while NAME"). Needs MPI_THREAD_MULTIPLE; without it the phase only names the layer's waits.
+void comm_phase_begin(const char* name);
+void comm_phase_end(void);
 
 // ---- control collectives: host memory ----
 void ctl_sum_f64(const Group* g, double* x, size_t n);     // in place, element-wise over the group
@@ -45,6 +53,7 @@ void ctl_allgather(const Group* g, const void* send, void* recv, size_t bytes);
 
 // ---- data collectives: backend memory, fp32 ----
 void comm_allreduce_sum(const Group* g, float* buf, size_t n);   // in place
+void comm_allreduce_sum_f64(const Group* g, double* buf, size_t n);   // a few doubles (sums of squares), in place
 void comm_allreduce_max(const Group* g, float* buf, size_t n);
 void comm_broadcast(const Group* g, float* buf, size_t n, int root);
 // buf [size * n], rank i's part at i * n. allgather: each rank's own part in, every part out.
@@ -75,8 +84,12 @@ void comm_traffic_count(int kind, const Group* g, size_t n, int root);
 // ---- the ring hop: send n floats to the next rank of g and receive n floats from the previous one ----
 // Both directions start together (a device transport must group them); complete with comm_test (never
 // blocks, drives progress) or comm_wait. Hops started on one request between waits complete in order.
+// send = NULL: nothing is sent (the next rank passes recv = NULL for this hop); recv = NULL: nothing is received
+// (the previous rank passes send = NULL). Only what is sent is counted.
 CommReq* comm_req_create(void);
 void comm_req_free(CommReq* r);
 void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r);
+// The same with ns floats sent and nr received (the previous rank sends nr; a side of 0 floats or NULL is left out).
+void comm_hop_sized(const Group* g, const float* send, size_t ns, float* recv, size_t nr, CommReq* r);
 int  comm_test(CommReq* r);   // 1 when everything on r completed
 void comm_wait(CommReq* r);   // blocks until everything on r completed; r is empty afterwards

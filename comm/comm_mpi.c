@@ -3,6 +3,8 @@
 #include "comm/comm_mpi.h"
 #include "common/util.h"
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #define MAX_GROUPS 64
 static Group* registry[MAX_GROUPS];   // by id: the side channel's answers look groups up here
 static int next_id = 0;
+static const Group* world_g;          // the group of MPI_COMM_WORLD (the phase thread's report names it)
 
 Group* group_from_mpi(MPI_Comm comm) {
     Group* g = calloc(1, sizeof *g);
@@ -19,11 +22,17 @@ Group* group_from_mpi(MPI_Comm comm) {
     MPI_Comm_rank(comm, &g->rank);
     MPI_Comm_size(comm, &g->size);
     int id = next_id;   // an id every member agrees on (and new on each): the largest of the members' next ids
-    if (g->size > 1) MPI_Allreduce(MPI_IN_PLACE, &id, 1, MPI_INT, MPI_MAX, comm);
+    snprintf(g->name, sizeof g->name, "%s", comm == MPI_COMM_WORLD ? "world" : "split");
+    if (g->size > 1) {   // (under the watchdog: a member that never arrives ends the job)
+        MPI_Request rq;
+        g->id = -1;
+        MPI_Iallreduce(MPI_IN_PLACE, &id, 1, MPI_INT, MPI_MAX, comm, &rq);
+        comm_watch_wait(g, 1, &rq, "a new group's id (allreduce)", NULL);
+    }
     g->id = id;
     next_id = id + 1;
     if (id < MAX_GROUPS) registry[id] = g;
-    snprintf(g->name, sizeof g->name, "%s", comm == MPI_COMM_WORLD ? "world" : "split");
+    if (comm == MPI_COMM_WORLD && !world_g) world_g = g;
     return g;
 }
 void group_set_name(Group* g, const char* name) { snprintf(g->name, sizeof g->name, "%s", name); }
@@ -47,12 +56,17 @@ size_t mpi_max_count(void) {
 // so that a rank waiting for a slow or stopped peer uses almost no CPU. Past the timeout the rank asks every
 // other rank over a side channel (a duplicate of the world communicator, polled by waiting ranks) how far it
 // got; one rank prints the answer as one line and aborts the job.
+// A phase (comm_phase_begin: a checkpoint's save or load) is watched also where the layer does not wait: HDF5's
+// collective I/O blocks inside MPI-IO, and one rank's file work keeps the others waiting. A thread of its own then
+// answers the side channel for this rank whenever the main thread is not in a wait of the layer, and ends the job
+// the same way when the main thread has stayed out of the layer's waits for timeout_s.
 #define SPIN_S 1e-3
 #define NAP_MIN 20e-6
 #define NAP_MAX 2e-3
 #define STAGGER_S 0.02   // lower world ranks ask first: rank r waits r * STAGGER_S (at most 50 of them)
 #define ASK_S 2.0        // how long a rank that timed out waits for the answers
 #define GRACE_S 10.0     // a rank told that a lower rank is reporting waits this long before reporting itself
+#define PHASE_POLL_S 0.05   // the phase thread's poll of the side channel
 enum { TAG_ASK = 1, TAG_ANSWER = 2 };
 
 static double timeout_s = 600;
@@ -63,17 +77,68 @@ static const char* cur_what;
 static int asked_by = -1;          // the lowest rank that asked us: it reports (unless it is higher than us)
 static double asked_at = 0;
 
-typedef struct { long long entered; char what[48]; char group[8]; } Answer;
+// the phase: its name ("" outside one), when the main thread last entered or left a wait of the layer, and whether
+// it is in one now; guarded by ph_mu. side_mu: one thread at a time on the side channel (answering, or the
+// report's questions). reporting: a thread of this rank is writing the report (the other keeps quiet).
+static pthread_mutex_t ph_mu = PTHREAD_MUTEX_INITIALIZER, side_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ph_cv = PTHREAD_COND_INITIALIZER;
+static char phase[128];
+static double phase_t;
+static int in_wait, ph_thread;     // ph_thread: the phase thread runs (MPI_THREAD_MULTIPLE was provided)
+static int reporting;
+
+typedef struct { long long entered; char where[160]; } Answer;
 
 void comm_set_timeout(double seconds) { timeout_s = seconds > 0 ? seconds : 0; }
 
-void comm_watch_init(void) {
+static void* phase_watch(void* arg);
+void comm_watch_init(int thread_level) {
     MPI_Comm_dup(MPI_COMM_WORLD, &side);
     MPI_Comm_rank(side, &side_rank);
     MPI_Comm_size(side, &side_size);
+    if (thread_level < MPI_THREAD_MULTIPLE) return;   // (phases are then watched only in the layer's waits)
+    pthread_t t;
+    sigset_t all, old;   // the thread takes no signal: they stay the main thread's
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    ph_thread = pthread_create(&t, NULL, phase_watch, NULL) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (ph_thread) pthread_detach(t);
 }
 
 void comm_watch_started(const Group* g) { ((Group*)g)->seq++; }
+
+void comm_phase_begin(const char* name) {
+    pthread_mutex_lock(&ph_mu);
+    snprintf(phase, sizeof phase, "%s", name);
+    phase_t = now_s();
+    pthread_cond_signal(&ph_cv);
+    pthread_mutex_unlock(&ph_mu);
+}
+void comm_phase_end(void) {
+    pthread_mutex_lock(&ph_mu);
+    phase[0] = 0;
+    pthread_mutex_unlock(&ph_mu);
+}
+void comm_watch_shutdown(void) {
+    if (!ph_thread) return;
+    comm_phase_end();
+    pthread_mutex_lock(&side_mu);   // (held from now on: the thread, between polls or about to, touches MPI no more)
+    ph_thread = 0;
+}
+static void set_in_wait(int on) {
+    pthread_mutex_lock(&ph_mu);
+    in_wait = on;
+    phase_t = now_s();
+    pthread_mutex_unlock(&ph_mu);
+}
+// " while NAME" during a phase, else "" (into buf)
+static const char* phase_suffix(char* buf, size_t n) {
+    pthread_mutex_lock(&ph_mu);
+    if (phase[0]) snprintf(buf, n, " while %s", phase); else buf[0] = 0;
+    pthread_mutex_unlock(&ph_mu);
+    return buf;
+}
 
 static void nap(double s) {
     struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
@@ -81,23 +146,28 @@ static void nap(double s) {
 }
 
 // answer every question waiting on the side channel: how many collectives this rank started on the asked
-// group, and where it waits now
+// group, and where it is now (waiting in the layer, or working in a phase)
 static void answer(void) {
     if (side == MPI_COMM_NULL) return;
+    pthread_mutex_lock(&side_mu);
     for (;;) {
         int flag = 0, gid = -1;
         MPI_Status st;
         MPI_Iprobe(MPI_ANY_SOURCE, TAG_ASK, side, &flag, &st);
-        if (!flag) return;
+        if (!flag) break;
         MPI_Recv(&gid, 1, MPI_INT, st.MPI_SOURCE, TAG_ASK, side, MPI_STATUS_IGNORE);
         Answer a;
         memset(&a, 0, sizeof a);
         a.entered = gid >= 0 && gid < MAX_GROUPS && registry[gid] ? registry[gid]->seq : -1;
-        snprintf(a.what, sizeof a.what, "%s", cur_what ? cur_what : "?");
-        snprintf(a.group, sizeof a.group, "%s", cur_g ? cur_g->name : "?");
+        pthread_mutex_lock(&ph_mu);
+        if (in_wait || !phase[0])
+            snprintf(a.where, sizeof a.where, "waiting in %s on the %s group", cur_what ? cur_what : "?", cur_g ? cur_g->name : "?");
+        else snprintf(a.where, sizeof a.where, "in HDF5 or file I/O for %.0f s", now_s() - phase_t);
+        pthread_mutex_unlock(&ph_mu);
         MPI_Send(&a, sizeof a, MPI_BYTE, st.MPI_SOURCE, TAG_ANSWER, side);
         if (asked_by < 0 || st.MPI_SOURCE < asked_by) { if (asked_by < 0) asked_at = now_s(); asked_by = st.MPI_SOURCE; }
     }
+    pthread_mutex_unlock(&side_mu);
 }
 
 static int append(char* s, size_t n, const char* fmt, const char* a, int r, const char* b, const char* c) {
@@ -108,8 +178,10 @@ static int append(char* s, size_t n, const char* fmt, const char* a, int r, cons
 }
 
 // The wait on g has not finished within the timeout: find out which ranks did not arrive, print one line and
-// abort the job. Returns (without reporting) when yield is set and a lower rank turns out to be reporting.
+// abort the job. Returns (without reporting) when yield is set and a lower rank turns out to be reporting, or when
+// the other thread of this rank is reporting already. rq, peer: NULL from the phase thread (no request of its own).
 static void stalled(const Group* g, int n, MPI_Request* rq, const char* what, const int* peer, int yield) {
+    if (__atomic_exchange_n(&reporting, 1, __ATOMIC_ACQ_REL)) return;
     int me = side_rank, W = side_size, P = g->size;
     // the members of g as world ranks, and which point-to-point transfers are still pending
     int* grank = malloc(P * sizeof(int)), *wrank = malloc(P * sizeof(int));
@@ -132,7 +204,7 @@ static void stalled(const Group* g, int n, MPI_Request* rq, const char* what, co
         if (asked_by >= 0 && asked_by < me) goto out;
         nap(1e-3);
     }
-    // ask every other rank how many collectives it started on g, and where it waits
+    // ask every other rank how many collectives it started on g, and where it is
     Answer* ans = calloc(W, sizeof *ans);
     MPI_Request* rr = malloc(2 * (size_t)W * sizeof(MPI_Request));
     char* got = calloc(W, 1);
@@ -159,39 +231,82 @@ static void stalled(const Group* g, int n, MPI_Request* rq, const char* what, co
     }
     // the line: every member that did not arrive (for a transfer: every peer it is still pending with)
     char who[1024] = "";
-    int k = 0, shown = 0;
+    int k = 0;
     for (int i = 0; i < P; i++) {
         int r = wrank[i];
         if (r == me || (peer && !pending[i])) continue;
         const char* sep = k ? ", " : "";
-        if (side == MPI_COMM_NULL) shown += append(who, sizeof who, "%srank %d%s%s", sep, r, " (unknown)", "");
-        else if (!got[r]) shown += append(who, sizeof who, "%srank %d%s%s", sep, r, " (no answer: stopped, hung or dead)", "");
+        char where[sizeof ans[r].where + 4];
+        if (side == MPI_COMM_NULL) snprintf(where, sizeof where, " (unknown)");
+        else if (!got[r]) snprintf(where, sizeof where, " (no answer: stopped, hung or dead)");
         else if (!peer && ans[r].entered >= g->seq) continue;   // arrived
-        else {
-            char where[96];
-            snprintf(where, sizeof where, " (waiting in %s on the %s group)", ans[r].what, ans[r].group);
-            shown += append(who, sizeof who, "%srank %d%s%s", sep, r, where, "");
-        }
+        else { ans[r].where[sizeof ans[r].where - 1] = 0; snprintf(where, sizeof where, " (%s)", ans[r].where); }
+        append(who, sizeof who, "%srank %d%s%s", sep, r, where, "");
         k++;
     }
-    (void)shown;
-    char line[1600];
+    // ranks outside g that did not answer either: the cause when members of g wait for them in another group
+    char also[400] = "";
+    int na = 0;
+    for (int r = 0; r < W && side != MPI_COMM_NULL; r++) {
+        int member = 0;
+        for (int i = 0; i < P && !member; i++) member = wrank[i] == r;
+        if (r == me || member || got[r]) continue;
+        size_t l = strlen(also);
+        if (l + 16 < sizeof also) snprintf(also + l, sizeof also - l, "%s%d", na++ ? ", " : "", r);
+    }
+    char tail[460] = "";
+    if (na) snprintf(tail, sizeof tail, "; rank%s %s, outside the group, do%s not answer either (stopped, hung or dead)",
+                     na > 1 ? "s" : "", also, na > 1 ? "" : "es");
+    char line[2300], ph[160];
+    phase_suffix(ph, sizeof ph);
     if (k)
-        snprintf(line, sizeof line, "comm: %s on the %s group (%d ranks) did not finish within timeout_s = %g s: %s "
-                 "did not arrive; rank %d aborts the job", what, g->name, P, timeout_s, who, me);
+        snprintf(line, sizeof line, "comm: %s on the %s group (%d ranks) did not finish within timeout_s = %g s%s: %s "
+                 "did not arrive%s; rank %d aborts the job", what, g->name, P, timeout_s, ph, who, tail, me);
     else
-        snprintf(line, sizeof line, "comm: %s on the %s group (%d ranks) did not finish within timeout_s = %g s although "
-                 "every rank arrived (an MPI or network fault?); rank %d aborts the job", what, g->name, P, timeout_s, me);
+        snprintf(line, sizeof line, "comm: %s on the %s group (%d ranks) did not finish within timeout_s = %g s%s although "
+                 "every rank arrived (%s); rank %d aborts the job", what, g->name, P, timeout_s, ph,
+                 rq ? "an MPI or network fault?" : "a file system or MPI-IO that does not answer?", me);
     fprintf(stderr, "%s\n", line);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
 out:
     free(grank); free(wrank); free(pending);
     MPI_Group_free(&gg); MPI_Group_free(&wg);
+    __atomic_store_n(&reporting, 0, __ATOMIC_RELEASE);
 }
 
+// the phase thread: sleeps outside phases; in one, answers the side channel for this rank while the main thread is
+// not in a wait of the layer (a wait answers for itself), and reports once the main thread has been out of the
+// layer's waits for timeout_s
+static void* phase_watch(void* arg) {
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&ph_mu);
+        while (!phase[0]) pthread_cond_wait(&ph_cv, &ph_mu);
+        int waiting = in_wait || !ph_thread;
+        double idle = now_s() - phase_t;
+        pthread_mutex_unlock(&ph_mu);
+        if (!waiting) {
+            answer();
+            int mine = asked_by < 0 || asked_by > side_rank;
+            if (timeout_s > 0 && idle > timeout_s && world_g && (mine || now_s() - asked_at > GRACE_S))
+                stalled(world_g, 0, NULL, "checkpoint I/O (HDF5, MPI-IO, the file system)", NULL, mine);
+        }
+        nap(PHASE_POLL_S);
+    }
+    return NULL;
+}
+
+static void watch_wait(const Group* g, int n, MPI_Request* rq, const char* what, const int* peer);
 void comm_watch_wait(const Group* g, int n, MPI_Request* rq, const char* what, const int* peer) {
     if (n <= 0) return;
+    // in a phase every wait, also one that completes at once, is progress: the phase thread's clock starts over
+    int in_phase = ph_thread && __atomic_load_n(&phase[0], __ATOMIC_RELAXED);
+    if (in_phase) set_in_wait(1);
+    watch_wait(g, n, rq, what, peer);
+    if (in_phase) set_in_wait(0);
+}
+static void watch_wait(const Group* g, int n, MPI_Request* rq, const char* what, const int* peer) {
     int done = 0;
     MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE);
     if (done) return;

@@ -24,8 +24,11 @@ void mpi_allreduce_named(const Group* g, void* buf, size_t n, MPI_Datatype t, in
 void mpi_alltoall(const Group* g, const float* send, float* recv, size_t n, const char* what);
 
 // ---- the watchdog (see comm_set_timeout) ----
-// The side channel (a duplicate of MPI_COMM_WORLD): collective over the world, once, right after MPI_Init.
-void comm_watch_init(void);
+// The side channel (a duplicate of MPI_COMM_WORLD): collective over the world, once, right after MPI_Init, with
+// the thread level MPI provided (MPI_THREAD_MULTIPLE: the phase thread of comm_phase_begin starts).
+void comm_watch_init(int thread_level);
+// Before MPI_Finalize: the phase thread stops using MPI (also when the program exits inside a phase).
+void comm_watch_shutdown(void);
 // Count one collective started on g (call before starting it: the side channel reports how far each rank got).
 void comm_watch_started(const Group* g);
 // Complete the n requests of operation `what` on g, polling (then sleeping between polls), and abort the job

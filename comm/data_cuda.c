@@ -121,10 +121,14 @@ static float* staged(size_t n) {
     return stage;
 }
 static void d2h(float* h, const float* d, size_t n) {
+    cuda_backend_note_xfer(0, n * sizeof(float));
+    cuda_backend_note_sync("staged transport (device to host)");
     cu(cudaMemcpyAsync(h, d, n * sizeof(float), cudaMemcpyDeviceToHost, stream()), "staging (device to host)");
     cu(cudaStreamSynchronize(stream()), "staging (a queued kernel failed)");
 }
 static void h2d(float* d, const float* h, size_t n) {
+    cuda_backend_note_xfer(1, n * sizeof(float));
+    cuda_backend_note_sync("staged transport (host to device)");
     cu(cudaMemcpyAsync(d, h, n * sizeof(float), cudaMemcpyHostToDevice, stream()), "staging (host to device)");
     cu(cudaStreamSynchronize(stream()), "staging (host to device)");
 }
@@ -139,11 +143,25 @@ static void staged_allreduce(const Group* g, float* buf, size_t n, MPI_Op op) {
 static void comm_allreduce_sum_(const Group* g, float* buf, size_t n) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) { staged_allreduce(g, buf, n, MPI_SUM); return; }
+    cuda_backend_note_collective("ncclAllReduce", n * sizeof(float));
     nc(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nccl_of(g), stream()), "ncclAllReduce (sum)");
+}
+static void comm_allreduce_sum_f64_(const Group* g, double* buf, size_t n) {
+    if (g->size == 1 || !n) return;
+    if (resolved == T_MPI) {   // staged as 2 n floats' bytes
+        float* h = staged(2 * n);
+        d2h(h, (const float*)buf, 2 * n);
+        mpi_allreduce(g, h, n, MPI_DOUBLE, sizeof(double), MPI_SUM);
+        h2d((float*)buf, h, 2 * n);
+        return;
+    }
+    cuda_backend_note_collective("ncclAllReduce", n * sizeof(double));
+    nc(ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, nccl_of(g), stream()), "ncclAllReduce (sum, double)");
 }
 static void comm_allreduce_max_(const Group* g, float* buf, size_t n) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) { staged_allreduce(g, buf, n, MPI_MAX); return; }
+    cuda_backend_note_collective("ncclAllReduce", n * sizeof(float));
     nc(ncclAllReduce(buf, buf, n, ncclFloat, ncclMax, nccl_of(g), stream()), "ncclAllReduce (max)");
 }
 static void comm_broadcast_(const Group* g, float* buf, size_t n, int root) {
@@ -155,6 +173,7 @@ static void comm_broadcast_(const Group* g, float* buf, size_t n, int root) {
         if (g->rank != root) h2d(buf, h, n);
         return;
     }
+    cuda_backend_note_collective("ncclBroadcast", n * sizeof(float));
     nc(ncclBroadcast(buf, buf, n, ncclFloat, root, nccl_of(g), stream()), "ncclBroadcast");
 }
 // Staged all-gather: the other parts zeroed, then summed (x + 0 is exact, so every part arrives unchanged).
@@ -171,11 +190,13 @@ static void comm_allgather_(const Group* g, float* buf, size_t n) {
         h2d(buf, h, all);
         return;
     }
+    cuda_backend_note_collective("ncclAllGather", (size_t)g->size * n * sizeof(float));
     nc(ncclAllGather(buf + (size_t)g->rank * n, buf, n, ncclFloat, nccl_of(g), stream()), "ncclAllGather");
 }
 static void comm_reduce_scatter_sum_(const Group* g, float* buf, size_t n) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) { staged_allreduce(g, buf, (size_t)g->size * n, MPI_SUM); return; }
+    cuda_backend_note_collective("ncclReduceScatter", (size_t)g->size * n * sizeof(float));
     nc(ncclReduceScatter(buf, buf + (size_t)g->rank * n, n, ncclFloat, ncclSum, nccl_of(g), stream()),
        "ncclReduceScatter");
 }
@@ -198,6 +219,7 @@ static void comm_alltoall_(const Group* g, const float* send, float* recv, size_
     }
     cu(cudaMemcpyAsync(recv + (size_t)g->rank * n, send + (size_t)g->rank * n, n * sizeof(float), cudaMemcpyDeviceToDevice,
                        stream()), "comm_alltoall (own block)");
+    cuda_backend_note_collective("ncclSend/ncclRecv (all-to-all)", (size_t)g->size * n * sizeof(float));
     nc(ncclGroupStart(), "ncclGroupStart");
     for (int j = 0; j < g->size; j++) {
         if (j == g->rank) continue;
@@ -234,6 +256,7 @@ void comm_req_free(CommReq* r) {
     if (!r) return;
     comm_wait(r);
     for (int i = 0; i < MAX_HOPS; i++) {
+        if (r->hop[i].landing) cu(cudaEventSynchronize(r->hop[i].landed), "comm_req_free (a landing copy)");
         if (r->hop[i].done) cudaEventDestroy(r->hop[i].done);
         if (r->hop[i].hsend) cudaFreeHost(r->hop[i].hsend);
         if (r->hop[i].hrecv) cudaFreeHost(r->hop[i].hrecv);
@@ -268,12 +291,14 @@ static void post(const Group* g, Hop* h, float* buf, size_t n, int peer, int rec
     if (head) MPI_Type_free(&t);   // freed types stay valid for the operations already started
 }
 
-static void comm_hop_(const Group* g, const float* send, float* recv, size_t n, CommReq* r) {
+static void comm_hop_(const Group* g, const float* send, size_t ns, float* recv, size_t nr, CommReq* r) {
     Hop* h = next_hop(r);
     int next = (g->rank + 1) % g->size, prev = (g->rank - 1 + g->size) % g->size;
-    h->n = n;
+    size_t n = ns > nr ? ns : nr;
+    h->n = nr;
     if (g->size == 1) {   // a ring of one: the block comes back to itself
-        cu(cudaMemcpyAsync(recv, send, n * sizeof(float), cudaMemcpyDeviceToDevice, stream()), "comm_hop (copy)");
+        if (ns && nr)
+            cu(cudaMemcpyAsync(recv, send, nr * sizeof(float), cudaMemcpyDeviceToDevice, stream()), "comm_hop (copy)");
         h->nrq = 0; h->drecv = NULL;
         if (resolved == T_NCCL) {
             if (!h->done) cu(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming), "cudaEventCreate");
@@ -286,13 +311,21 @@ static void comm_hop_(const Group* g, const float* send, float* recv, size_t n, 
         if (!h->done) cu(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming), "cudaEventCreate");
         cu(cudaEventRecord(r->ready, stream()), "cudaEventRecord");            // send after what wrote it
         cu(cudaStreamWaitEvent(comm_stream, r->ready, 0), "cudaStreamWaitEvent");
+        cuda_backend_note_collective("ncclSend/ncclRecv (ring hop)", n * sizeof(float));
         nc(ncclGroupStart(), "ncclGroupStart");
-        nc(ncclSend(send, n, ncclFloat, next, nccl_of(g), comm_stream), "ncclSend (ring hop)");
-        nc(ncclRecv(recv, n, ncclFloat, prev, nccl_of(g), comm_stream), "ncclRecv (ring hop)");
+        if (ns) nc(ncclSend(send, ns, ncclFloat, next, nccl_of(g), comm_stream), "ncclSend (ring hop)");
+        if (nr) nc(ncclRecv(recv, nr, ncclFloat, prev, nccl_of(g), comm_stream), "ncclRecv (ring hop)");
         nc(ncclGroupEnd(), "ncclGroupEnd (ring hop)");
         cu(cudaEventRecord(h->done, comm_stream), "cudaEventRecord");
         return;
     }
+    // the copy that landed this slot's previous hop reads hrecv: wait for it before hrecv is reused or freed
+    if (h->landing && cudaEventQuery(h->landed) == cudaErrorNotReady) {   // a host wait the anatomy counts
+        cudaGetLastError();
+        cuda_backend_note_sync("staged ring hop (the previous block still landing)");
+    }
+    if (h->landing) cu(cudaEventSynchronize(h->landed), "comm_hop (host to device)");
+    h->landing = 0;
     if (n > h->cap) {
         if (h->hsend) cudaFreeHost(h->hsend);
         if (h->hrecv) cudaFreeHost(h->hrecv);
@@ -300,20 +333,18 @@ static void comm_hop_(const Group* g, const float* send, float* recv, size_t n, 
         cu(cudaMallocHost((void**)&h->hsend, n * sizeof(float)), "cudaMallocHost (ring hop)");
         cu(cudaMallocHost((void**)&h->hrecv, n * sizeof(float)), "cudaMallocHost (ring hop)");
     }
-    if (h->landing) cu(cudaEventSynchronize(h->landed), "comm_hop (host to device)");   // hrecv free
-    h->landing = 0;
     h->nrq = 0;
     h->g = g;
-    h->drecv = recv;
-    post(g, h, h->hrecv, n, prev, 1);
-    d2h(h->hsend, send, n);
-    post(g, h, h->hsend, n, next, 0);
+    h->drecv = nr ? recv : NULL;
+    if (nr) post(g, h, h->hrecv, nr, prev, 1);
+    if (ns) { d2h(h->hsend, send, ns); post(g, h, h->hsend, ns, next, 0); }
 }
 
 // a finished hop: the compute stream waits for it (nccl) or receives its data (mpi)
 static void land(Hop* h) {
     if (resolved == T_NCCL) cu(cudaStreamWaitEvent(stream(), h->done, 0), "cudaStreamWaitEvent");
     else if (h->drecv) {
+        cuda_backend_note_xfer(1, h->n * sizeof(float));
         cu(cudaMemcpyAsync(h->drecv, h->hrecv, h->n * sizeof(float), cudaMemcpyHostToDevice, stream()),
            "comm_hop (host to device)");
         if (!h->landed) cu(cudaEventCreateWithFlags(&h->landed, cudaEventDisableTiming), "cudaEventCreate");
@@ -371,6 +402,13 @@ void comm_allreduce_sum(const Group* g, float* buf, size_t n) {
     comm_allreduce_sum_(g, buf, n);
     cuda_backend_prof_comm(0);
 }
+void comm_allreduce_sum_f64(const Group* g, double* buf, size_t n) {
+    attach_late(g);
+    comm_traffic_count(TRAFFIC_ALLREDUCE, g, 2 * n, 0);
+    cuda_backend_prof_comm(1);
+    comm_allreduce_sum_f64_(g, buf, n);
+    cuda_backend_prof_comm(0);
+}
 void comm_allreduce_max(const Group* g, float* buf, size_t n) {
     attach_late(g);
     comm_traffic_count(TRAFFIC_ALLREDUCE, g, n, 0);
@@ -406,13 +444,16 @@ void comm_allgather_start(const Group* g, float* buf, size_t n, CommReq* r) {
     comm_allgather_start_(g, buf, n, r);
     cuda_backend_prof_comm(0);
 }
-void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r) {
+void comm_hop_sized(const Group* g, const float* send, size_t ns, float* recv, size_t nr, CommReq* r) {
     attach_late(g);
-    comm_traffic_count(TRAFFIC_HOP, g, n, 0);
+    if (!send) ns = 0;
+    if (!recv) nr = 0;
+    if (ns) comm_traffic_count(TRAFFIC_HOP, g, ns, 0);
     cuda_backend_prof_comm(1);
-    comm_hop_(g, send, recv, n, r);
+    comm_hop_(g, send, ns, recv, nr, r);
     cuda_backend_prof_comm(0);
 }
+void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r) { comm_hop_sized(g, send, n, recv, n, r); }
 void comm_alltoall(const Group* g, const float* send, float* recv, size_t n) {
     attach_late(g);
     comm_traffic_count(TRAFFIC_A2A, g, n, 0);

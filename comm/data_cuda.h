@@ -18,3 +18,8 @@ void cuda_backend_device_uuid(unsigned char uuid[16]);
 // The backend's profile by kernel class (RINGLM_CUDA_PROFILE): the transport brackets its calls with begin = 1 and
 // begin = 0 (class "communication waits"); nothing happens unless profiling is on.
 void cuda_backend_prof_comm(int begin);
+// The step anatomy (RINGLM_CUDA_ANATOMY, backend/cuda/anatomy.cu): the transport reports its host synchronisations,
+// host<->device copies and collectives (bytes of the buffer) to it; nothing happens unless it counts a step.
+void cuda_backend_note_sync(const char* why);
+void cuda_backend_note_xfer(int to_device, double bytes);
+void cuda_backend_note_collective(const char* name, double bytes);

@@ -139,6 +139,10 @@ void comm_allreduce_sum(const Group* g, float* buf, size_t n) {
     comm_traffic_count(TRAFFIC_ALLREDUCE, g, n, 0);
     allreduce(g, buf, n, 0, "comm_allreduce_sum");
 }
+void comm_allreduce_sum_f64(const Group* g, double* buf, size_t n) {
+    comm_traffic_count(TRAFFIC_ALLREDUCE, g, 2 * n, 0);
+    if (g->size > 1) mpi_allreduce_named(g, buf, n, MPI_DOUBLE, sizeof(double), MPI_SUM, "comm_allreduce_sum_f64");
+}
 void comm_allreduce_max(const Group* g, float* buf, size_t n) {
     comm_traffic_count(TRAFFIC_ALLREDUCE, g, n, 0);
     allreduce(g, buf, n, 1, "comm_allreduce_max");
@@ -187,12 +191,15 @@ CommReq* comm_req_create(void) {
 }
 void comm_req_free(CommReq* r) { free(r); }
 
-void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r) {
-    comm_traffic_count(TRAFFIC_HOP, g, n, 0);
+void comm_hop_sized(const Group* g, const float* send, size_t ns, float* recv, size_t nr, CommReq* r) {
+    if (!send) ns = 0;
+    if (!recv) nr = 0;
+    if (ns) comm_traffic_count(TRAFFIC_HOP, g, ns, 0);
     r->g = g;
-    post(g, recv, n, (g->rank - 1 + g->size) % g->size, 1, TAG_HOP, r);
-    post(g, (float*)send, n, (g->rank + 1) % g->size, 0, TAG_HOP, r);
+    if (nr) post(g, recv, nr, (g->rank - 1 + g->size) % g->size, 1, TAG_HOP, r);
+    if (ns) post(g, (float*)send, ns, (g->rank + 1) % g->size, 0, TAG_HOP, r);
 }
+void comm_hop(const Group* g, const float* send, float* recv, size_t n, CommReq* r) { comm_hop_sized(g, send, n, recv, n, r); }
 int comm_test(CommReq* r) {
     if (!r->n) return 1;
     int done = 0;

@@ -1,15 +1,48 @@
 // grid.c — building the 3-D process grid and its communicators.
 #include "comm/grid.h"
 #include "comm/comm_mpi.h"
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+// this process's rank as the launcher set it (MPI is not up yet); 0 when none says
+static int launch_rank(void) {
+    const char* vars[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID" };
+    for (int i = 0; i < 4; i++) if (getenv(vars[i])) return atoi(getenv(vars[i]));
+    return 0;
+}
+
+// MPI's start-up waits for every rank without a watchdog (the comm layer's needs MPI): an alarm ends this rank with
+// one line when it has not finished after RINGLM_INIT_TIMEOUT_S (default 600 s; 0: none), rank r r x 2 s later (the
+// lowest rank still waiting says it; mpirun then ends the others)
+static char init_line[256];
+static size_t init_len;
+static void on_init_alarm(int sig) {
+    (void)sig;
+    if (write(2, init_line, init_len) < 0) {}
+    _exit(1);
+}
 
 void grid_mpi_init(int* argc, char*** argv) {
-    int provided;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
-    comm_watch_init();
+    int provided, r = launch_rank();
+    const char* e = getenv("RINGLM_INIT_TIMEOUT_S");
+    double t = e && *e ? atof(e) : 600;
+    const char* stop = getenv("RINGLM_TEST_STOP_BEFORE_INIT");   // test hook: this rank stops (SIGSTOP) before MPI starts
+    if (stop && *stop && atoi(stop) == r) raise(SIGSTOP);
+    if (t > 0) {
+        init_len = (size_t)snprintf(init_line, sizeof init_line, "ringlm: rank %d: MPI's start-up did not finish within %g s: "
+                                    "another rank did not start or stopped (stopped, hung, or its host is gone); this rank "
+                                    "ends the job\n", r, t);
+        signal(SIGALRM, on_init_alarm);
+        alarm((unsigned)(t + 2 * (r < 50 ? r : 50) + 0.5));
+    }
+    // (several threads: the watchdog's phase thread answers and reports while the main thread is in HDF5's MPI-IO)
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    comm_watch_init(provided);
     group_world();   // group ids are agreed at creation: the world's first, on every rank
+    if (t > 0) { alarm(0); signal(SIGALRM, SIG_DFL); }
 }
 
 const Group* group_world(void) {
@@ -135,6 +168,23 @@ void grid_on_exit(void (*fn)(void)) { if (n_exit_fns < 8) exit_fns[n_exit_fns++]
 void grid_exit(int status) {
     for (int i = n_exit_fns - 1; i >= 0; i--) exit_fns[i]();
     ctl_barrier(group_world());   // MPI_Finalize waits for every rank without a watchdog: wait here first
+    comm_watch_shutdown();
     MPI_Finalize();
     exit(status);
+}
+
+// the stop line (rank 0 of the launch, from the launcher's environment: MPI is not up yet), written by the handler
+static char stop_line[200];
+static size_t stop_len;
+static void on_stop(int sig) {
+    (void)sig;
+    if (stop_len && write(2, stop_line, stop_len) < 0) {}
+    _exit(1);
+}
+void grid_stop_on_signals(const char* who) {
+    if (launch_rank() == 0)
+        stop_len = (size_t)snprintf(stop_line, sizeof stop_line, "%s: stopped by SIGTERM or SIGUSR1 (a preemption, Ctrl-C "
+                                    "through tools/preemptible): nothing more is written\n", who);
+    signal(SIGTERM, on_stop);
+    signal(SIGUSR1, on_stop);
 }

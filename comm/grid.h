@@ -21,7 +21,13 @@ typedef struct {
                                // (cp / a2a of them) with it; NULL when that is one rank
 } Grid;
 
-// MPI_Init (threads funneled) — call first thing in main.
+// A program that cannot stop half-way (build/eval, build/sample): SIGTERM or SIGUSR1 — a preemption, what
+// tools/preemptible passes on — ends it at once with exit status 1 and one line on stderr (launch rank 0) naming
+// `who`. Call first thing in main, before grid_mpi_init, so that a signal during start-up is handled too.
+void grid_stop_on_signals(const char* who);
+// MPI_Init (MPI_THREAD_MULTIPLE when the library has it: the watchdog's phase thread) — call first thing in main.
+// A start-up that does not finish within RINGLM_INIT_TIMEOUT_S (default 600 s; 0: no limit) — a rank that never
+// arrived — ends the job with one line.
 void grid_mpi_init(int* argc, char*** argv);
 // Every rank of the job (valid after grid_mpi_init).
 const Group* group_world(void);

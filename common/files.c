@@ -33,3 +33,33 @@ int fsync_path(const char* path) {
     close(fd);
     return rc;
 }
+
+const char* file_kind(unsigned mode) {
+    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a pipe (FIFO)" : S_ISCHR(mode) || S_ISBLK(mode) ? "a device"
+         : S_ISSOCK(mode) ? "a socket" : S_ISLNK(mode) ? "a symbolic link" : S_ISREG(mode) ? "a regular file" : "not a regular file";
+}
+
+int open_regular(const char* who, const char* what, const char* path, int* fd, char* err, size_t errlen) {
+    const char* sep = who && *who ? ": " : "";
+    if (!who) who = "";
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);   // (O_NONBLOCK: a FIFO must not block the open)
+    if (*fd < 0) {
+        int e = errno;
+        struct stat ls;
+        if ((e == ENOENT || e == ELOOP) && !lstat(path, &ls) && S_ISLNK(ls.st_mode))
+            snprintf(err, errlen, "%s%s'%s' is a symbolic link to nothing (%s), not %s", who, sep, path,
+                     e == ELOOP ? "a loop of links" : "its target does not exist", what);
+        else snprintf(err, errlen, "%s%scannot open '%s': %s", who, sep, path, strerror(e));
+        return 1;
+    }
+    struct stat st;
+    if (fstat(*fd, &st)) { snprintf(err, errlen, "%s%scannot read '%s': %s", who, sep, path, strerror(errno)); close(*fd); return 1; }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s%s'%s' is %s, not %s", who, sep, path, file_kind(st.st_mode), what);
+        close(*fd);
+        return 1;
+    }
+    int fl = fcntl(*fd, F_GETFL);   // a regular file: blocking reads as usual
+    if (fl >= 0) fcntl(*fd, F_SETFL, fl & ~O_NONBLOCK);
+    return 0;
+}

@@ -4,10 +4,30 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double clock_s(clockid_t id) { struct timespec t; clock_gettime(id, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
+double wall_s(void) { return clock_s(CLOCK_REALTIME); }
+
+double progress_now(void) {
+    static long reads = 0;
+    const char* tick = getenv("RINGLM_TEST_PROGRESS_TICK");
+    return tick && *tick ? atof(tick) * (double)++reads : now_s();
+}
+
+void fmt_duration(double s, char* out, size_t n) {
+    if (!(s >= 0)) s = 0;
+    long long r = (long long)(s + 0.5);
+    if (s < 60) snprintf(out, n, "%.1f s", s);
+    else if (r < 3600) snprintf(out, n, "%lldm%02llds", r / 60, r % 60);
+    else snprintf(out, n, "%lldh%02lldm", r / 3600, r / 60 % 60);
+}
+
+void stdout_lines(void) {
+    if (!isatty(STDOUT_FILENO)) setvbuf(stdout, NULL, _IOLBF, 0);
+}
 
 int cmp_str(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
 int cmp_double(const void* a, const void* b) {

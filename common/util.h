@@ -20,7 +20,16 @@ static inline uint64_t fnv1a64(const char* s) {
 }
 
 double now_s(void);   // monotonic wall clock, seconds
+// the clock of progress lines (elapsed times, ETAs): now_s(); with RINGLM_TEST_PROGRESS_TICK=S (tests) a counter that
+// advances S seconds per reading, so that the tests of progress lines do not depend on the machine's speed
+double progress_now(void);
+// "42.0 s", "12m05s", "3h07m": a duration for progress lines
+void fmt_duration(double s, char* out, size_t n);
+// stdout line-buffered when it is not a terminal (a file, a pipe, mpirun's forwarding), so that each line appears
+// when it is printed; every program calls it first
+void stdout_lines(void);
 double cpu_s(void);   // CPU time of the whole process (all threads), seconds
+double wall_s(void);  // the real-time clock, seconds since the epoch (TensorBoard's wall times)
 
 int cmp_str(const void* a, const void* b);        // qsort comparator for an array of char*
 int cmp_double(const void* a, const void* b);     // qsort comparator for an array of double

@@ -2,14 +2,21 @@
 // numbers, null, booleans, or objects of numbers (documents / tokens / shards).
 #include "data/meta.h"
 
+#include "common/files.h"
+
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <glob.h>
 #include <libgen.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define ERR(...) do { snprintf(err, errlen, __VA_ARGS__); return 1; } while (0)
 
@@ -100,12 +107,13 @@ static int skip(Cur* c, int depth) {
     return jnum(c, &d);
 }
 
-// an integer value or null (-1) into *v
-static int jint(Cur* c, long long* v, int* bad) {
+// an integer value in [0, max] or null (-1) into *v
+static int jint(Cur* c, long long* v, long long max, int* bad) {
     ws(c);
     if (!word(c, "null")) { *v = -1; return 0; }
     double d;
-    if (jnum(c, &d) || d != (double)(long long)d || d < 0) { *bad = 1; return 1; }
+    // (a double above 2^53 is no exact count, and its conversion to an integer would be undefined)
+    if (jnum(c, &d) || !(d >= 0 && d <= (double)max && d <= 9007199254740992.0) || d != (double)(long long)d) { *bad = 1; return 1; }
     *v = (long long)d;
     return 0;
 }
@@ -124,7 +132,7 @@ static int split_pair(Cur* c, long long v[2]) {
         if (c->s[c->i++] != ':') return 1;
         int bad = 0;
         long long x;
-        if (!strcmp(k, "train") || !strcmp(k, "val")) { if (jint(c, &x, &bad)) return 1; v[strcmp(k, "train") ? 1 : 0] = x; }
+        if (!strcmp(k, "train") || !strcmp(k, "val")) { if (jint(c, &x, LLONG_MAX, &bad)) return 1; v[strcmp(k, "train") ? 1 : 0] = x; }
         else if (skip(c, 1)) return 1;
         ws(c);
         if (c->s[c->i] == ',') c->i++;
@@ -134,7 +142,7 @@ static int split_pair(Cur* c, long long v[2]) {
 int data_meta_parse(const char* text, const char* where, DataMeta* m, char* err, size_t errlen) {
     memset(m, 0, sizeof *m);
     m->vocab_size = m->eod_id = m->bos_id = -1;
-    m->docs[0] = m->docs[1] = m->tokens[0] = m->tokens[1] = -1;
+    m->docs[0] = m->docs[1] = m->tokens[0] = m->tokens[1] = m->shards[0] = m->shards[1] = -1;
     snprintf(m->path, sizeof m->path, "%s", where);
     Cur c = { text, 0 };
     char key[64], fmt[64] = "";
@@ -153,13 +161,18 @@ int data_meta_parse(const char* text, const char* where, DataMeta* m, char* err,
         else if (!strcmp(key, "tokenizer")) fail = jstr(&c, m->tokenizer, sizeof m->tokenizer);
         else if (!strcmp(key, "tokenizer_sha256")) fail = word(&c, "null") && jstr(&c, m->sha256, sizeof m->sha256);
         else if (!strcmp(key, "dtype")) fail = jstr(&c, m->dtype, sizeof m->dtype);
-        else if (!strcmp(key, "vocab_size")) { fail = jint(&c, &v, &bad); m->vocab_size = (int)v; }
-        else if (!strcmp(key, "eod_id")) { fail = jint(&c, &v, &bad); m->eod_id = (int)v; }
-        else if (!strcmp(key, "bos_id")) { fail = jint(&c, &v, &bad); m->bos_id = (int)v; }
+        else if (!strcmp(key, "vocab_size")) { fail = jint(&c, &v, INT_MAX, &bad); m->vocab_size = (int)v; }
+        else if (!strcmp(key, "eod_id")) { fail = jint(&c, &v, INT_MAX, &bad); m->eod_id = (int)v; }
+        else if (!strcmp(key, "bos_id")) { fail = jint(&c, &v, INT_MAX, &bad); m->bos_id = (int)v; }
         else if (!strcmp(key, "documents")) fail = split_pair(&c, m->docs);
         else if (!strcmp(key, "tokens")) fail = split_pair(&c, m->tokens);
+        else if (!strcmp(key, "shards")) fail = split_pair(&c, m->shards);
         else fail = skip(&c, 0);
-        if (fail) ERR("%s: bad value of \"%s\" near byte %zu%s", where, key, c.i, bad ? " (expected a whole number >= 0 or null)" : "");
+        if (fail && bad && (!strcmp(key, "vocab_size") || !strcmp(key, "eod_id") || !strcmp(key, "bos_id")))
+            ERR("%s: bad value of \"%s\" near byte %zu (expected a whole number in [0, %d] or null)", where, key, c.i, INT_MAX);
+        int pair = !strcmp(key, "documents") || !strcmp(key, "tokens") || !strcmp(key, "shards");
+        if (fail) ERR("%s: bad value of \"%s\" near byte %zu%s", where, key, c.i, pair ? " (expected {\"train\": N, \"val\": N}, "
+                      "whole numbers >= 0 or null)" : bad ? " (expected a whole number >= 0 or null)" : "");
         ws(&c);
         if (c.s[c.i] == ',') { c.i++; continue; }
         if (c.s[c.i] == '}') { c.i++; break; }
@@ -174,15 +187,48 @@ int data_meta_parse(const char* text, const char* where, DataMeta* m, char* err,
     return 0;
 }
 
-static char* slurp(const char* path, size_t max) {
-    FILE* f = fopen(path, "rb");
-    if (!f) return NULL;
-    char* b = malloc(max + 1);
-    size_t n = b ? fread(b, 1, max, f) : 0;
-    fclose(f);
-    if (!b) return NULL;
-    b[n] = 0;
-    return b;
+// the shards DIR/SPLIT_*.bin: how many, and the tokens their headers count; 0, or 1 + err for one that is not a
+// regular file. *ok = 0 when a header does not read as a shard's (the loader names that file when it opens it).
+static int split_counts(const char* dir, const char* split, long long* files, long long* tokens, int* ok, char* err,
+                        size_t errlen) {
+    *files = *tokens = 0;
+    DIR* d = opendir(dir);
+    if (!d) return 0;
+    char pat[32], p[1400];
+    snprintf(pat, sizeof pat, "%s_*.bin", split);
+    struct dirent* e;
+    int fail = 0;
+    while (!fail && (e = readdir(d))) {
+        if (fnmatch(pat, e->d_name, 0)) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        int fd;
+        if (open_regular(NULL, "a regular file (a shard)", p, &fd, err, errlen)) { fail = 1; break; }
+        int32_t h[3];
+        if (pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h || (h[0] != 20240520 && h[0] != 20240521) || h[2] < 0) *ok = 0;
+        else *tokens += h[2];
+        close(fd);
+        ++*files;
+    }
+    closedir(d);
+    return fail;
+}
+
+// the directory's train_*.bin and val_*.bin against the counts its meta.json gives (when it gives them)
+static int check_counts(const char* dir, const DataMeta* m, char* err, size_t errlen) {
+    static const char* SPLIT[2] = { "train", "val" };
+    for (int s = 0; s < 2; s++) {
+        if (m->shards[s] < 0 && m->tokens[s] < 0) continue;
+        long long files, tokens;
+        int ok = 1;
+        if (split_counts(dir, SPLIT[s], &files, &tokens, &ok, err, errlen)) return 1;
+        if (!ok) continue;
+        if ((m->shards[s] >= 0 && files != m->shards[s]) || (m->tokens[s] >= 0 && tokens != m->tokens[s]))
+            ERR("%s says %lld %s shard%s of %lld tokens, but '%s' holds %lld %s_*.bin of %lld tokens: the directory "
+                "changed after it was prepared (a shard added, removed or rewritten); prepare it again, or set data_meta "
+                "= 0 to ignore meta.json", m->path, m->shards[s], SPLIT[s], m->shards[s] == 1 ? "" : "s", m->tokens[s],
+                dir, files, SPLIT[s], tokens);
+    }
+    return 0;
 }
 
 static int read_dir(const char* dir, DataMeta* m, int* found, char* err, size_t errlen) {
@@ -190,12 +236,24 @@ static int read_dir(const char* dir, DataMeta* m, int* found, char* err, size_t 
     snprintf(p, sizeof p, "%s/meta.json", dir);
     struct stat st;
     *found = 0;
-    if (stat(p, &st) != 0) return 0;
-    if (st.st_size > (1 << 20)) ERR("%s is larger than 1 MiB: not a data description", p);
-    char* t = slurp(p, (size_t)st.st_size);
-    if (!t) ERR("cannot read %s: %s", p, strerror(errno));
+    if (lstat(p, &st) != 0) return 0;   // none (a link to nothing is said below)
+    int fd;
+    if (open_regular(NULL, "a regular file (a data description)", p, &fd, err, errlen)) return 1;
+    size_t max = 1 << 20, n = 0;
+    char* t = malloc(max + 2);
+    if (!t) { close(fd); ERR("out of memory reading %s", p); }
+    for (;;) {   // at most 1 MiB (+ 1 byte: then it is too large)
+        ssize_t k = read(fd, t + n, max + 1 - n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) { int e = errno; free(t); close(fd); ERR("cannot read %s: %s", p, strerror(e)); }
+        if (k == 0 || (n += (size_t)k) > max) break;
+    }
+    close(fd);
+    if (n > max) { free(t); ERR("%s is larger than 1 MiB: not a data description", p); }
+    t[n] = 0;
     int fail = data_meta_parse(t, p, m, err, errlen);
     free(t);
+    if (!fail && check_counts(dir, m, err, errlen)) { data_meta_free(m); fail = 1; }
     if (!fail) { m->found = 1; *found = 1; }
     return fail;
 }

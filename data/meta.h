@@ -16,14 +16,15 @@ typedef struct {
     char sha256[72];              // tokenizer_sha256 ("" for null)
     int vocab_size, eod_id, bos_id;   // -1: absent or null
     char dtype[16];
-    long long docs[2], tokens[2];     // [train, val]; -1 when absent
+    long long docs[2], tokens[2], shards[2];   // [train, val]; -1 when absent
     char* text;                   // the file's text (NUL-terminated, malloc'd), for checkpoints
 } DataMeta;
 
 // Read the meta.json of the directory (or directories) that a shard pattern or path names: DIR/train_*.bin, a shard
 // file, or a directory. With several directories (a glob over directories) every one that has a meta.json must
 // describe the same tokens (tokenizer, hash, vocab_size, eod_id); without any, found = 0. 1 + err for a meta.json
-// that is not valid JSON of this format, or directories that disagree.
+// that is not valid JSON of this format, not a regular file (a FIFO, a directory, a link to nothing), or whose
+// shard and token counts differ from the directory's train_*.bin / val_*.bin; or directories that disagree.
 int data_meta_read(const char* pattern, DataMeta* m, char* err, size_t errlen);
 // Parse meta.json text (e.g. a checkpoint's data_meta attribute; `where` names it in errors).
 int data_meta_parse(const char* text, const char* where, DataMeta* m, char* err, size_t errlen);

@@ -24,7 +24,7 @@ int pack_mode(const char* s) {
 const char* pack_mode_name(int m) { return m == PACK_DOC_START ? "doc_start" : m == PACK_BEST_FIT ? "best_fit" : "stream"; }
 
 // ---- documents: starts at eod tokens (and at source boundaries) ----
-typedef struct { int64_t* start; int64_t* len; int* src; int64_t n, cap; } Docs;
+typedef struct { int64_t* start; int64_t* len; int* src; int64_t n, cap, eods; } Docs;   // eods: eod tokens seen
 
 static int docs_add(Docs* d, int64_t s, int64_t len, int src) {
     if (d->n == d->cap) {
@@ -56,6 +56,7 @@ static int docs_scan(Docs* d, int eod, int64_t n_tokens, const int64_t* src_firs
         for (int64_t i = 0; i < n; i++) {
             int64_t p = pos + i;
             int at_src = n_src > 1 && s + 1 < n_src && p == src_first[s + 1];
+            d->eods += buf[i] == eod;
             if ((buf[i] == eod || at_src) && p > cur) {
                 if (docs_add(d, cur, p - cur, s)) { free(buf); return pk_fail(err, errlen, "out of memory reading documents"); }
                 cur = p;
@@ -213,7 +214,7 @@ out:
 }
 
 // ---- statistics of a finished table ----
-static void table_stats(Pack* p, const Docs* d, int W) {
+static void table_stats(Pack* p, const Docs* d, int W, const int64_t* uses) {
     PackStats* st = &p->st;
     st->windows = p->n_win; st->slots = p->n_win * (int64_t)W;
     int64_t filled = 0;
@@ -229,13 +230,16 @@ static void table_stats(Pack* p, const Docs* d, int W) {
             if (d->start[lo] == x && d->len[lo] == p->seg[s].len) whole[lo] = 1;
             st->src_used[d->src[lo] < 8 ? d->src[lo] : 7] += p->seg[s].len - 1;   // targets inside the segment
         }
-        for (int64_t i = 0; i < d->n; i++) if (d->len[i] <= W && !whole[i]) st->short_cut++;
+        for (int64_t i = 0; i < d->n; i++) {
+            if (!uses[i]) { st->left_out++; continue; }   // (the weights left it out: not cut)
+            if (d->len[i] <= W && !whole[i]) st->short_cut++;
+        }
         free(whole);
     }
 }
 
 static void doc_stats(PackStats* st, const Docs* d, int W, int n_src, int64_t n_tokens) {
-    st->docs = d->n; st->n_src = n_src < 8 ? n_src : 8;
+    st->docs = d->n; st->n_src = n_src < 8 ? n_src : 8; st->eods = d->eods;
     int64_t T = W - 1, nwin = (n_tokens - 1) / T;
     for (int64_t i = 0; i < d->n; i++) {
         st->docs_short += d->len[i] <= W;
@@ -245,6 +249,12 @@ static void doc_stats(PackStats* st, const Docs* d, int W, int n_src, int64_t n_
         }
         st->src_tokens[d->src[i] < 8 ? d->src[i] : 7] += (double)(d->len[i] - 1);
     }
+}
+
+// bytes as "12.3 MiB" or "4.56 GiB"
+static void mib_gib(double b, char* out, size_t n) {
+    if (b < 1073741824.0) snprintf(out, n, "%.1f MiB", b / 1048576.0);
+    else snprintf(out, n, "%.2f GiB", b / 1073741824.0);
 }
 
 int pack_build(Pack* p, const PackOpts* o, int64_t n_tokens, PackRead rd, void* ctx, char* err, size_t errlen) {
@@ -259,26 +269,49 @@ int pack_build(Pack* p, const PackOpts* o, int64_t n_tokens, PackRead rd, void* 
     const int64_t* sf = o->n_src > 1 ? o->src_first : src0;
     int nsrc = o->n_src > 1 ? o->n_src : 1;
     if (docs_scan(&d, o->eod, n_tokens, sf, nsrc, rd, ctx, err, errlen)) { docs_free(&d); return 1; }
-    // the visiting order, with upsampling's repeats
+    // the visiting order, with upsampling's repeats: each document's uses first (a plan: what the table will need)
     int up = o->factor != 1.0;
-    for (int s = 0; s < nsrc && o->weight; s++) up |= o->weight[s] != 1.0;
-    int64_t n = 0, cap = d.n + 16;
-    int64_t* order = malloc((size_t)cap * sizeof(int64_t));
-    int rc = !order;
-    for (int64_t i = 0; i < d.n && !rc; i++) {
+    double most = o->factor;   // the largest number of uses of one document
+    for (int s = 0; s < nsrc && o->weight; s++) {
+        up |= o->weight[s] != 1.0;
+        if (o->weight[s] * (o->factor > 1 ? o->factor : 1) > most) most = o->weight[s] * (o->factor > 1 ? o->factor : 1);
+    }
+    if (most > PACK_MAX_USES) {
+        docs_free(&d);
+        return pk_fail(err, errlen, "pack: a source weight times upsample_factor uses a document up to %g times, more than "
+                       "%d: lower the weights ('GLOB@W') or upsample_factor", most, PACK_MAX_USES);
+    }
+    int64_t* uses = malloc((size_t)(d.n ? d.n : 1) * sizeof(int64_t)), ndocs = d.n;
+    int64_t n = 0, segs = 0;
+    for (int64_t i = 0; uses && i < d.n; i++) {
         double m = (o->weight ? o->weight[d.src[i]] : 1.0) * (d.len[i] > o->threshold ? o->factor : 1.0);
         int64_t k = (int64_t)floor(m);
         double u = (double)(mix64(o->seed ^ mix64((uint64_t)i + 0x51ED)) >> 11) * 0x1.0p-53;
         if (u < m - (double)k) k++;
-        if (n + k > cap) {
-            cap = 2 * (n + k);
-            int64_t* x = realloc(order, (size_t)cap * sizeof(int64_t));
-            if (!x) { rc = 1; break; }
-            order = x;
-        }
-        for (int64_t j = 0; j < k; j++) order[n++] = i;
+        uses[i] = k;
+        n += k;
+        segs += k * (d.len[i] > W ? (d.len[i] - 1) / o->T + 1 : 1);
     }
-    if (!rc && up) {   // a seeded permutation (Fisher-Yates) spreads the repeats
+    // bytes: the order (8 per use), the segments (16 each, and best_fit's 40 per segment of a round), the windows
+    double need = 8.0 * (double)n + 56.0 * (double)segs + 8.0 * (double)segs;
+    double avail = o->max_bytes > 0 ? o->max_bytes : meminfo_bytes("MemAvailable");
+    char needs[32], avails[32];
+    mib_gib(need, needs, sizeof needs);
+    mib_gib(avail, avails, sizeof avails);
+    if (uses && avail > 0 && need > avail) {
+        free(uses); docs_free(&d);
+        return pk_fail(err, errlen, "pack: %lld uses of %lld documents (source weights and upsample_factor) need about %s "
+                       "for the table of windows, more than the %s available: lower the weights ('GLOB@W') or "
+                       "upsample_factor", (long long)n, (long long)ndocs, needs, avails);
+    }
+    int64_t* order = uses ? malloc((size_t)(n ? n : 1) * sizeof(int64_t)) : NULL;
+    if (!order) {
+        free(uses); docs_free(&d);
+        return pk_fail(err, errlen, "out of memory packing %lld uses of %lld documents (about %s)", (long long)n,
+                       (long long)ndocs, needs);
+    }
+    for (int64_t i = 0, j = 0; i < d.n; i++) for (int64_t r = 0; r < uses[i]; r++) order[j++] = i;
+    if (up) {   // a seeded permutation (Fisher-Yates) spreads the repeats
         uint64_t x = mix64(o->seed ^ 0xD0C5);
         for (int64_t i = n - 1; i > 0; i--) {
             x = mix64(x);
@@ -286,14 +319,18 @@ int pack_build(Pack* p, const PackOpts* o, int64_t n_tokens, PackRead rd, void* 
             order[i] = order[j]; order[j] = tmp;
         }
     }
-    if (rc) { free(order); docs_free(&d); return pk_fail(err, errlen, "out of memory packing %lld documents", (long long)d.n); }
-    if (n == 0) { free(order); docs_free(&d); return pk_fail(err, errlen, "pack: upsampling leaves no document to train on"); }
+    if (n == 0) { free(order); free(uses); docs_free(&d); return pk_fail(err, errlen, "pack: the source weights and upsampling leave no document to train on (a weight below 1 "
+                                   "uses each document with that probability)"); }
     Table t = { p, 0, 0, 0 };
-    rc = o->mode == PACK_DOC_START ? build_doc_start(&t, &d, order, n, W) : build_best_fit(&t, &d, order, n, W, o->buffer > 0 ? o->buffer : 1);
+    int rc = o->mode == PACK_DOC_START ? build_doc_start(&t, &d, order, n, W) : build_best_fit(&t, &d, order, n, W, o->buffer > 0 ? o->buffer : 1);
     if (!rc && p->n_win == 0) rc = 1;
-    if (!rc) { doc_stats(&p->st, &d, W, nsrc, n_tokens); table_stats(p, &d, W); }
-    free(order); docs_free(&d);
-    if (rc) { pack_free(p); return pk_fail(err, errlen, "out of memory packing windows"); }
+    if (!rc) { doc_stats(&p->st, &d, W, nsrc, n_tokens); table_stats(p, &d, W, uses); }
+    free(order); free(uses); docs_free(&d);
+    if (rc) {
+        pack_free(p);
+        return pk_fail(err, errlen, "out of memory packing the windows of %lld uses of %lld documents (about %s)",
+                       (long long)n, (long long)ndocs, needs);
+    }
     return 0;
 }
 

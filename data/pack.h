@@ -36,6 +36,8 @@ typedef struct {
     int64_t windows, slots, pad;        // windows, their slots (windows x (T + 1)), padding slots
     int64_t repeated;                   // slots holding a token a second time (doc_start's cut fillers)
     int64_t used_tokens;                // document tokens placed (with upsampling's repeats)
+    int64_t left_out;                   // documents the source weights (below 1) leave out: never placed, not cut
+    int64_t eods;                       // end-of-document tokens in the stream (none: each source is one document)
     double src_tokens[8], src_used[8];  // per source: targets inside its documents, and inside the placed segments
     int n_src;
 } PackStats;
@@ -57,12 +59,17 @@ typedef struct {
     const int64_t* src_first;    // [n_src + 1]: source s covers stream tokens [src_first[s], src_first[s + 1])
     int n_src;
     uint64_t seed;
+    double max_bytes;            // the memory the table may take (0: the host's MemAvailable); a plan past it is refused
 } PackOpts;
+
+// A document is used at most this many times (source weight times upsample_factor).
+#define PACK_MAX_USES 1000
 
 // read_fn(ctx, pos, n, out) reads stream tokens [pos, pos + n) as int32 (0 or non-zero with its own error).
 typedef int (*PackRead)(void* ctx, int64_t pos, int64_t n, int32_t* out);
 
-// Build the table from a stream of n_tokens. 0, or 1 with one line in err.
+// Build the table from a stream of n_tokens. 0, or 1 with one line in err (also when the documents' uses, planned
+// first, would need more memory than max_bytes: the message says how much).
 int pack_build(Pack* p, const PackOpts* o, int64_t n_tokens, PackRead read_fn, void* ctx, char* err, size_t errlen);
 void pack_free(Pack* p);
 // The same statistics for plain stream windows (window i = tokens [iT, iT + T]) of the documents.

@@ -27,6 +27,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fnmatch.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,8 +221,19 @@ typedef struct { char* key; int first, n_files; int val; double u; } Doc;
 typedef struct {
     StrList files;                       // every text file, in document order
     Doc* docs; int n_docs, cap_docs;
-    int skip_binary, skip_empty, skip_symlink, skip_hidden, skip_other;
+    int skip_binary, skip_empty, skip_symlink, skip_hidden, skip_other, skip_output;
 } Corpus;
+
+// the output directory (when it exists already): its own data files are never input (a --force run over a
+// directory that holds DIR would otherwise read the meta.json and shards it replaces)
+static struct stat g_out;
+static int g_out_known;
+static int is_output_file(const char* dir, const char* name) {
+    struct stat st;
+    if (!g_out_known || (strcmp(name, "meta.json") && fnmatch("train_*.bin", name, 0) && fnmatch("val_*.bin", name, 0)))
+        return 0;
+    return !stat(dir, &st) && st.st_dev == g_out.st_dev && st.st_ino == g_out.st_ino;
+}
 
 static void doc_begin(Corpus* c, const char* key) {
     if (c->n_docs == c->cap_docs) {
@@ -274,6 +286,7 @@ static void walk(Corpus* c, const char* dir, const char* key, int doc_per_file) 
         struct stat st;
         if (lstat(path, &st) != 0) die("cannot read '%s': %s", path, strerror(errno));
         if (S_ISLNK(st.st_mode)) c->skip_symlink++;
+        else if (S_ISREG(st.st_mode) && is_output_file(dir, names.v[i])) c->skip_output++;
         else if (S_ISDIR(st.st_mode)) {
             if (names.v[i][0] == '.') c->skip_hidden++;
             else walk(c, path, sub, doc_per_file);
@@ -304,6 +317,12 @@ static void collect(Corpus* c, const Options* o) {
         struct stat st;
         if (stat(p, &st) != 0) die("cannot read '%s': %s", p, strerror(errno));
         char* key = root_key(p);
+        char* pdir = xstrdup(p);
+        char* slash = strrchr(pdir, '/');
+        if (slash) *slash = 0;
+        if (S_ISREG(st.st_mode) && is_output_file(slash ? (*pdir ? pdir : "/") : ".", slash ? slash + 1 : p))
+            die("'%s' is one of the output directory's own files, which this run replaces: give the text to prepare", p);
+        free(pdir);
         if (S_ISREG(st.st_mode)) {
             doc_begin(c, key);
             if (is_text_file(c, p)) strs_add(&c->files, p);
@@ -639,12 +658,53 @@ static void print_doc_lengths(const char* out, int n_shards, int64_t window) {
     free(pat);
 }
 
+#define VAL_FEW_DOCS 8   // a held-out split of fewer documents gets a warning
+// .prepare-PID.tmp / .prepare-PID.old in dir left by a build/prepare that no longer runs (killed): named on stderr,
+// never deleted (this run did not write them)
+static void note_leftovers(const char* dir) {
+    DIR* d = opendir(dir);
+    if (!d) return;
+    struct dirent* e;
+    while ((e = readdir(d))) {
+        int pid = 0, n = 0;
+        char kind[8] = "";
+        if (sscanf(e->d_name, ".prepare-%d.%3[a-z]%n", &pid, kind, &n) != 2 || e->d_name[n] || pid <= 0 || pid == (int)getpid() ||
+            (strcmp(kind, "tmp") && strcmp(kind, "old")))
+            continue;
+        if (kill(pid, 0) == 0 || errno != ESRCH) continue;   // its prepare still runs
+        char* p = join(dir, e->d_name);
+        long long bytes = 0;
+        DIR* sd = opendir(p);
+        struct dirent* f;
+        while (sd && (f = readdir(sd))) {
+            struct stat st;
+            char* q = join(p, f->d_name);
+            if (!lstat(q, &st) && S_ISREG(st.st_mode)) bytes += st.st_size;
+            free(q);
+        }
+        if (sd) closedir(sd);
+        if (!strcmp(kind, "tmp"))
+            fprintf(stderr, "prepare: note: '%s' is left from a build/prepare that was killed (pid %d no longer runs): "
+                    "%.1f MiB of unfinished shards; remove it (rm -r)\n", p, pid, bytes / 1048576.0);
+        else
+            fprintf(stderr, "prepare: note: '%s' holds the files a killed build/prepare --force (pid %d) had set aside "
+                    "(%.1f MiB): move them back into '%s' if it lacks its shards or meta.json, else remove it (rm -r)\n",
+                    p, pid, bytes / 1048576.0, dir);
+        free(p);
+    }
+    closedir(d);
+}
+
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     Options o = parse_args(argc, argv);
     Corpus c = {0};
+    g_out_known = stat(o.out, &g_out) == 0 && S_ISDIR(g_out.st_mode);
+    if (g_out_known) note_leftovers(o.out);
     collect(&c, &o);
     if (c.n_docs == 0)
-        die("no documents found in the given paths (empty and binary files, symlinks and hidden directories are skipped)");
+        die("no documents found in the given paths (empty and binary files, symlinks and hidden directories are skipped%s)",
+            c.skip_output ? ", and the output directory's own meta.json and shards are never input" : "");
     refuse_duplicates(&c);
     assign(&c, o.val_frac, o.seed);
     make_out_dir(o.out);
@@ -671,9 +731,16 @@ int main(int argc, char** argv) {
     if (rmdir(staging) == 0) g_staging = NULL;
 
     printf("prepare: %d documents from %d files (skipped: binary %d, empty %d, symlinks %d, hidden dirs %d, "
-           "other %d)\n", c.n_docs, c.files.n, c.skip_binary, c.skip_empty, c.skip_symlink, c.skip_hidden, c.skip_other);
+           "other %d", c.n_docs, c.files.n, c.skip_binary, c.skip_empty, c.skip_symlink, c.skip_hidden, c.skip_other);
+    if (c.skip_output) printf(", the output directory's own meta.json and shards %d", c.skip_output);
+    printf(")\n");
     print_split(&train, o.out);
     print_split(&val, o.out);
+    if (o.val_frac > 0 && val.n_docs < VAL_FEW_DOCS)   // asked for a held-out split, got one too small to compare with
+        printf("WARNING: the held-out split has only %d document%s (--val-frac %g of %d): a validation loss or a "
+               "perplexity by position over so few documents is noisy, and differences between settings may not show; "
+               "give more documents (more paths, or --doc-per file) or a larger --val-frac\n", val.n_docs,
+               val.n_docs == 1 ? "" : "s", o.val_frac, c.n_docs);
     if (o.doc_lengths >= 0) print_doc_lengths(o.out, train.n_shards, o.doc_lengths);
     free(train.path); free(val.path);
     corpus_free(&c);

@@ -7,6 +7,7 @@
 //
 // The loader keeps every shard open (one fd each) and reads windows with pread, so it holds no buffer
 // and any sequence can be fetched at any time, from any thread that owns its output buffer.
+#include "common/files.h"
 #include "common/util.h"
 #include "data/shards.h"
 
@@ -145,22 +146,47 @@ static void paths_free(PathList* pl) {
 }
 
 
-static int list_dir(Loader* ld, const char* dir, PathList* pl) {
+// a directory: its *.bin shards; a prepared one (it holds a meta.json, as build/prepare and tools/prepare_hf write)
+// means one split: its SPLIT_*.bin (train_data: the training split, never val_*.bin)
+static int list_dir(Loader* ld, const char* dir, const char* split, PathList* pl) {
     DIR* d = opendir(dir);
     if (!d) return ld_fail(ld, "cannot open directory '%s': %s", dir, strerror(errno));
     struct dirent* e;
     size_t dl = strlen(dir);
     const char* sep = (dl > 0 && dir[dl - 1] == '/') ? "" : "/";
-    char path[4096];
+    char path[4096], prefix[32];
+    snprintf(path, sizeof path, "%s%smeta.json", dir, sep);
+    struct stat st;
+    int prepared = lstat(path, &st) == 0;
+    char want[8];   // "val|train": the first split the directory has
+    char alts[8] = "";
+    const char* bar = strchr(split, '|');
+    snprintf(want, sizeof want, "%.*s", (int)(bar ? bar - split : (long)strlen(split)), split);
+    if (bar) snprintf(alts, sizeof alts, "%.7s", bar + 1);
+    const char* alt = alts[0] ? alts : NULL;
+    if (prepared && alt) {
+        int have = 0;
+        snprintf(prefix, sizeof prefix, "%s_", want);
+        for (struct dirent* x; !have && (x = readdir(d));) have = !strncmp(x->d_name, prefix, strlen(prefix)) && ends_with(x->d_name, ".bin");
+        rewinddir(d);
+        if (!have) snprintf(want, sizeof want, "%s", alt);
+    }
+    if (prepared) snprintf(ld->split, sizeof ld->split, "%s", want);
+    split = want;
+    snprintf(prefix, sizeof prefix, "%s_", split);
     int rc = 0;
     while (rc == 0 && (e = readdir(d))) {
         if (e->d_name[0] == '.' || !ends_with(e->d_name, ".bin")) continue;
+        if (prepared && strncmp(e->d_name, prefix, strlen(prefix))) continue;
         snprintf(path, sizeof(path), "%s%s%s", dir, sep, e->d_name);
-        struct stat st;
         if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
         if (paths_add(pl, path) != 0) rc = ld_fail(ld, "out of memory listing '%s'", dir);
     }
     closedir(d);
+    if (rc == 0 && pl->n == 0 && prepared)
+        return ld_fail(ld, "'%s' holds a meta.json but no %s_*.bin: a prepared directory means its %s split (prepared "
+                       "with --val-frac 0?); give the shards' pattern instead", dir, split,
+                       !strcmp(split, "train") ? "training" : "validation");
     if (rc == 0 && pl->n == 0) return ld_fail(ld, "no *.bin shards in directory '%s'", dir);
     if (pl->n > 1) qsort(pl->v, (size_t)pl->n, sizeof(char*), cmp_str);
     return rc;
@@ -178,10 +204,10 @@ static int list_glob(Loader* ld, const char* pattern, PathList* pl) {
     return rc;
 }
 
-static int list_shards(Loader* ld, const char* pattern, PathList* pl) {
+static int list_shards(Loader* ld, const char* pattern, const char* split, PathList* pl) {
     struct stat st;
     if (stat(pattern, &st) == 0) {
-        if (S_ISDIR(st.st_mode)) return list_dir(ld, pattern, pl);
+        if (S_ISDIR(st.st_mode)) return list_dir(ld, pattern, split, pl);
         if (paths_add(pl, pattern) != 0) return ld_fail(ld, "out of memory");
         return 0;
     }
@@ -198,13 +224,12 @@ static int shard_open(Loader* ld, const char* path, Shard* sh) {
     size_t len = strlen(path);
     if (len >= sizeof(sh->path)) return ld_fail(ld, "shard path too long: '%s'", path);
     memcpy(sh->path, path, len + 1);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ld_fail(ld, "cannot open shard '%s': %s", path, strerror(errno));
+    int fd;
+    char e[1200];
+    if (open_regular(NULL, "a regular file (a shard)", path, &fd, e, sizeof e)) return ld_fail(ld, "%s", e);
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ld_fail(ld, "shard '%s' is not a regular file", path);
-    }
+    if (fstat(fd, &st) != 0) { close(fd); return ld_fail(ld, "cannot read shard '%s': %s", path, strerror(errno)); }
+    sh->dev = st.st_dev; sh->ino = st.st_ino;
     int64_t size = (int64_t)st.st_size;
     int32_t h[SHARD_HEADER_INTS];
     if (size < SHARD_HEADER_BYTES || pread_full(fd, h, SHARD_HEADER_BYTES, 0) != SHARD_HEADER_BYTES) {
@@ -245,9 +270,9 @@ void loader_close(Loader* ld) {
 }
 
 // one source's shards, appended to ld->shards
-static int open_source(Loader* ld, const char* pattern) {
+static int open_source(Loader* ld, const char* pattern, const char* split) {
     PathList pl = {0};
-    if (list_shards(ld, pattern, &pl) != 0) { paths_free(&pl); return -1; }
+    if (list_shards(ld, pattern, split, &pl) != 0) { paths_free(&pl); return -1; }
     Shard* sh = realloc(ld->shards, (size_t)(ld->n_shards + pl.n) * sizeof(Shard));
     if (!sh) { paths_free(&pl); return ld_fail(ld, "out of memory opening '%s'", pattern); }
     ld->shards = sh;
@@ -264,7 +289,30 @@ static int open_source(Loader* ld, const char* pattern) {
     return rc;
 }
 
+// the same file (device and inode: also through a link) as two shards of the stream; 0 when none
+static int refuse_twice(Loader* ld, const char* pattern) {
+    for (int i = 0; i < ld->n_shards; i++)
+        for (int j = i + 1; j < ld->n_shards; j++) {
+            const Shard *a = &ld->shards[i], *b = &ld->shards[j];
+            if (a->dev != b->dev || a->ino != b->ino) continue;
+            int sa = 0, sb = 0;
+            while (sa + 1 < ld->n_src && ld->src_first[sa + 1] <= a->first) sa++;
+            while (sb + 1 < ld->n_src && ld->src_first[sb + 1] <= b->first) sb++;
+            if (sa != sb)
+                return ld_fail(ld, "'%s' is in '%s' twice (sources %d and %d): each shard is read once; a source's "
+                               "weight ('GLOB@W') uses it more often", b->path, pattern, sa + 1, sb + 1);
+            return ld_fail(ld, "'%s' and '%s' are the same file (a link): its tokens would be in the stream twice; give "
+                           "each shard once", a->path, b->path);
+        }
+    return 0;
+}
+
 int loader_open(Loader* ld, const char* pattern, int seq_len, int vocab_size, int shuffle, uint64_t seed) {
+    return loader_open_split(ld, pattern, "train", seq_len, vocab_size, shuffle, seed);
+}
+
+int loader_open_split(Loader* ld, const char* pattern, const char* split, int seq_len, int vocab_size, int shuffle,
+                      uint64_t seed) {
     memset(ld, 0, sizeof(*ld));
     ld->seq_len = seq_len;
     ld->shuffle = shuffle;
@@ -295,11 +343,12 @@ int loader_open(Loader* ld, const char* pattern, int seq_len, int vocab_size, in
         if (!part[0]) { rc = ld_fail(ld, "an empty source in '%s'", pattern); break; }
         ld->weight[ld->n_src] = w;
         ld->src_first[ld->n_src] = ld->n_tokens;
-        if ((rc = open_source(ld, part)) != 0) break;
+        if ((rc = open_source(ld, part, split)) != 0) break;
         ld->n_src++;
         ld->src_first[ld->n_src] = ld->n_tokens;
         p = semi ? semi + 1 : NULL;
     } while (p);
+    if (rc == 0) rc = refuse_twice(ld, pattern);
     if (rc == 0 && ld->n_tokens < (int64_t)seq_len + 1)
         rc = ld_fail(ld, "'%s' has %lld tokens, fewer than seq_len + 1 = %lld needed for one sequence",
                      pattern, (long long)ld->n_tokens, (long long)seq_len + 1);
@@ -315,10 +364,11 @@ int loader_weighted(const Loader* ld) {
 
 int loader_read_fn(void* ld, int64_t pos, int64_t n, int32_t* out) { return loader_read(ld, pos, n, out); }
 
-int loader_pack(Loader* ld, int mode, int eod, int buffer, int64_t upsample_len, double upsample_factor) {
+int loader_pack(Loader* ld, int mode, int eod, int buffer, int64_t upsample_len, double upsample_factor, double max_bytes) {
     PackOpts o = { .mode = mode, .T = ld->seq_len, .eod = eod, .buffer = buffer,
                    .threshold = upsample_len > 0 ? upsample_len : INT64_MAX, .factor = upsample_len > 0 ? upsample_factor : 1.0,
-                   .weight = ld->weight, .src_first = ld->src_first, .n_src = ld->n_src, .seed = ld->seed };
+                   .weight = ld->weight, .src_first = ld->src_first, .n_src = ld->n_src, .seed = ld->seed,
+                   .max_bytes = max_bytes };
     char e[600] = "";
     ld->err[0] = 0;
     if (pack_build(&ld->pack, &o, ld->n_tokens, loader_read_fn, ld, e, sizeof e)) {

@@ -30,6 +30,7 @@ typedef struct {
     int token_bytes;     // 2 or 4
     int64_t first;       // index of this shard's first token in the concatenated stream
     int fd;
+    uint64_t dev, ino;   // the file's identity (the same file twice is refused)
 } Shard;
 
 typedef struct {
@@ -48,18 +49,26 @@ typedef struct {
     char src_pattern[LOADER_MAX_SOURCES][256];
     Pack pack;           // pack.n_win > 0: sequences are the packed windows (loader_pack)
     char err[1200];      // last error, one line naming the file / value
+    char split[8];       // the split a prepared directory was read as ("train", "val"; "" for none)
 } Loader;
 
 // Open all shards of `pattern` (glob pattern, a directory, or a single file; or several of them separated by ';',
 // each optionally ending in '@W', a source's upsampling weight for loader_pack) and validate headers and sizes.
 // Returns 0 on success; non-zero with ld->err set (missing, truncated, wrong magic/version, no files,
 // fewer than seq_len + 1 tokens).
+// A directory that holds a meta.json (a prepared data set: build/prepare, tools/prepare_hf) means its training split,
+// DIR/train_*.bin; a plain directory, its *.bin. The same file twice (in two sources, or through a link) is refused.
 int loader_open(Loader* ld, const char* pattern, int seq_len, int vocab_size, int shuffle, uint64_t seed);
+// loader_open, a prepared directory meaning its split `split`: "train", "val" (validation data), or "val|train"
+// (evaluation data: its validation split, else its training split; ld->split says which was read)
+int loader_open_split(Loader* ld, const char* pattern, const char* split, int seq_len, int vocab_size, int shuffle,
+                      uint64_t seed);
 void loader_close(Loader* ld);
 
 // Replace the stream's windows by packed ones (data/pack.h; mode PACK_DOC_START or PACK_BEST_FIT): n_seq becomes
-// the number of packed windows, and loader_get returns them (PACK_PAD in padding slots). 0 or non-zero + err.
-int loader_pack(Loader* ld, int mode, int eod, int buffer, int64_t upsample_len, double upsample_factor);
+// the number of packed windows, and loader_get returns them (PACK_PAD in padding slots); max_bytes: PackOpts's.
+// 0 or non-zero + err.
+int loader_pack(Loader* ld, int mode, int eod, int buffer, int64_t upsample_len, double upsample_factor, double max_bytes);
 // Source weights other than 1 were given ('@W').
 int loader_weighted(const Loader* ld);
 

@@ -63,6 +63,7 @@ typedef struct {
     const char* data; int seq_len, docs, bucket, log_buckets, stride, doc_len, eod, force, data_meta;
     int doc_mask, doc_positions;        // packed windows with document masking; RoPE restarts (-1: the checkpoint's)
     int tp, cp; char layout[16]; const char* comm;
+    char shard[16]; int shard_min;      // --cp_shard window | document, --cp_shard_min (as the training keys)
     const char* out; const char* name;
     int passkey, trials; long long seed;
     int doc_lengths;                    // --doc_lengths: the data's document length distribution (no checkpoint)
@@ -81,7 +82,8 @@ static void usage(FILE* f) {
         "                         the RoPE the checkpoint was trained with\n"
         "  --label TEXT           legend label of the series of the --ckpt or --rope it follows (default: file\n"
         "                         name, + the RoPE when one is given)\n"
-        "  --data PATTERN         held-out token shards (glob, directory or file); their directory's meta.json\n"
+        "  --data PATTERN         held-out token shards (glob, directory or file; a prepared directory, one with a\n"
+        "                         meta.json: its val_*.bin, else its train_*.bin); their directory's meta.json\n"
         "                         (written by build/prepare, tools/prepare_hf) gives the default --eod, and a\n"
         "                         checkpoint that recorded its training data's tokenizer must match it\n"
         "  --data_meta 0|1        0: ignore meta.json and the checkpoint's recorded data description (default 1)\n"
@@ -109,6 +111,9 @@ static void usage(FILE* f) {
         "  --rope_scaling S --rope_factor F --rope_original_max_seq_len L --rope_theta B\n"
         "                         override one key of the RoPE of the series they follow (as --rope)\n"
         "  --tp N --cp N          layout (dp = ranks / (tp cp)); --cp_layout zigzag|contiguous\n"
+        "  --cp_shard window|document [--cp_shard_min N]\n"
+        "                         how each window is split over the cp ranks (document: with --doc_mask, by\n"
+        "                         documents balanced by attention work, as the training keys; docs/cp_balance.md)\n"
         "  --comm NAME            data transport: auto | mpi | nccl (as the training key comm)\n"
         "  --out DIR              output directory (default out/eval); --name NAME file stem (default ppl)\n"
         "  --force                replace existing output files\n"
@@ -159,7 +164,7 @@ static int parse_list(const char* s, double* out, int max) {
 // every option's name, for the nearest one to an unknown option (the RoPE overrides included)
 static const char* const OPTIONS[] = { "ckpt", "label", "data", "seq_len", "docs", "bucket", "log_buckets", "stride",
     "doc_mask", "doc_positions", "doc_len", "eod", "data_meta", "rope", "rope_scaling", "rope_factor", "rope_original_max_seq_len",
-    "rope_theta", "tp", "cp", "cp_layout", "comm", "out", "name", "force", "passkey", "passkey_lens", "passkey_depths",
+    "rope_theta", "tp", "cp", "cp_layout", "cp_shard", "cp_shard_min", "comm", "out", "name", "force", "passkey", "passkey_lens", "passkey_depths",
     "passkey_trials", "seed", "help", NULL };
 
 static int to_int(const char* s, int* v) { char* e; long x = strtol(s, &e, 10); *v = (int)x; return *e || e == s; }
@@ -167,6 +172,7 @@ static int to_int(const char* s, int* v) { char* e; long x = strtol(s, &e, 10); 
 static int parse_args(int argc, char** argv, Args* a) {
     memset(a, 0, sizeof *a);
     a->docs = 16; a->eod = -2; a->data_meta = 1; a->doc_positions = -1; a->tp = 1; a->cp = 1; snprintf(a->layout, sizeof a->layout, "zigzag");
+    snprintf(a->shard, sizeof a->shard, "window"); a->shard_min = -1;
     a->out = "out/eval"; a->name = "ppl"; a->trials = 4; a->seed = 1; a->comm = "auto";
     int lens[3] = { 256, 512, 1024 };
     for (int i = 0; i < 3; i++) a->lens[i] = lens[i];
@@ -231,6 +237,8 @@ static int parse_args(int argc, char** argv, Args* a) {
         else if (!strcmp(k, "--tp")) bad = to_int(v, &a->tp) || a->tp <= 0;
         else if (!strcmp(k, "--cp")) bad = to_int(v, &a->cp) || a->cp <= 0;
         else if (!strcmp(k, "--cp_layout")) { snprintf(a->layout, sizeof a->layout, "%s", v); bad = ring_layout_parse(v) < 0; }
+        else if (!strcmp(k, "--cp_shard")) { snprintf(a->shard, sizeof a->shard, "%s", v); bad = shard_mode_parse(v) < 0; }
+        else if (!strcmp(k, "--cp_shard_min")) bad = to_int(v, &a->shard_min);
         else if (!strcmp(k, "--comm")) a->comm = v;
         else if (!strcmp(k, "--out")) a->out = v;
         else if (!strcmp(k, "--name")) {
@@ -286,6 +294,11 @@ static int parse_args(int argc, char** argv, Args* a) {
         snprintf(msg, sizeof msg, "eval: --bucket %d is larger than the context %d", a->bucket, a->seq_len); return 1;
     }
     if (a->doc_mask && a->stride) { snprintf(msg, sizeof msg, "eval: --doc_mask (packed windows) and --stride exclude each other"); return 1; }
+    if (!strcmp(a->shard, "document") && !a->doc_mask) {
+        snprintf(msg, sizeof msg, "eval: --cp_shard document needs --doc_mask (it deals the tokens by the documents the mask "
+                 "keeps apart)");
+        return 1;
+    }
     if (a->doc_positions >= 0 && !a->doc_mask) { snprintf(msg, sizeof msg, "eval: --doc_positions needs --doc_mask"); return 1; }
     if (a->stride && a->stride > a->seq_len) { snprintf(msg, sizeof msg, "eval: --stride %d exceeds --seq_len %d", a->stride, a->seq_len); return 1; }
     if (!a->doc_len) a->doc_len = 4 * a->seq_len;
@@ -382,10 +395,13 @@ static void check_tokens(const Args* a, const Grid* g, const char* path, const C
 static void net_open(Net* n, const SeriesArg* sa, const Args* a, const Grid* g, int T, Config* c_out, RopeUse* u,
                      char* path) {
     const Group* world = g->world_g;
-    int fail = ckpt_resolve(sa->ckpt, sa->ckpt, path, 2048, msg, sizeof msg);
-    grid_check(world, fail, msg);
     Config c;
-    fail = ckpt_read_config(path, &c, msg, sizeof msg);
+    int fail;
+    path[0] = 0;
+    for (int tries = 0;; tries++) {   // once more when a live run's keep_last deleted the checkpoint meanwhile
+        fail = ckpt_resolve(sa->ckpt, sa->ckpt, path, 2048, msg, sizeof msg) || ckpt_read_config(path, &c, msg, sizeof msg);
+        if (tries || !ckpt_retry_vanished(world, fail, sa->ckpt, path)) break;
+    }
     grid_check(world, fail, msg);
     check_tokens(a, g, path, &c);
     Config trained = c;
@@ -403,6 +419,7 @@ static void net_open(Net* n, const SeriesArg* sa, const Args* a, const Grid* g, 
     c.seq_len = T;
     if (c.max_seq_len < T) c.max_seq_len = T;
     c.tp = a->tp; c.cp = a->cp; snprintf(c.cp_layout, sizeof c.cp_layout, "%s", a->layout);
+    snprintf(c.cp_shard, sizeof c.cp_shard, "%s", a->shard); c.cp_shard_min = a->shard_min;
     snprintf(c.cp_comm, sizeof c.cp_comm, "ring"); c.cp_a2a = 0; c.tp_sp = 0;   // eval's own layout: the ring
     c.micro_batch = 1; c.batch_size = g->dp; c.zero = 0; c.mlp_tile = 0; snprintf(c.offload, sizeof c.offload, "none");
     char err[1024];
@@ -414,7 +431,11 @@ static void net_open(Net* n, const SeriesArg* sa, const Args* a, const Grid* g, 
     ModelGroups mg = { g->tp > 1 ? g->tp_g : NULL, g->cp_g, NULL, NULL, g->cp_g };
     model_build(&n->m, &c, 1, T, &mg);
     TrainState ts;
-    fail = ckpt_load(path, &n->m, NULL, g, &ts, ALLOW, msg, sizeof msg, NULL, 0);
+    for (int tries = 0;; tries++) {   // (the same: a newer checkpoint of the same run)
+        fail = ckpt_load(path, &n->m, NULL, g, &ts, ALLOW, msg, sizeof msg, NULL, 0);
+        if (tries || !ckpt_retry_vanished(world, fail, sa->ckpt, path)) break;
+        grid_check(world, ckpt_resolve(sa->ckpt, sa->ckpt, path, 2048, msg, sizeof msg), msg);
+    }
     grid_check(world, fail, msg);
     *c_out = c;
 }
@@ -482,21 +503,49 @@ static int find_docs(Loader* ld, int eod, long long need, int max, Doc** out, lo
     return n;
 }
 
-// the clock of the progress lines: the monotonic clock; RINGLM_TEST_PROGRESS_TICK=S (tests) makes it a counter that
-// advances S seconds per reading, so that the tests of elapsed times and ETAs do not depend on the machine's speed
-static double progress_now(void) {
-    static long reads = 0;
-    const char* tick = getenv("RINGLM_TEST_PROGRESS_TICK");
-    return tick && *tick ? atof(tick) * (double)++reads : now_s();
+// progress lines on stderr (rank 0): "WHAT: DONE/TOTAL, ELAPSED s elapsed, ETA S s" after each unit on a terminal
+// (rewritten in place), else at every quarter, at the end, and whenever PROGRESS_S seconds passed since the last
+// line; inside a unit (one long window takes minutes at 100K tokens) a line after a layer of its forward pass when
+// PROGRESS_S passed: "WHAT: DONE/TOTAL, in DONE+1: [window W/NW, ]layer L/NL, ..."; the ETA from the fraction done
+#define PROGRESS_S 10.0
+typedef struct {
+    const char* what;
+    int rank, done, total, win, nwin;   // units done of total; inside the next: window win of nwin (sliding windows)
+    double t0, t_line;                  // progress clock: the start, the last line
+} Progress;
+
+static void progress_start(Progress* p, int rank, const char* what, int total) {
+    *p = (Progress){ .what = what, .rank = rank, .total = total, .nwin = 1 };
+    if (!rank) p->t0 = p->t_line = progress_now();
 }
 
-static void progress(int rank, const char* what, int done, int total, double t0) {
-    if (rank) return;
-    double el = progress_now() - t0, eta = done ? el / done * (total - done) : 0;
+static void progress_line(Progress* p, double now, double frac, const char* inside, int tty, int end) {
+    double el = now - p->t0, eta = frac > 0 ? el / frac * (1 - frac) : 0;
+    fprintf(stderr, "%s%s: %d/%d%s, %.1f s elapsed, ETA %.1f s%s", tty ? "\r" : "", p->what, p->done, p->total, inside,
+            el, eta, end ? "\n" : "");
+    p->t_line = now;
+}
+
+static void progress(Progress* p, int done) {
+    p->done = done;
+    if (p->rank) return;
+    double now = progress_now();
+    int tty = isatty(2), total = p->total;
+    if (tty || done == total || (total >= 4 && done % (total / 4 ? total / 4 : 1) == 0) || now - p->t_line >= PROGRESS_S)
+        progress_line(p, now, (double)done / total, "", tty, !tty || done == total);
+}
+
+// Model.layer_done: inside a unit, after a layer of the forward pass
+static void progress_layer(void* ctx, int l, int nl) {
+    Progress* p = ctx;
+    if (p->rank) return;
+    double now = progress_now();
+    if (now - p->t_line < PROGRESS_S) return;
+    char inside[96], w[48] = "";
+    if (p->nwin > 1) snprintf(w, sizeof w, "window %d/%d, ", p->win + 1, p->nwin);
+    snprintf(inside, sizeof inside, ", in %d: %slayer %d/%d", p->done + 1, w, l, nl);
     int tty = isatty(2);
-    if (tty || done == total || (total >= 4 && done % (total / 4 ? total / 4 : 1) == 0))
-        fprintf(stderr, "%s%s: %d/%d, %.1f s elapsed, ETA %.1f s%s", tty ? "\r" : "", what, done, total, el, eta,
-                tty && done < total ? "" : "\n");
+    progress_line(p, now, (p->done + (p->win + (double)l / nl) / p->nwin) / p->total, inside, tty, !tty);
 }
 
 static int out_file(const Args* a, char* path, size_t n, const char* suffix) {
@@ -572,6 +621,20 @@ static int packed_windows(const Args* a, const Grid* g, Loader* ld, Doc** docs) 
     return (int)n;
 }
 
+// --eod ID against the data's meta.json: 1 + msg when it contradicts meta.json's eod_id (or is no token of its
+// vocabulary)
+static int eod_contradicts_meta(const Args* a) {
+    if (a->eod < 0 || !g_meta.found) return 0;
+    if (g_meta.eod_id >= 0 && a->eod != g_meta.eod_id)
+        snprintf(msg, sizeof msg, "eval: --eod %d (command line) contradicts the data's end-of-document id %d (%s): drop --eod "
+                 "to take the data's value, or give --data_meta 0 to ignore meta.json", a->eod, g_meta.eod_id, g_meta.path);
+    else if (a->eod >= g_meta.vocab_size)
+        snprintf(msg, sizeof msg, "eval: --eod %d is not a token of the data (vocab_size %d, %s)", a->eod, g_meta.vocab_size,
+                 g_meta.path);
+    else return 0;
+    return 1;
+}
+
 // the end-of-document (separator) token of a series: --eod ID, else the byte tokenizer's 256 for vocab 257, else
 // none (-1: consecutive windows; perplexity notes it once). Passkey documents are byte-level text and need a
 // separator. A separator outside the checkpoint's vocabulary ends the job with one line.
@@ -586,9 +649,7 @@ static int series_eod(const Args* a, const Grid* g, const Config* c, const char*
             snprintf(msg, sizeof msg, "eval: the data's end-of-document id %d (%s) is not a token of checkpoint %s (vocab_size "
                      "%d): evaluate on data made with the checkpoint's tokenizer", eod, g_meta.path, ckpt, c->vocab_size);
         fail = 1;
-    } else if (a->eod >= 0 && meta_eod >= 0 && a->eod != meta_eod) {
-        snprintf(msg, sizeof msg, "eval: --eod %d (command line) contradicts the data's end-of-document id %d (%s): drop --eod "
-                 "to take the data's value, or give --data_meta 0 to ignore meta.json", a->eod, meta_eod, g_meta.path);
+    } else if (!passkey && eod_contradicts_meta(a)) {
         fail = 1;
     } else if (passkey && a->eod == -1) {
         snprintf(msg, sizeof msg, "eval: --passkey starts each document with a separator token, and --eod -1 means none: "
@@ -618,7 +679,7 @@ static int series_eod(const Args* a, const Grid* g, const Config* c, const char*
 // score one document: its first T targets, or sliding windows over its first doc_len tokens (model
 // positions are window positions; losses are booked at document positions). 0, or 1 on a read error.
 static int score_doc(const Args* a, Net* n, Loader* ld, long long start, int32_t* win, unsigned char* score,
-                     double* sum, double* cnt, int eod, int* book) {
+                     double* sum, double* cnt, int eod, int* book, Progress* pr) {
     int T = a->seq_len, fail = 0;
     if (a->doc_mask) {   // a packed window: each target booked at its position in its document
         fail |= loader_read(ld, start, T + 1, win);
@@ -633,12 +694,44 @@ static int score_doc(const Args* a, Net* n, Loader* ld, long long start, int32_t
         run_window(n, win, score, sum, cnt, NULL, 0, NULL);
         return fail;
     }
+    pr->nwin = (int)((a->doc_len - T) / a->stride + 1);
     for (long long w = 0; w + T <= a->doc_len; w += a->stride) {
+        pr->win = (int)(w / a->stride);
         fail |= loader_read(ld, start + w, T + 1, win);
         for (int t = 0; t < T; t++) score[t] = w == 0 || t >= T - a->stride;
         run_window(n, win, score, sum, cnt, NULL, w, NULL);
     }
     return fail;
+}
+
+// the note for a series evaluated with plain RoPE past the trained context: where perplexity usually rises (the
+// trained RoPE's own range: its original context when it was trained with scaling) and the --rope to compare, in
+// that range's units (a model trained with yarn:4:1024 at 2048 is compared with yarn:4:1024 and yarn:8:1024 at 8192)
+static void rope_hint(int T, const Config* saved) {
+    int scaled = strcmp(saved->rope_scaling, "none") != 0;
+    int base = scaled ? saved->rope_original_max_seq_len : saved->seq_len, need = (T + base - 1) / base;
+    if (!scaled) {
+        printf("note: context %d exceeds the trained %d with plain RoPE; perplexity usually rises past %d "
+               "(compare --rope yarn:%d:%d)\n", T, saved->seq_len, base, need, base);
+        return;
+    }
+    char f[32], as[96] = "", was[64], more[64];
+    config_format(saved, "rope_factor", f, sizeof f);
+    int yarn = !strcmp(saved->rope_scaling, "yarn"), trained = (int)(saved->rope_factor + 0.5f);
+    // the --rope spellings: yarn:F:L, linear:F
+    if (yarn) { snprintf(was, sizeof was, "yarn:%s:%d", f, base); snprintf(more, sizeof more, "yarn:%d:%d", need, base); }
+    else { snprintf(was, sizeof was, "%s:%s", saved->rope_scaling, f); snprintf(more, sizeof more, "%s:%d", saved->rope_scaling, need); }
+    if (need > trained) snprintf(as, sizeof as, ", or %s to cover %d", more, T);
+    printf("note: context %d exceeds the trained %d with plain RoPE, and the model was trained with %s x%s over %d "
+           "tokens: perplexity usually rises past %d (compare --rope %s as trained%s)\n", T, saved->seq_len,
+           saved->rope_scaling, f, base, base, was, as);
+}
+
+// a prepared directory as --data without a validation split: said once (its training split is scored)
+static void note_split(const Grid* g, const Args* a, const Loader* ld) {
+    static int noted;
+    if (g->rank == 0 && !noted++ && !strcmp(ld->split, "train"))
+        printf("note: '%s' holds no val_*.bin (prepared with --val-frac 0?): its train_*.bin are read, the training data\n", a->data);
 }
 
 // one series: per-position NLL sums and counts over the documents (summed over every rank), in buckets
@@ -655,9 +748,10 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
     snprintf(what, sizeof what, "series %d (%s)", s + 1, label);
     warn_rope(g, what, &u, ckpt);
     Loader ld;
-    int fail = loader_open(&ld, a->data, 1, c.vocab_size, 0, 0);
+    int fail = loader_open_split(&ld, a->data, "val|train", 1, c.vocab_size, 0, 0);
     if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
     grid_check(g->world_g, fail, msg);
+    note_split(g, a, &ld);
     int eod = a->doc_mask ? c.eod : series_eod(a, g, &c, ckpt, 0);
     Doc* docs = NULL;
     int nd = a->doc_mask ? packed_windows(a, g, &ld, &docs) : series_docs(a, g, &ld, eod, span + 1, &docs);
@@ -670,11 +764,14 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
     double *usum = calloc((size_t)nd * nb, sizeof(double)), *ucnt = calloc((size_t)nd * nb, sizeof(double));
     double *dsum = malloc(span * sizeof(double)), *dcnt = malloc(span * sizeof(double));
     snprintf(what, sizeof what, "eval series %d/%d", s + 1, ns);
-    double t0 = progress_now();   // this series' own clock: its elapsed time and its rate give its ETA
+    Progress pr;   // this series' own clock: its elapsed time and its rate give its ETA
+    progress_start(&pr, g->rank, what, nd);
+    n.m.layer_done = progress_layer;
+    n.m.layer_done_ctx = &pr;
     for (int j = 0; j < nd; j++) {
         if (j % g->dp == g->dp_rank) {   // documents are dealt round-robin to the data-parallel replicas
             memset(dsum, 0, span * sizeof(double)); memset(dcnt, 0, span * sizeof(double));
-            fail |= score_doc(a, &n, &ld, docs[j].start, win, score, dsum, dcnt, eod, book);
+            fail |= score_doc(a, &n, &ld, docs[j].start, win, score, dsum, dcnt, eod, book, &pr);
             for (long long p = 0; p < span; p++) {
                 if (!dcnt[p]) continue;
                 sum[p] += dsum[p]; cnt[p] += dcnt[p];
@@ -682,7 +779,7 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
                 if (k >= 0) { usum[(size_t)j * nb + k] += dsum[p]; ucnt[(size_t)j * nb + k] += dcnt[p]; }
             }
         }
-        progress(g->rank, what, j + 1, nd, t0);
+        progress(&pr, j + 1);
     }
     if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
     grid_check(g->world_g, fail, msg);
@@ -711,9 +808,7 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
         report_rope_text(se->rope, se->rope_trained, rope, sizeof rope);
         printf("series %d: %s [RoPE %s] — %d %s at context %d (%s)\n", s + 1, se->label, rope, nd, unit, T, how);
         if (!ckpt_read_config_quiet(ckpt, &saved) && T > saved.seq_len && !strcmp(c.rope_scaling, "none"))
-            printf("note: context %d exceeds the trained %d with plain RoPE; perplexity usually rises past %d "
-                   "(compare --rope yarn:%d:%d)\n", T, saved.seq_len, saved.seq_len,
-                   (T + saved.seq_len - 1) / saved.seq_len, saved.seq_len);
+            rope_hint(T, &saved);
     }
     free(win); free(score); free(docs);
     loader_close(&ld);
@@ -773,8 +868,9 @@ static void eval_passkey(const Args* a, const Grid* g) {
     grid_check(world, fail, msg);
     double* acc = calloc(a->nlens * a->ndepths, sizeof(double));
     double* digits = calloc(a->nlens * a->ndepths, sizeof(double));
-    double t0 = progress_now();
     int total = a->nlens * a->ndepths * a->trials, done = 0;
+    Progress pr;
+    progress_start(&pr, g->rank, "passkey", total);
     for (int li = 0; li < a->nlens; li++) {
         int T = a->lens[li];
         Config c;
@@ -783,6 +879,8 @@ static void eval_passkey(const Args* a, const Grid* g) {
         char ckpt[2048];
         net_open(&n, &a->ser[0], a, g, T, &c, &u, ckpt);
         n.m.want_hits = 1;
+        n.m.layer_done = progress_layer;
+        n.m.layer_done_ctx = &pr;
         int sep = series_eod(a, g, &c, ckpt, 1);   // token 0 of every passkey document
         if (li == 0) {
             warn_rope(g, "passkey", &u, ckpt);
@@ -813,7 +911,7 @@ static void eval_passkey(const Args* a, const Grid* g) {
                 int all = 1;
                 for (int i = T - PASSKEY_DIGITS; i < T; i++) { all &= hit[i] > 0.5; right += hit[i] > 0.5; }
                 correct += all;
-                progress(g->rank, "passkey", ++done, total, t0);
+                progress(&pr, ++done);
             }
             acc[li * a->ndepths + di] = (double)correct / a->trials;
             digits[li * a->ndepths + di] = (double)right / (a->trials * PASSKEY_DIGITS);
@@ -835,16 +933,24 @@ static void eval_passkey(const Args* a, const Grid* g) {
 // --doc_lengths: rank 0 scans the data's documents (at the eod of --eod, meta.json or the byte tokenizer's 256)
 static void eval_doc_lengths(const Args* a, const Grid* g) {
     int fail = 0, eod = a->eod >= 0 ? a->eod : g_meta.found && g_meta.eod_id >= 0 ? g_meta.eod_id : 256;
+    int none = a->eod == -1;
+    if (none)
+        snprintf(msg, sizeof msg, "eval: --doc_lengths splits the data at its end-of-document token, and --eod -1 means "
+                 "none: drop --eod (the data's meta.json eod_id, else the byte tokenizer's 256) or give the separator's id");
+    grid_check(g->world_g, none || eod_contradicts_meta(a), msg);
     if (g->rank == 0) {
         Loader ld;
         int vocab = g_meta.found && g_meta.vocab_size > 0 ? g_meta.vocab_size : 1 << 30;
         char csv[1200], svg[1200], title[1100], e[1300] = "";
         int64_t* lens = NULL, n = 0;
-        fail = loader_open(&ld, a->data, 1, vocab, 0, 0);
+        fail = loader_open_split(&ld, a->data, "val|train", 1, vocab, 0, 0);
         if (fail) snprintf(msg, sizeof msg, "eval: %s", ld.err);
         else {
             if (pack_doc_lengths(ld.n_tokens, eod, loader_read_fn, &ld, &lens, &n, e, sizeof e))
                 { snprintf(msg, sizeof msg, "eval: %s", ld.err[0] ? ld.err : e); fail = 1; }
+            else if (n <= 1)
+                printf("WARNING: the end-of-document token %d occurs nowhere inside '%s': the data is one document of all "
+                       "its tokens; check --eod\n", eod, a->data);
             loader_close(&ld);
         }
         if (!fail) fail = make_dirs("eval", a->out, msg, sizeof msg) || out_file(a, csv, sizeof csv, "_doclen.csv") ||
@@ -862,6 +968,8 @@ static void eval_doc_lengths(const Args* a, const Grid* g) {
 }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
+    grid_stop_on_signals("eval");
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
     for (int i = 1; i < argc; i++)

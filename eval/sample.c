@@ -17,10 +17,13 @@
 #include "model/decode.h"
 #include "model/model.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static char msg[1024];
 
@@ -42,7 +45,8 @@ static void usage(FILE* f) {
                "  --max_tokens N       tokens to generate (default 128)\n"
                "  --temperature T      softmax temperature (default 0.8); --greedy (or T = 0): the most likely token\n"
                "  --top_k K            draw from the K most likely tokens only (default 0: all)\n"
-               "  --top_p P            draw from the smallest set of tokens whose probability reaches P (default 1: all)\n"
+               "  --top_p P            draw from the smallest set of tokens whose probability reaches P (default 1: all;\n"
+               "                       0: the most likely token only)\n"
                "  --seed S             the sampler's seed (default 1: the same output every run)\n"
                "  --stop_at_eod 0|1    stop at the end-of-document token (default 1)\n"
                "  --tp N --cp N        layout (tp * cp ranks): heads split over tp; the prompt and the KV cache over cp\n"
@@ -136,6 +140,42 @@ static int parse_args(int argc, char** argv, Args* a) {
     return 0;
 }
 
+// --prompt_file: all its bytes into *buf (malloc'd), *len of them — a file, or a pipe read to its end (`<(...)`,
+// /dev/stdin), at most PROMPT_MAX bytes; a directory is refused. 0, or 1 + msg
+#define PROMPT_MAX (16 << 20)
+static int read_prompt(const char* path, char** buf, size_t* len) {
+    *buf = NULL; *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+        snprintf(msg, sizeof msg, "sample: cannot read --prompt_file '%s': %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return 1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(msg, sizeof msg, "sample: --prompt_file '%s' is a directory, not a file of text", path);
+        close(fd);
+        return 1;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char* b = malloc(cap);
+    for (;;) {   // to the end: a pipe's size is not known beforehand
+        if (b && n == cap) { cap = 2 * cap < PROMPT_MAX + 1 ? 2 * cap : PROMPT_MAX + 1; char* x = realloc(b, cap); if (!x) { free(b); b = NULL; } else b = x; }
+        if (!b) { snprintf(msg, sizeof msg, "sample: out of memory reading --prompt_file '%s'", path); close(fd); return 1; }
+        ssize_t k = read(fd, b + n, cap - n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) { snprintf(msg, sizeof msg, "sample: cannot read --prompt_file '%s': %s", path, strerror(errno)); break; }
+        if (k == 0) { close(fd); *buf = b; *len = n; return 0; }
+        if ((n += (size_t)k) > PROMPT_MAX) {
+            snprintf(msg, sizeof msg, "sample: --prompt_file '%s' holds more than %d MiB: not a prompt", path, PROMPT_MAX >> 20);
+            break;
+        }
+    }
+    close(fd);
+    free(b);
+    return 1;
+}
+
 // the prompt's token ids (host); 0, or 1 + msg
 static int prompt_tokens(const Args* a, const Config* c, int** out, int* n) {
     int byte = c->vocab_size == 257, cap = 0, k = 0;
@@ -150,15 +190,9 @@ static int prompt_tokens(const Args* a, const Config* c, int** out, int* n) {
         char* file = NULL;
         size_t len = s ? strlen(s) : 0;
         if (a->prompt_file) {
-            FILE* f = fopen(a->prompt_file, "rb");
-            if (!f) { snprintf(msg, sizeof msg, "sample: cannot read --prompt_file '%s': %s", a->prompt_file, strerror(errno)); return 1; }
-            fseek(f, 0, SEEK_END);
-            long sz = ftell(f);
-            fseek(f, 0, SEEK_SET);
-            file = malloc(sz > 0 ? sz : 1);
-            len = sz > 0 ? fread(file, 1, sz, f) : 0;
-            fclose(f);
+            if (read_prompt(a->prompt_file, &file, &len)) return 1;
             s = file;
+            if (!len) fprintf(stderr, "sample: note: --prompt_file '%s' is empty: the text starts a document\n", a->prompt_file);
         }
         t = malloc((len ? len : 1) * sizeof(int));
         for (size_t i = 0; i < len; i++) t[k++] = (unsigned char)s[i];
@@ -201,16 +235,22 @@ static void print_token(int tok, int byte, int ids, int first) {
     else printf("\n<|eod|>\n");
 }
 
-// a model for one sequence of seq_len tokens in the grid's layout, the checkpoint's parameters loaded
-static void open_model(Model* m, Config* c, const Grid* g, int seq_len, const char* path) {
+// a model for one sequence of seq_len tokens in the grid's layout: the parameters of `from` (a model of the same
+// layout), else those of checkpoint path (resolved from spec: resolved once more when a live run's keep_last deleted
+// it meanwhile; path[2048] then names the checkpoint read)
+static void open_model(Model* m, Config* c, const Grid* g, int seq_len, char* path, const char* spec, const Model* from) {
     c->seq_len = seq_len;
     if (c->max_seq_len < seq_len) c->max_seq_len = seq_len;
     ModelGroups mg = { g->tp > 1 ? g->tp_g : NULL, g->cp_g, NULL, NULL, g->cp_g };
     model_build(m, c, 1, seq_len, &mg);
+    if (from) { be_copy(m->params, from->params, m->pt.total * sizeof(float)); return; }
     static const char* allow[] = { "max_seq_len", NULL };
     TrainState ts;
-    int fail = ckpt_load(path, m, NULL, g, &ts, allow, msg, sizeof msg, NULL, 0);
-    grid_check(g->world_g, fail, msg);
+    for (int tries = 0;; tries++) {
+        int fail = ckpt_load(path, m, NULL, g, &ts, allow, msg, sizeof msg, NULL, 0);
+        if (tries || !ckpt_retry_vanished(g->world_g, fail, spec, path)) { grid_check(g->world_g, fail, msg); return; }
+        grid_check(g->world_g, ckpt_resolve(spec, spec, path, 2048, msg, sizeof msg), msg);
+    }
 }
 
 // one forward over tokens [n] at positions 0..n-1 (padded to a multiple of parts); this rank's logits of every
@@ -245,6 +285,8 @@ static float* full_logits(Model* m, const Grid* g, const int* tok, int n) {
 }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
+    grid_stop_on_signals("sample");
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
     for (int i = 1; i < argc; i++)
@@ -263,15 +305,17 @@ int main(int argc, char** argv) {
     fail = be_init(g.local_rank, msg, sizeof msg);
     grid_check(world, fail, msg);
     ckpt_init();
-    char path[2048];
-    fail = ckpt_resolve(a.ckpt, a.ckpt, path, sizeof path, msg, sizeof msg);
-    grid_check(world, fail, msg);
+    char path[2048] = "";
     Config c;
-    fail = ckpt_read_config(path, &c, msg, sizeof msg);
+    for (int tries = 0;; tries++) {   // once more when a live run's keep_last deleted the checkpoint meanwhile
+        fail = ckpt_resolve(a.ckpt, a.ckpt, path, sizeof path, msg, sizeof msg) || ckpt_read_config(path, &c, msg, sizeof msg);
+        if (tries || !ckpt_retry_vanished(world, fail, a.ckpt, path)) break;
+    }
     grid_check(world, fail, msg);
     c.tp = a.tp; c.cp = a.cp; c.micro_batch = 1; c.batch_size = 1; c.zero = 0; c.mlp_tile = 0; snprintf(c.offload, sizeof c.offload, "none"); c.tp_sp = 0; c.cp_a2a = 0;
     c.doc_mask = 0; c.doc_positions = 0;
     snprintf(c.cp_comm, sizeof c.cp_comm, "ring");
+    snprintf(c.cp_shard, sizeof c.cp_shard, "window");   // the prompt is one document: the layout's chunks
     snprintf(c.cp_layout, sizeof c.cp_layout, "%s", a.layout);
     snprintf(c.recompute, sizeof c.recompute, "none");
     snprintf(c.matmul_precision, sizeof c.matmul_precision, "%s", a.precision);
@@ -289,7 +333,7 @@ int main(int argc, char** argv) {
     if (fail) snprintf(msg, sizeof msg, "sample: %s", err);
     grid_check(world, fail, msg);
     Model m;
-    open_model(&m, &c, &g, S, path);
+    open_model(&m, &c, &g, S, path, a.ckpt, NULL);
     Decoder d;
     decoder_init(&d, &m, (S / a.cp) + a.max_tokens / a.cp + 2);
     if (prefill > 0) {   // one forward over the prompt but its last token; the cache takes its K/V
@@ -319,16 +363,15 @@ int main(int argc, char** argv) {
         if (made + 1 < a.max_tokens) lg = decoder_step(&d, next, n - 1);
     }
     double dt = now_s() - t0;
-    if (root) {
-        printf("\n");
-        fprintf(stderr, "sample: %d prompt tokens, %d generated in %.2f s (%.1f tokens/s; tp %d x cp %d, KV cache)\n", np, made,
-                dt, made / (dt > 0 ? dt : 1e-9), a.tp, a.cp);
-    }
+    if (root)   // the statistics on a line of their own after the text, on stdout: in order with the text also under
+                // mpirun, which forwards stdout and stderr separately (on stderr they could land in the middle of it)
+        printf("\nsample: %d prompt tokens, %d generated in %.2f s (%.1f tokens/s; tp %d x cp %d, KV cache)\n", np, made,
+               dt, made / (dt > 0 ? dt : 1e-9), a.tp, a.cp);
     if (a.verify && made > 0) {   // every generated position's logits from one full forward over the whole sequence
         int L = n - 1, S2 = (L + parts - 1) / parts * parts;
         Model m2;
         Config c2 = c;
-        open_model(&m2, &c2, &g, S2, path);
+        open_model(&m2, &c2, &g, S2, path, a.ckpt, &m);   // (the parameters read: the checkpoint may be gone by now)
         float* full = full_logits(&m2, &g, seq, L);
         double worst = 0, ref = 0;
         for (int k = 0; k < made; k++) {

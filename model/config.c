@@ -32,9 +32,10 @@ static const Key KEYS[] = {
     K(norm_eps, T_FLOAT, 1, "1e-5", "RMSNorm epsilon"),
     K(tie_embeddings, T_BOOL, 1, "0", "1: the LM head reuses model.embed_tokens.weight (no lm_head.weight)"),
     K(init_std, T_FLOAT, 1, "0.02", "std of the normal init (o_proj/down_proj: init_std / sqrt(2 n_layer))"),
-    K(train_data, T_STR, 0, "", "training shards: glob pattern, directory or file"),
-    K(val_data, T_STR, 0, "", "validation shards (empty: no validation)"),
+    K(train_data, T_STR, 0, "", "training shards: glob pattern, directory (one with a meta.json, as build/prepare writes: its train_*.bin) or file"),
+    K(val_data, T_STR, 0, "", "validation shards (a directory with a meta.json: its val_*.bin; empty: no validation)"),
     K(out_dir, T_STR, 0, "out", "output directory (metrics.jsonl, config.txt, checkpoints)"),
+    K(tensorboard_dir, T_STR, 0, "", "also write each step's metrics as TensorBoard event files into this directory while training, tags as tools/metrics_to_tensorboard.py's (empty: none)"),
     K(seq_len, T_INT, 0, "1024", "tokens per training sequence"),
     K(batch_size, T_INT, 0, "8", "sequences per optimizer step (global, over all data-parallel replicas)"),
     K(micro_batch, T_INT, 0, "1", "sequences per forward/backward on one rank; accumulation = batch_size / (micro_batch * dp)"),
@@ -72,6 +73,9 @@ static const Key KEYS[] = {
     K(cp_layout, T_STR, 0, "zigzag", "ring layout: zigzag (balanced causal work) | contiguous"),
     K(cp_comm, T_STR, 0, "ring", "context parallelism: ring (K/V blocks rotate around the cp ranks) | a2a (Ulysses: an all-to-all trades each rank's tokens of all heads for all tokens of 1/cp of the heads; cp_a2a = cp) | a2a+ring (the all-to-all inside groups of cp_a2a consecutive cp ranks, a ring of cp / cp_a2a groups carrying head shards)"),
     K(cp_a2a, T_INT, 0, "0", "all-to-all degree U of cp_comm = a2a (0: cp) or a2a+ring (2 <= U < cp, U divides cp); tp x U divides n_head"),
+    K(cp_shard, T_STR, 0, "window", "how a sequence is split over the cp ranks: window (the layout's chunks of the whole window) | document (with doc_mask: each document of at least cp_shard_min tokens cut into the layout's chunks, the others placed whole on ranks balanced by attention work; see docs/cp_balance.md)"),
+    K(cp_shard_min, T_INT, 0, "-1", "cp_shard = document: documents of at least this many tokens are split over every cp rank (-1: seq_len / cp; between 2 * cp and seq_len); shorter ones only as far as the work's balance needs"),
+    K(cp_prune, T_BOOL, 0, "1", "1: a ring hop carries a K/V block only while some rank further on can see one of its keys (the pruned schedule; bit-identical results); 0: every block travels the whole ring"),
     K(tp_sp, T_BOOL, 0, "0", "1: sequence parallelism inside TP groups: residual stream, norms and their saved tensors on 1/tp of the tokens (all-gather before q/k/v and gate/up, reduce-scatter after o_proj and down_proj)"),
     K(zero, T_INT, 0, "0", "ZeRO stage over the dp x cp ranks: 0 off, 1 shards the AdamW moments, 2 also the gradients (reduce-scattered layer by layer in the backward), 3 also the parameters (all-gathered layer by layer before use; docs/long_sequences.md)"),
     K(verify_attention, T_INT, 0, "0", "every N steps compare ring attention with one-process attention (0: off)"),
@@ -83,7 +87,9 @@ static const Key KEYS[] = {
     K(recompute, T_STR, 0, "none", "activation recomputation: none | mlp (norm2 + SwiGLU) | qkv (also norm1, q, k, v) | full (the whole layer from its input; the ring rotates K/V again)"),
     K(offload, T_STR, 0, "none", "activation offload: none | ckpt (with recompute qkv or full, each layer's saved tensors go to pinned host memory on a copy stream while the next layers compute and come back one layer ahead in the backward; the CUDA backend only; docs/long_sequences.md)"),
     K(mlp_tile, T_INT, 0, "0", "rows per MLP tile: the MLP runs over tiles of this many of a rank's micro_batch x seq_len / cp rows, its [rows x d_ff] tensors never whole, each tile's recomputed in the backward (0: untiled)"),
+    K(attn_engine, T_STR, 0, "auto", "attention's block engine: auto (a GPU: cuDNN's fused attention for each class of block that passes a check against the own kernels at start-up, else the own kernels) | cudnn (cuDNN, or an error) | own"),
     K(matmul_precision, T_STR, 0, "bf16", "GPU matmuls: bf16 | tf32 tensor cores (fp32 accumulation) | fp32; the CPU backend always computes fp32"),
+    K(act_dtype, T_STR, 0, "bf16", "activations between kernels and kept for the backward: bf16 (a GPU with matmul_precision = bf16: with bf16 copies of the weights, refreshed once per optimizer step; norms' reductions, softmax statistics, the residual stream, attention's inputs and merge, all gradient accumulations stay fp32) | fp32; the CPU backend always computes fp32"),
     K(timeout_s, T_FLOAT, 0, "600", "watchdog: a collective or ring transfer that waits longer aborts the job naming the ranks that did not arrive (0: off)"),
     K(resume, T_STR, 0, "", "resume from a checkpoint file, a directory (its latest) or 'latest' (out_dir's)"),
     K(dump_weights, T_STR, 0, "", "write the final weights and last gradients to this file (tests' RLMDUMP1 format; empty: off)"),
@@ -352,6 +358,22 @@ int config_validate(const Config* c, char* err, size_t errlen) {
     if (c->seq_len % parts)
         FAIL("seq_len = %d is not divisible by %s%d (cp = %d, %s layout)", c->seq_len,
              parts == 2 * c->cp ? "2 * cp = " : "cp = ", parts, c->cp, c->cp_layout);
+    if (strcmp(c->cp_shard, "window") && strcmp(c->cp_shard, "document"))
+        FAIL("cp_shard = '%s' must be window or document", c->cp_shard);
+    if (!strcmp(c->cp_shard, "document")) {
+        if (!c->doc_mask)
+            FAIL("cp_shard = document needs doc_mask = 1 (it shards by the documents that the mask keeps apart; without "
+                 "the mask a window is one sequence: use cp_shard = window)");
+        if (c->cp_shard_min != -1 && c->cp_shard_min < 1)
+            FAIL("cp_shard_min = %d must be -1 (seq_len / cp) or a document length from %d to seq_len = %d", c->cp_shard_min,
+                 parts, c->seq_len);
+        if (c->cp_shard_min > c->seq_len)
+            FAIL("cp_shard_min = %d exceeds seq_len = %d: no document of a window could reach it (-1: seq_len / cp)",
+                 c->cp_shard_min, c->seq_len);
+        if (c->cp_shard_min != -1 && c->cp_shard_min < parts)
+            FAIL("cp_shard_min = %d: a document shorter than %s%d tokens cannot be split into that many chunks (cp = %d, %s "
+                 "layout)", c->cp_shard_min, parts == 2 * c->cp ? "2 * cp = " : "cp = ", parts, c->cp, c->cp_layout);
+    }
     if (strcmp(c->cp_comm, "ring") && strcmp(c->cp_comm, "a2a") && strcmp(c->cp_comm, "a2a+ring"))
         FAIL("cp_comm = '%s' must be ring, a2a or a2a+ring", c->cp_comm);
     if (!strcmp(c->cp_comm, "ring") && c->cp_a2a > 1)
@@ -395,8 +417,11 @@ int config_validate(const Config* c, char* err, size_t errlen) {
     if (c->mlp_tile > rows)
         FAIL("mlp_tile = %d is larger than the %lld rows of a rank (micro_batch x seq_len / cp = %d x %d): use at most %lld, "
              "or 0 (untiled)", c->mlp_tile, rows, c->micro_batch, c->cp > 0 ? c->seq_len / c->cp : 0, rows);
+    if (strcmp(c->attn_engine, "auto") && strcmp(c->attn_engine, "cudnn") && strcmp(c->attn_engine, "own"))
+        FAIL("attn_engine = '%s' must be auto, cudnn or own", c->attn_engine);
     if (strcmp(c->matmul_precision, "bf16") && strcmp(c->matmul_precision, "tf32") && strcmp(c->matmul_precision, "fp32"))
         FAIL("matmul_precision = '%s' must be bf16, tf32 or fp32", c->matmul_precision);
+    if (strcmp(c->act_dtype, "bf16") && strcmp(c->act_dtype, "fp32")) FAIL("act_dtype = '%s' must be bf16 or fp32", c->act_dtype);
     if (c->zero < 0 || c->zero > 3) FAIL("zero = %d must be 0, 1, 2 or 3", c->zero);
     if (c->n_head % c->tp) FAIL("n_head = %d is not divisible by tp = %d (each TP rank owns whole heads)", c->n_head, c->tp);
     if (c->n_kv_head % c->tp) FAIL("n_kv_head = %d is not divisible by tp = %d (each TP rank owns whole KV heads)", c->n_kv_head, c->tp);
@@ -436,6 +461,8 @@ int config_a2a(const Config* c) {
     if (!strcmp(c->cp_comm, "a2a+ring")) return c->cp_a2a > 1 ? c->cp_a2a : 1;
     return 1;
 }
+
+int config_shard_min(const Config* c) { return c->cp_shard_min > 0 ? c->cp_shard_min : c->seq_len / (c->cp > 0 ? c->cp : 1); }
 
 int config_eod(const Config* c) { return c->eod >= 0 ? c->eod : c->vocab_size == 257 ? 256 : -1; }
 

@@ -36,6 +36,9 @@ typedef struct {
     char cp_layout[16];             // zigzag | contiguous
     char cp_comm[16];               // ring | a2a | a2a+ring (config_a2a: the all-to-all degree)
     int cp_a2a;                     // all-to-all degree of a2a+ring (a2a: cp)
+    char cp_shard[16];              // window | document (attention/shard.h)
+    int cp_shard_min;               // document: split documents of at least this many tokens (-1: seq_len / cp)
+    int cp_prune;                   // 1: the ring's pruned schedule (ring.h)
     int tp_sp;                      // 1: sequence parallelism inside TP groups
     int zero;                       // ZeRO stage over the dp x cp group: 1 moments, 2 + gradients, 3 + parameters
     int verify_attention;           // every N steps check ring attention against one process (0: off)
@@ -47,9 +50,12 @@ typedef struct {
     char recompute[8];              // none | mlp | qkv | full (see recompute_mode)
     char offload[8];                // none | ckpt: the layers' saved tensors of recompute qkv / full go to host memory
     int mlp_tile;                   // rows per MLP tile: the [rows x d_ff] tensors exist for one tile at a time (0: untiled)
+    char attn_engine[16];           // auto | cudnn | own (attention.h: attn_engine_select)
     char matmul_precision[16];      // bf16 | tf32 | fp32 (tensor-core matmuls on a GPU; the CPU is always fp32)
+    char act_dtype[8];              // bf16 | fp32: activations (bf16 on a GPU with matmul_precision bf16; model_act_bf16)
     char resume[CFG_STR];           // resume from: a checkpoint file, a directory (its latest), or 'latest'
     char dump_weights[CFG_STR];     // at the end, write the final weights here (test dump format)
+    char tensorboard_dir[CFG_STR];  // TensorBoard event files written during training here (empty: none)
     unsigned char given[128];       // per key (table order): CFG_GIVEN_FILE / _CLI when set by a file / the command line
 } Config;
 enum { CFG_DEFAULT = 0, CFG_GIVEN_FILE = 1, CFG_GIVEN_CLI = 2 };
@@ -71,6 +77,8 @@ int config_validate(const Config* c, char* err, size_t errlen);
 // The all-to-all degree U of context parallelism: cp for cp_comm = a2a, cp_a2a for a2a+ring, 1 for ring. The
 // ring then has cp / U ranks.
 int config_a2a(const Config* c);
+// cp_shard_min resolved: -1 -> seq_len / cp.
+int config_shard_min(const Config* c);
 // The end-of-document token: eod, or for eod = -1 the byte tokenizer's 256 when vocab_size is 257, else -1 (none).
 int config_eod(const Config* c);
 // Write the resolved config as `key = value` lines (same format the loader reads), for people: the start-up dump

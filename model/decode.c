@@ -1,5 +1,6 @@
 // decode.c — one token at a time with a KV cache (see decode.h). The layer is the model's (model.c's forward, for
-// one row): RMSNorm, q/k/v with RoPE, attention over the cache, o_proj, RMSNorm, SwiGLU, down_proj, residuals.
+// one row, in fp32): RMSNorm, q/k/v (one matmul) with RoPE, attention over the cache, o_proj, RMSNorm, gate/up (one
+// matmul), SwiGLU, down_proj, residuals.
 #include "model/decode.h"
 #include "backend/backend.h"
 #include "common/util.h"
@@ -35,7 +36,8 @@ void decoder_init(Decoder* d, Model* m, int cap) {
     d->q = be_alloc(Hq * sizeof(float)); d->att = be_alloc(Hq * sizeof(float));
     d->k = be_alloc(Hk * sizeof(float)); d->v = be_alloc(Hk * sizeof(float));
     d->lse = be_alloc((size_t)m->nh * sizeof(float));
-    d->g = be_alloc(F * sizeof(float)); d->u = be_alloc(F * sizeof(float)); d->h = be_alloc(F * sizeof(float));
+    d->qkv = be_alloc((Hq + 2 * Hk) * sizeof(float));
+    d->gu = be_alloc(2 * F * sizeof(float)); d->h = be_alloc(F * sizeof(float));
     d->logits = be_alloc((size_t)m->Vl * sizeof(float));
     d->part = be_alloc((size_t)d->cp * (Hq + m->nh) * sizeof(float));
     d->acc = be_alloc((Hq + m->nh) * sizeof(float));
@@ -49,7 +51,7 @@ void decoder_free(Decoder* d) {
     if (!m) return;
     for (int l = 0; l < m->L; l++) { be_free(d->kc[l]); be_free(d->vc[l]); }
     free(d->kc); free(d->vc);
-    void* dev[] = { d->pos_dev, d->x, d->xn, d->proj, d->rstd, d->q, d->att, d->k, d->v, d->lse, d->g, d->u, d->h,
+    void* dev[] = { d->pos_dev, d->x, d->xn, d->proj, d->rstd, d->q, d->att, d->k, d->v, d->lse, d->qkv, d->gu, d->h,
                     d->logits, d->part, d->acc, d->tok1, d->pos1 };
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) be_free(dev[i]);
     free(d->host_logits); free(d->host_slices);
@@ -105,12 +107,9 @@ const float* decoder_step(Decoder* d, int token, int pos) {
     tp_sum(m, d->x, C);
     for (int l = 0; l < m->L; l++) {
         LayerW* w = &m->w.layer[l];
-        be_rmsnorm_forward(d->xn, d->rstd, d->x, w->ln1, 1, C, m->cfg.norm_eps);
-        linear(d->q, d->xn, w->wq, C, Hq);
-        linear(d->k, d->xn, w->wk, C, Hk);
-        linear(d->v, d->xn, w->wv, C, Hk);
-        be_rope_forward(d->q, d->pos1, m->rope, 1, nh, hd);
-        be_rope_forward(d->k, d->pos1, m->rope, 1, nkv, hd);
+        be_rmsnorm_forward(d->xn, BE_F32, d->rstd, d->x, w->ln1, 1, C, m->cfg.norm_eps);
+        linear(d->qkv, d->xn, w->wq, C, Hq + 2 * Hk);   // [q; k; v] side by side in the arena
+        be_qkv_rope(d->q, d->k, d->v, d->qkv, BE_F32, d->pos1, m->rope, 1, nh, nkv, hd);
         if (owner) {
             be_copy(d->kc[l] + (size_t)d->n * Hk, d->k, Hk * sizeof(float));
             be_copy(d->vc[l] + (size_t)d->n * Hk, d->v, Hk * sizeof(float));
@@ -133,15 +132,14 @@ const float* decoder_step(Decoder* d, int token, int pos) {
         linear(d->proj, d->att, w->wo, Hq, C);
         tp_sum(m, d->proj, C);
         be_add(d->x, d->proj, C);
-        be_rmsnorm_forward(d->xn, d->rstd, d->x, w->ln2, 1, C, m->cfg.norm_eps);
-        linear(d->g, d->xn, w->wg, C, F);
-        linear(d->u, d->xn, w->wu, C, F);
-        be_swiglu_forward(d->h, d->g, d->u, F);
+        be_rmsnorm_forward(d->xn, BE_F32, d->rstd, d->x, w->ln2, 1, C, m->cfg.norm_eps);
+        linear(d->gu, d->xn, w->wg, C, 2 * F);          // [gate; up] side by side
+        be_swiglu_forward(d->h, d->gu, BE_F32, 1, F);
         linear(d->proj, d->h, w->wd, F, C);
         tp_sum(m, d->proj, C);
         be_add(d->x, d->proj, C);
     }
-    be_rmsnorm_forward(d->xn, d->rstd, d->x, m->w.lnf, 1, C, m->cfg.norm_eps);
+    be_rmsnorm_forward(d->xn, BE_F32, d->rstd, d->x, m->w.lnf, 1, C, m->cfg.norm_eps);
     linear(d->logits, d->xn, m->w.head, C, m->Vl);
     if (owner) d->n++;
     d->total++;
@@ -175,7 +173,7 @@ int sample_logits(const float* logits, int nv, float temperature, int top_k, flo
     double mx = logits[idx[0]], sum = 0;
     for (int i = 0; i < k; i++) { p[i] = exp(((double)logits[idx[i]] - mx) / temperature); sum += p[i]; }
     int keep = k;
-    if (top_p > 0 && top_p < 1) {   // the smallest prefix whose probability reaches top_p
+    if (top_p < 1) {   // the smallest prefix whose probability reaches top_p (top_p 0: the most likely token)
         double c = 0;
         for (int i = 0; i < k; i++) { c += p[i] / sum; if (c >= top_p) { keep = i + 1; break; } }
     }

@@ -19,7 +19,7 @@ typedef struct {
     float** kc;                   // [n_layer] -> [cap, nkv hd] backend
     float** vc;
     int* pos_dev;                 // [cap] positions of this rank's cached tokens
-    float *x, *xn, *rstd, *q, *k, *v, *att, *lse, *proj, *g, *u, *h, *logits;   // one token's scratch
+    float *x, *xn, *rstd, *q, *k, *v, *att, *lse, *proj, *qkv, *gu, *h, *logits;   // one token's scratch
     float *part, *acc;            // cp merge: [cp, nh hd + nh] gathered parts, [nh hd + nh] the merge
     int* tok1;                    // [1] token id, [1] position (backend)
     int* pos1;
@@ -38,6 +38,7 @@ void decoder_take_prefill(Decoder* d, int n_valid);
 const float* decoder_step(Decoder* d, int token, int pos);
 
 // Sampling from a row of logits (host): greedy (temperature <= 0), else softmax(logits / temperature) restricted to
-// the top_k largest (0: all) and to the smallest set whose probability reaches top_p (>= 1: all), drawn with
-// *rng (a 64-bit state, advanced). Ties go to the lowest id. Only ids < nv (the real vocabulary) are drawn.
+// the top_k largest (0: all) and to the smallest set whose probability reaches top_p (>= 1: all; 0: the most likely
+// token alone), drawn with *rng (a 64-bit state, advanced). Ties go to the lowest id. Only ids < nv (the real
+// vocabulary) are drawn.
 int sample_logits(const float* logits, int nv, float temperature, int top_k, float top_p, uint64_t* rng);

@@ -9,10 +9,11 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "model/zero.h"
+#include "backend/backend.h"
 #include "attention/a2a.h"
 #include "attention/ring.h"
+#include "attention/shard.h"
 #include "comm/comm.h"
-#include "backend/backend.h"
 
 typedef struct {   // pointers into the parameter (or gradient) arena for one layer
     float *ln1, *wq, *wk, *wv, *wo, *ln2, *wg, *wu, *wd;
@@ -26,18 +27,20 @@ typedef struct {   // the weights (or their gradients) as named pointers
 } Weights;
 
 typedef struct {   // per-layer activations saved for backward, N = B*T rows (attention's side: B*T_at rows;
-                   // the residual stream and the norms under sequence parallelism: Ns rows)
+                   // the residual stream and the norms under sequence parallelism: Ns rows). fp32, or in the
+                   // activation dtype m->adt where the type is void* (bf16 with act_dtype = bf16 on a GPU)
     float *res;    // [Ns, C] input of the layer (residual stream)
-    float *ln1;    // [Ns, C]
+    void *ln1;     // [Ns, C] (adt)
     float *rstd1;  // [Ns]
     float *q;      // attention's side [B*T_at, nh_at*hd] after RoPE (= [N, nh*hd] without all-to-all)
     float *k, *v;  // attention's side [B*T_at, nkv_at*hd] (k after RoPE)
-    float *att;    // [N, nh*hd] attention output (this rank's tokens)
+    void *att;     // [N, nh*hd] attention output (this rank's tokens; adt)
     float *lse;    // attention's side [B*T_at, nh_at]
     float *mid;    // [Ns, C] residual after attention
-    float *ln2;    // [Ns, C]
+    void *ln2;     // [Ns, C] (adt)
     float *rstd2;  // [Ns]
-    float *g, *u, *h; // [N, F]; with a tiled MLP [mlp_rows, F]: one tile's, never kept
+    void *gu;      // [N, 2F] (adt): gate | up, one matmul's output (h = silu(g) u is recomputed in the backward);
+                   // with a tiled MLP [mlp_rows, 2F]: one tile's, never kept
 } LayerActs;
 
 typedef struct {
@@ -59,19 +62,32 @@ typedef struct {
     int *hpos_at, *hdoc_at;    // host copies
     float *xq, *xk, *xv, *xatt, *xD;   // attention's side scratch: dq, dk, dv; out (forward) / dout (backward); D
     int* lpos;                 // [T] positions of this rank's tokens within a sequence (the ring layout)
+    int cp, cp_rank;           // the ranks of a sequence, this rank's index among them
+    CpShard shard;               // cp_shard = document: how each window's tokens are dealt (attention/shard.h)
+    int* shard_pos;            // [cp, T] every cp rank's positions of the window being set (NULL: the layout's)
     const Group* tp_g;         // tensor parallelism: the ranks that split every layer (NULL: none)
     int tp, tp_rank;
     int nv;                    // real (unpadded) vocabulary columns of this rank's slice
     long N;                    // B*T
     int sp;                    // sequence parallelism (tp_sp with tp > 1): the residual stream, the norms and
     long Ns;                   // what they keep hold this rank's Ns = N / tp rows [tp_rank Ns, (tp_rank + 1) Ns)
-    float* full;               // sp: [N, C] a column-parallel layer's input gathered over TP
+    void* full;                // sp: [N, C] a column-parallel layer's input gathered over TP (fp32 or adt)
     float* sp_dw;              // sp: [(2 n_layer + 1), C] this micro-batch's norm weight gradients before the TP sum
     float* dlnf;               // d(final norm output): this rank's rows of the LM head's input gradient
+    BeDtype adt;               // the activations' element type (model_act_bf16)
+    uint16_t* wbf;             // adt bf16: the bf16 copy of the fp32 weights every matmul reads (wbase, wfloats: the
+                               // parameter arena, refreshed by model_params_changed once per optimizer step; ZeRO-3: the
+                               // gathered unit buffers, each cast after its gather); NULL with fp32
+    float* wbase;              // the fp32 memory wbf copies: params, or under ZeRO-3 the unit buffers (pbuf)
+    size_t wfloats;
+    int norm_g;                // row groups of the norms' weight-gradient partials (be_tuning()->norm_groups)
+    float* dwpart;             // [(2 n_layer + 1), norm_g, C] this micro-batch's norm weight-gradient partials
+    long long *dw_off, *dw_off_sp;   // backend [(2 n_layer + 1)]: each norm's gradient from gbase; in sp_dw
     int lm_chunk;              // rows per LM-head chunk (bounds logits memory; the backend's tuning)
     ParamTable pt;
     size_t arena;              // elements of the parameter and gradient arenas: pt.total (under ZeRO each unit padded)
     float *params, *grads;     // arenas of `arena` floats; NULL when sharded (grads: ZeRO-2, 3; params: ZeRO-3)
+    float* gbase;              // where the gradient tensors are bound: grads, or under ZeRO-2/3 the unit buffers (gbuf)
     Weights w, dw;
     // ZeRO over zg (model/zero.h)
     int zero;                  // stage: 0 none, 1 the moments, 2 also the gradients, 3 also the parameters sharded
@@ -79,38 +95,45 @@ typedef struct {
     ZeroUnits zu;
     float *gshard, *pshard;    // stage >= 2: this rank's slices of the reduced gradients [zu.shard]; stage 3: of the
                                // parameters (the optimizer's)
-    float *gunit, *gio;        // stage >= 2: the gradient of the layer in the backward [one layer unit]; of the embedding
-                               // and the rest (io_len; the rest at io_rest) — each zero again after its reduce-scatter
-    float *punit[2], *pio;     // stage 3: the gathered parameters of two layers (layer l in punit[l % 2]); of the
-                               // embedding and the rest
+    float *gbuf, *gunit, *gio; // stage >= 2: one allocation (gbuf) of the gradient of the layer in the backward (gunit,
+                               // one layer unit) and of the embedding and the rest (gio: io_len; the rest at io_rest) —
+                               // each zero again after its reduce-scatter
+    float *pbuf, *punit[2], *pio;   // stage 3: one allocation (pbuf) of the gathered parameters of two layers (layer l in
+                               // punit[l % 2]) and of the embedding and the rest (pio)
     size_t io_len, io_rest;    // io_rest = 0: untied head, the embedding and the rest take turns in one buffer
     int holds[4];              // stage 3: the unit each parameter buffer holds (-1: none): punit[0], punit[1], the
                                // embedding's, the rest's (= the embedding's buffer when io_rest = 0)
     int pending;               // stage 3: the buffer whose gather is in flight (-1: none), completed by zreq
     CommReq* zreq;
     // activations: one allocation carved into named tensors
-    float* act_arena;
+    void* act_arena;
     size_t act_bytes;          // planned activation + scratch memory of this rank
     int recompute;             // RECOMPUTE_* (config.h): what the layers keep
-    // offload = ckpt: the layers' kept tensors (contiguous per layer, kept_floats) live in two device slots, layer l's
-    // in slot l % 2, and every layer's but the last two (still in their slots when the backward starts) is copied to
-    // pinned host memory after the forward writes it and back one layer ahead in the backward (the copy queue)
+    // offload = ckpt: the layers' kept tensors (contiguous per layer, kept_bytes in their dtypes) live in two device
+    // slots, layer l's in slot l % 2, and every layer's but the last two (still in their slots when the backward starts)
+    // is copied to pinned host memory after the forward writes it and back one layer ahead in the backward (the copy
+    // queue)
     int offload;
-    size_t kept_floats;        // one layer's kept tensors in its slot
-    float* host_acts;          // [(L - 2) kept_floats] be_host_alloc
+    size_t kept_bytes;         // one layer's kept tensors in its slot
+    void* host_acts;           // [(L - 2) kept_bytes] be_host_alloc
     BeEvent *out_done[2], *in_done[2];   // per slot: its last copy to host / from host
     int slot_layer[2];         // the layer whose kept tensors a slot holds (-1: none)
     int in_flight[2];          // a copy from host into the slot not yet waited for
     int offloading;            // this forward copies out (a backward follows: grad_scale != 0)
     long mlp_rows;             // rows per MLP tile: mlp_tile, or N (untiled)
-    int mlp_tiled;             // mlp_rows < N: the MLP runs tile by tile; g, u, h are recomputed per tile in the backward
+    int mlp_tiled;             // mlp_rows < N: the MLP runs tile by tile; gate|up and h are recomputed per tile in the backward
     size_t act_kept, act_work; // bytes: the layers' kept activations; the shared working set of one layer
     LayerActs* acts;           // [n_layer]
-    float *res_final, *lnf, *rstdf;      // [N, C], [N, C], [N]
+    float *res_final, *rstdf;            // [Ns, C], [Ns]
+    void *lnf;                           // [Ns, C] (adt)
     // scratch shared by all layers. proj: a row-parallel projection's output before the residual add
-    // (forward), the gradient arriving at a norm's output (backward)
-    float *proj, *dres, *dq, *dk, *dv, *datt, *D, *dg, *du, *dh;   // dg, du, dh: [mlp_rows, F]
-    float *logits, *xlse, *xtl, *xm, *losses; // [chunk, Vl], [chunk] x 3, [N]
+    // (forward), the gradient arriving at a norm's output (backward); qkv: the q/k/v matmul's output (forward) and
+    // its gradient (backward) [N, (nh + 2 nkv) hd] (adt); att32: attention's fp32 output before its store in adt
+    // (adt bf16 only); h, dh [mlp_rows, F], dgu [mlp_rows, 2F] (adt): one MLP tile's SwiGLU output and gradients;
+    // dres16: the residual gradient in adt (a matmul operand; = dres with fp32); dq, dk, dv contiguous
+    float *proj, *dres, *dq, *dk, *dv, *datt, *D, *att32;
+    void *qkv, *h, *dres16, *dh, *dgu;
+    float *logits, *xlse, *xtl, *xm, *losses; // [chunk, Vl] (the gradient in adt over each row's first bytes), [chunk] x 3, [N]
     float* rope;               // [rope_npos, hd] cos|sin table
     int rope_npos;
     int *tok, *tgt, *pos;      // [N] backend copies of the batch (pos: RoPE's positions)
@@ -118,9 +141,17 @@ typedef struct {
     int *doc, *hdoc;           // doc_mask: [N] document ids (backend, host); NULL without doc_mask
     int *apos, *hrpos;         // doc_positions: [N] attention's positions (backend: the positions given), RoPE's
                                // positions (host: restarted at each document); NULL otherwise (apos = pos)
-    float* host_losses;        // [N] host
+    float* host_losses;        // [N] host (downloaded when asked: model_token_losses)
+    // progress inside one forward pass (evaluation of a long window): called after each layer with (ctx, layers
+    // done, n_layer); NULL: none
+    void (*layer_done)(void* ctx, int done, int n_layer);
+    void* layer_done_ctx;
     int want_hits;             // evaluation: also record whether each target is the greedy prediction
     float *hits, *host_hits;   // [N] backend / host: 1 = the target is the argmax of the logits
+    int host_fresh;            // host_losses (and host_hits) hold the last forward's
+    double* scal;              // backend [4]: the step's scalars, read with one download at its end: [0] the sum of
+                               // token losses since model_loss_reset, [1] [2] the gradient's sums of squares (adamw_clip)
+    char attn_report[2048];    // attention's block engines, one line per class (attn_engine_select; the same on every rank)
 } Model;
 
 typedef struct {
@@ -145,9 +176,16 @@ typedef struct {
 // parameters (all-gathered unit by unit inside model_forward and model_backward).
 void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGroups* g);
 // The same shapes, table and activation plan for TP rank tp_rank of tp, a ring of cp, ZeRO (cfg->zero) over shard
-// ranks — sizes only, no backend memory (free with model_shape_free).
-void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp_rank, int cp, size_t shard);
+// ranks, activations in bf16 or fp32 (act_bf16: model_act_bf16 of the backend that will run it) — sizes only, no
+// backend memory (free with model_shape_free).
+void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp_rank, int cp, size_t shard, int act_bf16);
 void model_shape_free(Model* m);
+// Whether activations are stored in bf16: act_dtype = bf16 with matmul_precision = bf16 on a backend that has bf16
+// (has_bf16: be_has_bf16(), or the planned device's); otherwise fp32.
+int model_act_bf16(const Config* cfg, int has_bf16);
+// The parameters changed (an optimizer step, a checkpoint loaded): refresh their bf16 copy (adt bf16; else nothing);
+// ZeRO-3: the gathered unit buffers are stale (gathered and cast again where next used).
+void model_params_changed(Model* m);
 void model_free(Model* m);
 
 // Set the batch: tokens, targets (-1 = ignored) and positions, each [B*T] host int32 (this rank's tokens).
@@ -157,28 +195,32 @@ void model_free(Model* m);
 // document (attention and model_positions keep the positions given).
 void model_set_batch(Model* m, const int* tokens, const int* targets, const int* positions);
 // Set the batch from B windows of seq_len + 1 tokens (window b at win + b * stride): this rank's tokens
-// at its positions p, targets p + 1 (or -1 where score is given and score[p] == 0), positions p. A negative
+// at its positions p (the layout's, or with cp_shard = document those attention/shard.h deals it), targets p + 1 (or -1 where score is given and score[p] == 0), positions p. A negative
 // window entry (PACK_PAD: padding) is ignored as a target and read as the eod token (0 without one) as an input.
 void model_set_windows(Model* m, const int32_t* win, size_t stride, const unsigned char* score);
 // The batch as last set (host [B*T]): this rank's positions and targets.
 const int* model_positions(const Model* m);
 const int* model_targets(const Model* m);
 
-// Forward. Returns the SUM of the token losses of this micro-batch (host double).
+// Forward. Adds the sum of the token losses of this micro-batch to the loss accumulator on the backend (m->scal[0]:
+// nothing is read back, no host synchronisation; model_loss_sum or the step's scalars read it).
 // grad_scale != 0: also runs the fused LM-head backward with dloss_i = grad_scale (so model_backward can
 // follow); grad_scale = 1 / (valid targets of the whole step) gives the gradient of the mean loss.
 // logits_out (host, [N, V], may be NULL): receives the logits of this rank's vocabulary slice (its columns; the
 // others are left as they are).
-double model_forward(Model* m, float grad_scale, float* logits_out);
+void model_forward(Model* m, float grad_scale, float* logits_out);
+// The loss accumulator: zeroed; read (one download: waits for the device)
+void model_loss_reset(Model* m);
+double model_loss_sum(Model* m);
 // Backward after model_forward(grad_scale != 0): accumulates (+=) into the gradient arena.
 void model_backward(Model* m);
 // Zero the gradient arena.
 void model_zero_grad(Model* m);
-// The per-token losses of the last forward, host [N] (0 for ignored targets).
-const float* model_token_losses(const Model* m);
+// The per-token losses of the last forward, host [N] (0 for ignored targets; downloaded on the first call).
+const float* model_token_losses(Model* m);
 // With m->want_hits set before model_forward: per token 1 when the target is the argmax (greedy) prediction.
-const float* model_token_hits(const Model* m);
-// Matmul FLOPs per token for throughput (6 * matmul params + 6 * n_layer * T * C, see README)
+const float* model_token_hits(Model* m);
+// Matmul FLOPs per token for throughput (6 * matmul params + 6 * n_layer * T * C, see docs/benchmarks.md)
 double model_flops_per_token(const Config* c, int seq_len);
 
 // Make layer l's attention inputs (q, k, v after RoPE) current when the recompute mode does not keep them
@@ -194,7 +236,8 @@ ModelMemory model_memory(const Model* m);
 size_t offload_host_bytes(const Model* m);
 
 // ---- ZeRO inside the graph (model/zero.c); each is a no-op below its stage ----
-// stage 3: unit u's parameters gathered into its buffer (waits for a gather in flight); zero_prefetch starts it
+// stage 3: unit u's parameters gathered into its buffer (waits for a gather in flight) and, with bf16 weights, cast to
+// its bf16 copy; zero_prefetch starts it
 void zero_gather(Model* m, int u);
 void zero_prefetch(Model* m, int u);
 // stage 3: the gathered buffers are stale (the parameter shards changed: an update, a load)

@@ -23,7 +23,9 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
     c.zero = l->zero;
     int shard = l->dp * l->cp;   // the replicas: ZeRO shards over them
     Model m;
-    model_shape(&m, &c, l->micro_batch, seq_len, l->tp, 0, l->cp, l->zero ? (size_t)shard : 1);
+    // the activations' type of the backend planned for: bf16 on a GPU (act_dtype = bf16, matmul_precision = bf16)
+    model_shape(&m, &c, l->micro_batch, seq_len, l->tp, 0, l->cp, l->zero ? (size_t)shard : 1,
+                model_act_bf16(&c, !strcmp(l->backend, "cuda")));
     double N = (double)m.N, C = m.C, L = m.L;
     ModelMemory mm = model_memory(&m);
     p->params = (double)mm.params;
@@ -41,6 +43,9 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
         // and the CUDA backend's LM-head chunk (4096 rows) where this build's backend plans another
         long rows = m.N < 4096 ? m.N : 4096;
         p->acts_scratch += ((double)rows - m.lm_chunk) * m.Vl * 4;
+        // and its RMSNorm weight-gradient partials: up to 256 row groups (this build's backend plans m.norm_g)
+        long g = (m.Ns + 63) / 64 < 256 ? (m.Ns + 63) / 64 : 256;
+        p->acts_scratch += ((double)g - m.norm_g) * (2.0 * m.L + 1) * m.C * 4;
         double hdp = m.hd <= 64 ? 64 : 128;
         double Na = (double)m.B * m.T_at;   // bf16 copies of attention's q, dO (nh_at heads) and k, v (nkv_at)
         p->workspace = 32.0 * 1048576 + 2.0 * Na * hdp * (2 * m.nh_at + 2 * m.nkv_at) + 4.0 * C * 1024;
@@ -107,7 +112,7 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
         double fwd = toks * (2 * per_layer + 2.0 * seq_len * Cg);   // (causal attention: 2 seq_len C per token)
         p->layer_fwd_s = fwd / rate;
         p->layer_bwd_s = (2 * fwd + toks * extra) / rate;
-        p->offload_xfer_s = m.offload && m.L > 2 ? (double)m.kept_floats * 4 / (l->pcie_gbs * 1e9) : 0;
+        p->offload_xfer_s = m.offload && m.L > 2 ? (double)m.kept_bytes / (l->pcie_gbs * 1e9) : 0;
         double ex = (m.L > 2 ? m.L - 2 : 0) * ((p->offload_xfer_s > p->layer_fwd_s ? p->offload_xfer_s - p->layer_fwd_s : 0) +
                                               (p->offload_xfer_s > p->layer_bwd_s ? p->offload_xfer_s - p->layer_bwd_s : 0));
         p->offload_exposed_s = p->accum * ex;

@@ -1,6 +1,6 @@
 // plan.h — the capacity planner: the memory, communication and FLOPs of one training step per rank, from
 // the same parameter table and activation plan that model_build allocates (model_shape) and the same ZeRO
-// arithmetic as the optimizer (zero_shard). build/plan prints it; build/train checks it before allocating.
+// arithmetic as the optimizer (model/zero.h). build/plan prints it; build/train checks it before allocating.
 #pragma once
 #include <stddef.h>
 #include "model/config.h"

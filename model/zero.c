@@ -80,9 +80,16 @@ size_t zero_index(const ZeroUnits* z, size_t e) {
 static int slot_of(const Model* m, int u) { return u == 0 ? 2 : u == m->zu.n - 1 ? (m->io_rest ? 3 : 2) : (u - 1) % 2; }
 static float* slot_buf(const Model* m, int s) { return s < 2 ? m->punit[s] : m->pio + (s == 3 ? m->io_rest : 0); }
 
+// a gathered slot's bf16 copy (bf16 weights: the matmuls read it; the same offset from wbase in wbf)
+static void cast_slot(Model* m, int s) {
+    if (!m->wbf) return;
+    float* buf = slot_buf(m, s);
+    be_cast(m->wbf + (buf - m->wbase), BE_BF16, buf, m->zu.len[m->holds[s]]);
+}
 static void finish_pending(Model* m) {
     if (m->pending < 0) return;
     comm_wait(m->zreq);
+    cast_slot(m, m->pending);
     m->pending = -1;
 }
 // this rank's slice of unit u into its place in slot s, then every rank's (async: completed by finish_pending)
@@ -91,9 +98,9 @@ static void start_gather(Model* m, int u, int s, int async) {
     float* buf = slot_buf(m, s);
     size_t n = zero_slice(&m->zu, u);
     be_copy(buf + n * m->zu.rank, m->pshard + m->zu.own[u], n * sizeof(float));
-    if (async) { comm_allgather_start(m->zg, buf, n, m->zreq); m->pending = s; }
-    else comm_allgather(m->zg, buf, n);
     m->holds[s] = u;
+    if (async) { comm_allgather_start(m->zg, buf, n, m->zreq); m->pending = s; }
+    else { comm_allgather(m->zg, buf, n); cast_slot(m, s); }
 }
 
 void zero_gather(Model* m, int u) {

@@ -22,16 +22,30 @@ void adamw_init(AdamW* o, const Model* model, const Group* replicas, int zero) {
     o->shard = o->zu->shard;
     o->m = be_alloc(o->shard * sizeof(float));
     o->v = be_alloc(o->shard * sizeof(float));
+    o->gscale = be_alloc(sizeof(float));
     o->seg = calloc(model->pt.n, sizeof(BeSegment));
+    o->useg = calloc(model->pt.n, sizeof(BeSegment));
+    o->run = calloc(model->pt.n, sizeof(AdamWRun));
     for (int i = 0; i < model->pt.n; i++) {
         const ParamSpec* p = &model->pt.p[i];
         size_t a, b;
-        if (adamw_owned(o, p, &a, &b))
-            o->seg[o->nseg++] = (BeSegment){ o->stage >= 2 ? adamw_index(o, a) : a, b - a, p->split == SPLIT_REPLICATED };
+        if (!adamw_owned(o, p, &a, &b)) continue;
+        // k: in the moments (packed); the parameters at a (arena) or k (ZeRO-3's pshard), the gradient at a or k (gshard)
+        long long k = (long long)adamw_index(o, a), dp = (o->stage == 3 ? k : (long long)a) - k;
+        long long dg = (o->stage >= 2 ? k : (long long)a) - k;
+        o->seg[o->nseg++] = (BeSegment){ o->stage >= 2 ? (size_t)k : a, b - a, p->split == SPLIT_REPLICATED };
+        AdamWRun* r = o->nrun ? &o->run[o->nrun - 1] : NULL;
+        if (!r || r->dp != dp || r->dg != dg) { r = &o->run[o->nrun++]; *r = (AdamWRun){ dp, dg, o->nuseg, 0 }; }
+        o->useg[o->nuseg++] = (BeSegment){ (size_t)k, b - a, p->decay };
+        r->n++;
     }
 }
 
-void adamw_free(AdamW* o) { be_free(o->m); be_free(o->v); free(o->seg); memset(o, 0, sizeof *o); }
+void adamw_free(AdamW* o) {
+    be_free(o->m); be_free(o->v); be_free(o->gscale);
+    free(o->seg); free(o->useg); free(o->run);
+    memset(o, 0, sizeof *o);
+}
 
 float lr_at(const Config* c, long long step) {
     if (step < c->warmup_steps) return c->lr * (float)(step + 1) / (float)c->warmup_steps;
@@ -63,32 +77,28 @@ void adamw_reduce_grads(AdamW* o, Model* model) {
     else comm_allreduce_sum(o->rg, model->grads, model->pt.total);
 }
 
-double adamw_grad_norm(const AdamW* o, const Model* model) {
-    double s[2];   // [0] TP-sharded tensors, [1] replicated tensors
+void adamw_clip(AdamW* o, Model* model, float grad_clip) {
+    double* s = model->scal + 1;   // [0] TP-sharded tensors, [1] replicated tensors
     be_sumsq_segments(s, 2, o->stage >= 2 ? model->gshard : model->grads, o->seg, o->nseg);
-    if (o->zg) ctl_sum_f64(o->zg, s, 2);
-    if (model->tp > 1) s[0] = ctl_sum(model->tp_g, s[0]);
-    return sqrt(s[0] + s[1]);
+    if (o->zg) comm_allreduce_sum_f64(o->zg, s, 2);
+    if (model->tp > 1) comm_allreduce_sum_f64(model->tp_g, s, 1);
+    be_clip_scale(o->gscale, s, 2, grad_clip);
 }
 
-void adamw_step(AdamW* o, Model* model, const AdamWHyper* h, double gnorm) {
+double adamw_norm_of(const double* scal) { return sqrt(scal[1] + scal[2]); }
+
+void adamw_step(AdamW* o, Model* model, const AdamWHyper* h) {
     o->t++;
     float bc1 = 1.0f - powf(h->beta1, (float)o->t), bc2 = 1.0f - powf(h->beta2, (float)o->t);
-    float gscale = 1.0f;
-    if (h->grad_clip > 0) {
-        double coef = h->grad_clip / (gnorm + 1e-6);
-        if (coef < 1.0) gscale = (float)coef;
+    // every tensor's owned part (its own decay), one call per run: the parameters and the gradient rebased so that
+    // the segments' moment offsets address them
+    float* prm = o->stage == 3 ? model->pshard : model->params;
+    const float* g = o->stage >= 2 ? model->gshard : model->grads;
+    for (int i = 0; i < o->nrun; i++) {
+        const AdamWRun* r = &o->run[i];
+        be_adamw(prm + r->dp, g + r->dg, o->m, o->v, o->useg + r->s0, r->n, h->lr, h->beta1, h->beta2, h->eps,
+                 h->weight_decay, bc1, bc2, o->gscale);
     }
-    for (int i = 0; i < model->pt.n; i++) {   // each tensor's owned part
-        const ParamSpec* p = &model->pt.p[i];
-        size_t a, b;
-        if (!adamw_owned(o, p, &a, &b)) continue;
-        size_t k = adamw_index(o, a);   // in the packed shards
-        float* prm = o->stage == 3 ? model->pshard + k : model->params + a;
-        const float* g = o->stage >= 2 ? model->gshard + k : model->grads + a;
-        be_adamw(prm, g, o->m + k, o->v + k, b - a, h->lr, h->beta1, h->beta2, h->eps, p->decay ? h->weight_decay : 0.0f,
-                 bc1, bc2, gscale);
-    }
-    if (o->stage == 3) zero_invalidate(model);
-    else if (o->zg) zero_allgather_arena(model, model->params);
+    if (o->stage < 3 && o->zg) zero_allgather_arena(model, model->params);
+    model_params_changed(model);   // bf16 weights: their copy, once per step (ZeRO-3: the gathered buffers stale)
 }

@@ -9,7 +9,7 @@ raw data): one byte set to 0xFF, 0x00 or a random value, one bit flipped, a run 
 bytes; some hit the raw data, a few truncate the file. Every run must end on its own within --timeout
 seconds with exit status 0 or 1 (no crash, no abort, no hang), and a failing run must print exactly one
 line on stderr. Prints one summary line (outcomes counted) and exits 0, or lists the first offenders
-(mutation, command, status, stderr) and exits 1. Running the programs under ASan: see README (Reliability).
+(mutation, command, status, stderr) and exits 1. Running the programs under ASan: see docs/reliability.md.
 """
 import argparse, os, random, shlex, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor

@@ -361,6 +361,28 @@ def cmd_generate(name, d, prompt, n, outfile):
           "" if got.endswith(text + "\n") else f"printed {got[-200:]!r}, decoded {text[-200:]!r}")
 
 
+def cmd_bytetok(name, d, sample_ids, prompt, n):
+    """the byte tokenizer hf_export writes for a byte-level model: AutoTokenizer encodes text to its UTF-8 bytes (ids =
+    byte values) and decodes them back, <|eod|> is 256; generate() (greedy) gives build/sample --greedy's ids"""
+    torch, transformers, _ = tf()
+    tok = transformers.AutoTokenizer.from_pretrained(d)
+    texts = ["the quick brown fox", "naïve café — 東京\n\ttabs  and  spaces ", "".join(chr(i) for i in range(1, 128)),
+             "\u00ff\u0100\U0001F600 x"]
+    bad = [t for t in texts if tok(t)["input_ids"] != list(t.encode()) or tok.decode(tok(t)["input_ids"]) != t]
+    check(f"{name}: AutoTokenizer ({type(tok).__name__}, {len(tok)} tokens) encodes {len(texts)} texts (ASCII, UTF-8, "
+          "controls, 4-byte) to their UTF-8 bytes and decodes them back; <|eod|> = 256 = eos",
+          not bad and len(tok) == 257 and tok.convert_ids_to_tokens(256) == "<|eod|>" and tok.eos_token_id == 256,
+          f"differs for {bad[:1]!r}" if bad else "")
+    want = [int(x) for x in open(sample_ids).readline().strip().split(",") if x]
+    model = transformers.LlamaForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
+    enc = tok(prompt, return_tensors="pt")
+    with torch.no_grad():
+        gen = model.generate(**enc, max_new_tokens=int(n), do_sample=False, pad_token_id=256)[0].tolist()
+    check(f"{name}: generate(**tok({prompt!r}), greedy, {n} new tokens) = build/sample --greedy's ids "
+          f"({len(gen) - enc['input_ids'].shape[1]} new): {tok.decode(gen)[:40]!r}...", gen == want,
+          "" if gen == want else f"generate {gen}, build/sample {want}")
+
+
 # ----------------------------------------------------------------------------------------------- tokenizers
 def cmd_tokenizers(out, *files):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -460,7 +482,7 @@ def cmd_make_hf(out, vocab):
 COMMANDS = {"tokenizers": cmd_tokenizers, "make-hf": cmd_make_hf, "logits": cmd_logits,
             "asis": lambda n, d, h: cmd_logits(n, d, h, asis=True), "evalref": cmd_evalref, "same": cmd_same,
             "exported": cmd_exported, "hfstate": cmd_hfstate, "autotok": cmd_autotok, "decode": cmd_decode,
-            "generate": cmd_generate}
+            "generate": cmd_generate, "bytetok": cmd_bytetok}
 
 
 def main(argv):

@@ -62,18 +62,30 @@ sys.exit(0 if worst <= float(sys.argv[3]) else 1)
 PYEOF
 }
 
-# resumed_tail DESCRIPTION FULL RUN: $T/RUN logged exactly steps 3 and 4 (a run resumed at step 2), their losses within
-# 1e-5 relative of $T/FULL's (an uninterrupted run)
+# resumed_tail DESCRIPTION FULL RUN [TOL]: $T/RUN logged exactly steps 3 and 4 (a run resumed at step 2), their losses
+# within TOL (default 1e-5) relative of $T/FULL's (an uninterrupted run)
 resumed_tail() {
-  $PY - "$T/$2/metrics.jsonl" "$T/$3/metrics.jsonl" <<'PYEOF' >"$T/r.out" 2>&1 && ok "$1: $(cat "$T/r.out")" || bad "$1: $(cat "$T/r.out")"
+  $PY - "$T/$2/metrics.jsonl" "$T/$3/metrics.jsonl" "${4:-1e-5}" <<'PYEOF' >"$T/r.out" 2>&1 && ok "$1: $(cat "$T/r.out")" || bad "$1: $(cat "$T/r.out")"
 import json, sys
 a = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
 b = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2]))}
 assert sorted(b) == [3, 4], sorted(b)
 w = max(abs(a[s] - b[s]) / a[s] for s in (3, 4))
-print(f"steps 3-4 within {w:.1e} of the uninterrupted run")
-assert w <= 1e-5
+print(f"steps 3-4 within {w:.1e} of the uninterrupted run (tolerance {sys.argv[3]})")
+assert w <= float(sys.argv[3])
 PYEOF
+}
+# trun NAME NP BIN ARGS...: BIN/train (BIN: build, build/emu) -c "$TCONF" on NP ranks into $T/NAME, output in
+# $T/NAME.out and .err; FAIL on a non-zero exit
+trun() {
+  local name=$1 np=$2 bin=$3; shift 3
+  timeout $HANG_S $(launch "$np") $bin/train -c "$TCONF" --out_dir "$T/$name" "$@" </dev/null >"$T/$name.out" 2>"$T/$name.err" \
+    || { bad "$name: exit $?: $(head -c 400 "$T/$name.err")"; return 1; }
+}
+# cmp_runs DESCRIPTION A B TOL: ok when runs $T/A and $T/B have the same per-step losses within TOL (same_losses)
+cmp_runs() {
+  if same_losses "$2" "$3" "$4" >"$T/cmp.out" 2>&1; then ok "$1: $(tail -n 1 "$T/cmp.out" | sed 's/^ *//')"
+  else bad "$1: $(tail -n 3 "$T/cmp.out" | tr '\n' ' ')"; fi
 }
 
 # sub_result NAME RC FILE: adds the last "N passed, N failed" line in FILE (the output of a sub-run that exited

@@ -154,6 +154,25 @@ static void hops(size_t n) {
     be_free(a); be_free(b); be_free(ra); be_free(rb); free(h);
 }
 
+// hops that grow on one request, and the request freed right after its wait: a staged transport must not free its
+// pinned buffers while the copy that lands the last hop may still read them (the emulation stops the job if it does)
+static void hops_growing(size_t n) {
+    float *a = dev(3 * n), *r = dev(3 * n), *h = host(3 * n);
+    for (size_t i = 0; i < 3 * n; i++) h[i] = val(RK, i);
+    be_upload(a, h, 3 * n * sizeof(float));
+    CommReq* rq = comm_req_create();
+    comm_hop(W, a, r, n, rq);
+    comm_wait(rq);                      // the landing copy is queued, not waited for
+    comm_hop(W, a, r, 3 * n, rq);       // a larger hop: the request's pinned buffers grow
+    comm_wait(rq);
+    comm_req_free(rq);                  // right after the wait
+    be_download(h, r, 3 * n * sizeof(float));
+    int prev = (RK - 1 + P) % P, ok = 1;
+    for (size_t i = 0; i < 3 * n; i++) ok &= h[i] == val(prev, i);
+    RCHECK(ok, "hops of %zu then %zu floats on one request, freed right after the wait: the data arrives", n, 3 * n);
+    be_free(a); be_free(r); free(h);
+}
+
 int main(int argc, char** argv) {
     grid_mpi_init(&argc, &argv);
     static Grid G;   // tp = cp = 1: the world group attached as the trainer's groups are (a GPU per node-local rank)
@@ -174,6 +193,7 @@ int main(int argc, char** argv) {
     control();
     size_t sizes[] = { 1, 37, 1000, 5003 };
     for (int i = 0; i < 4; i++) { data(sizes[i]); hops(sizes[i]); }
+    hops_growing(1000);
     int failed = RK == 0 ? tu_failed : 0;
     ctl_bcast(W, &failed, sizeof failed, 0);
     if (RK == 0) { tu_finish(); fflush(stdout); }

@@ -3,9 +3,11 @@
 # a time, and ends with the total line "N passed, N failed". Each test prints its own final "N passed, N failed"
 # line; a test that prints none, or exits non-zero without a failed check, counts as one failure.
 #   bash tests/run_all.sh [-j N] [TEST...]     (default: every test; -j or RINGLM_TEST_JOBS, default nproc + 1)
-# Output: "[k/n] start NAME" when a test starts, its lines as they come prefixed "NAME| ", "=== NAME: RESULT
-# (N s)" when it ends; at the end the FAIL lines of every failing test again, then the total. Each test's whole
-# output is kept in build/test_logs/NAME.log (replaced by the next run).
+# Output: "[k/n] start NAME at S s (last run: N checks in S s)" when a test starts (a test's number of checks is
+# known only once it ends: the count and time shown are those of the last complete run, from build/test_times.txt),
+# its lines as they come prefixed "NAME| ", "=== NAME: RESULT (N s)" when it ends; at the end the FAIL lines of every
+# failing test again, then the total. Each test's whole output is kept in build/test_logs/NAME.log (replaced by the
+# next run).
 # The longest tests start first (durations of the last complete run, build/test_times.txt; on a first run the
 # order below), so that the run ends with short tests filling the gaps.
 # No wall-clock limit decides a verdict: a test still running after RINGLM_TEST_KILL_S seconds (default 3600,
@@ -56,7 +58,8 @@ k=0; N=${#tests[@]}; t0=$SECONDS
 echo "run_all: $N tests, $JOBS at a time (logs in $LOGS/)"
 for t in $order; do
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
-  k=$((k + 1)); echo "[$k/$N] start $(name_of "$t") ($((SECONDS - t0)) s)"
+  k=$((k + 1)); last=$(awk -v t="$t" '$1 == t && $3 != "" {printf " (last run: %s checks in %s s)", $3, $2}' "$TIMES" 2>/dev/null)
+  echo "[$k/$N] start $(name_of "$t") at $((SECONDS - t0)) s$last"
   run_one "$t" &
 done
 wait
@@ -67,8 +70,8 @@ for t in "${tests[@]}"; do
   if [ "$rc" -eq 77 ] && [ "$(echo "$out" | grep -c .)" -eq 1 ] && [[ "$out" == *"no CUDA device"* ]]; then
     skipped+=("$t"); continue
   fi
-  times+="$t $(cat "$LOGS/$n.s" 2>/dev/null || echo 0)"$'\n'
   line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
+  times+="$t $(cat "$LOGS/$n.s" 2>/dev/null || echo 0) $(echo "$line" | awk '{print $1 + $3}')"$'\n'
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     echo "!!! $t still ran after $HANG s: taken for hung, killed, counted as 1 failure"; total_f=$((total_f+1)); broken+=("$t")
   elif [ -z "$line" ]; then

@@ -16,7 +16,7 @@ out=$(make -s --no-print-directory BACKEND=nosuch print-lib-src 2>&1); rc=$?
 [ $rc -ne 0 ] && echo "$out" | grep -q "BACKEND=nosuch: there is no backend/nosuch/backend.mk" \
   && ok "make BACKEND=nosuch fails naming the missing backend.mk" || bad "BACKEND=nosuch: exit $rc: $out"
 emu=$(make -s --no-print-directory BACKEND=cuda CUDA_EMU=1 print-lib-src | grep -E '^(backend|comm)/' | sort | tr '\n' ' ')
-[ "$emu" = "backend/cuda/attn_cuda.cu backend/cuda/backend_cuda.cu backend/cuda/emu/emu_cublas.cc backend/cuda/emu/emu_nccl.cc backend/cuda/emu/emu_runtime.cc comm/comm_mpi.c comm/data_cuda.c comm/grid.c " ] \
+[ "$emu" = "backend/cuda/anatomy.cu backend/cuda/attn_cuda.cu backend/cuda/attn_engine.cu backend/cuda/backend_cuda.cu backend/cuda/cudnn_sdpa.cu backend/cuda/emu/emu_cublas.cc backend/cuda/emu/emu_nccl.cc backend/cuda/emu/emu_runtime.cc comm/comm_mpi.c comm/data_cuda.c comm/grid.c " ] \
   && ok "make cuda-emu builds the real CUDA sources and transport with the emulation: $emu" || bad "emulated build's sources: '$emu'"
 grep -n 'backend/' Makefile | grep -v 'backend/\$(BACKEND)' | grep -q . \
   && bad "the Makefile names a backend's files: $(grep -n 'backend/' Makefile | grep -v 'backend/\$(BACKEND)' | head -3)" \

@@ -8,11 +8,13 @@
 #      every access), dp 2 with ZeRO-2 (staged): per-step losses within 1e-5 (relative) of the CPU backend in the same
 #      layout;
 #   3. doc_mask (1 rank, cp 2), every recompute mode and the tiled MLP (cp 2), fp32, within 1e-5 of the CPU;
-#   4. bf16 and tf32 matmuls / attention against the CPU's fp32 (1 rank; bf16 also tp 2 x cp 2 with doc_mask): bf16
-#      within 2e-3, tf32 within 3e-4 per step, and
-#      different from fp32 (the mode ran). Why these: after 3 steps the observed differences are ~1e-4 (bf16, inputs
-#      rounded to 8 mantissa bits; the loss averages the per-token errors) and ~3e-5 (tf32, 11 bits): 10-20x margin;
-#      a wrong kernel moves the loss by far more (a wrong head or row: > 1e-2);
+#   4. bf16 and tf32 matmuls / attention against the CPU's fp32 (1 rank; bf16 also tp 2 x cp 2 with doc_mask, ZeRO-3
+#      with a tiled MLP over cp 2 x dp 2 (each gathered layer's bf16 copy), a tiled MLP under tp 2 with tp_sp and
+#      ZeRO-2 over dp 2 (the gathered gradient rows in proj, the norms' gradients per layer); bf16
+#      is the defaults' mode: bf16 weights and activations, act_dtype = bf16): bf16 within 2e-3, tf32 within 3e-4 per
+#      step, and different from fp32 (the mode ran). Why these: after 3 steps the observed differences are ~1e-4
+#      (bf16: every operand rounded to 8 significant bits; the loss averages the per-token errors) and ~3e-5 (tf32,
+#      11 bits): 10-20x margin; a wrong kernel moves the loss by far more (a wrong head or row: > 1e-2);
 #   5. determinism: the same bf16 run twice gives identical losses and gradient norms;
 #   6. checkpoints cross backends: CPU writes step 2, the emulated GPU resumes to step 4, and the other way round;
 #      losses of steps 3-4 within 1e-5 of an uninterrupted CPU run;
@@ -28,6 +30,8 @@ export RINGLM_EMU_TIMEOUT_S=600
 # ---- 1. the emulation's rules ----
 if out=$($E/tests/emu_faults ok 2>&1); then ok "emulation control (correct kernels, shared memory, events): $out"
 else bad "emulation control: $out"; fi
+if out=$(RINGLM_EMU_TRAFFIC=1 $E/tests/emu_faults traffic 2>&1); then ok "emulation's traffic counting (RINGLM_EMU_TRAFFIC): $out"
+else bad "emulation's traffic counting: $out"; fi
 fault() { expect_err "emulation: $1" "$2" 1 $E/tests/emu_faults "$1"; }
 fault host_read "host code (in main) read or wrote device memory|without a copy"
 fault oob "kernel fill_k (block (3, 0, 0)|out-of-bounds access 92 bytes past the end"
@@ -71,16 +75,8 @@ matmul_precision = fp32
 train_data = $T/data/train_*.bin
 CONF
 STEPS=3
-# trun NAME NP BIN ARGS...: BIN (build or build/emu) trains on NP ranks into $T/NAME; FAIL on a non-zero exit
-trun() {
-  local name=$1 np=$2 bin=$3; shift 3
-  timeout $HANG_S $(launch "$np") $bin/train -c "$T/e.conf" --out_dir "$T/$name" "$@" </dev/null >"$T/$name.out" 2>"$T/$name.err" \
-    || { bad "$name: exit $?: $(head -c 400 "$T/$name.err")"; return 1; }
-}
-cmp_runs() {   # DESCRIPTION A B TOL
-  if same_losses "$2" "$3" "$4" >"$T/cmp.out" 2>&1; then ok "$1: $(tail -n 1 "$T/cmp.out" | sed 's/^ *//')"
-  else bad "$1: $(tail -n 3 "$T/cmp.out" | tr '\n' ' ')"; fi
-}
+# the config of trun (tests/lib.sh)
+TCONF=$T/e.conf
 
 # ---- 2. layouts, fp32 ----
 while read -r name np dev args; do
@@ -107,7 +103,7 @@ grep -q "^transport: nccl" "$T/g_tp2cp2.out" && grep -q "^transport: mpi, staged
 # ---- 3. doc_mask and recompute ----
 # short documents (two lines of the README each, ~150 bytes): every 64-token window holds document boundaries
 mkdir -p "$T/docs"
-awk -v d="$T/docs" 'NF { b = b $0 "\n"; if (++k == 2) { f = sprintf("%s/p%05d.txt", d, n++); printf "%s", b > f; close(f); b = ""; k = 0 } }' README.md
+awk -v d="$T/docs" 'NF { b = b $0 "\n"; if (++k == 2) { f = sprintf("%s/p%05d.txt", d, n++); printf "%s", b > f; close(f); b = ""; k = 0 } }' README.md docs/*.md
 build/prepare --out "$T/short" --val-frac 0 "$T/docs" >/dev/null 2>&1 || bad "prepare short documents"
 SH=(--train_data "$T/short/train_*.bin" --doc_mask 1)
 trun c_doc 1 build "${SH[@]}" && trun g_doc 1 $E "${SH[@]}" && cmp_runs "fp32 doc_mask, 1 rank" c_doc g_doc 1e-5
@@ -119,12 +115,19 @@ for rc in mlp qkv full; do
   trun "g_rc_$rc" 2 $E --cp 2 --recompute $rc && cmp_runs "fp32 recompute $rc (cp 2) vs the CPU without recompute" c_one "g_rc_$rc" 1e-5
 done
 trun g_tile 2 $E --cp 2 --mlp_tile 40 && cmp_runs "fp32 tiled MLP (tiles of 40 of 64 rows, cp 2) vs the CPU untiled" c_one g_tile 1e-5
+trun g_tile 2 $E --cp 2 --mlp_tile 40 && cmp_runs "fp32 tiled MLP (tiles of 40 of 64 rows, cp 2) vs the CPU untiled" c_one g_tile 1e-5
 
 # ---- 4. bf16 and tf32 ----
 trun g_bf16 1 $E --matmul_precision bf16 && cmp_runs "bf16 vs the CPU's fp32 (tolerance 2e-3)" c_one g_bf16 2e-3
 trun g_tf32 1 $E --matmul_precision tf32 && cmp_runs "tf32 vs the CPU's fp32 (tolerance 3e-4)" c_one g_tf32 3e-4
 trun g_bf16_l 4 $E --matmul_precision bf16 --tp 2 --cp 2 --doc_mask 1 --train_data "$T/short/train_*.bin" &&
   cmp_runs "bf16, tp 2 x cp 2 with doc_mask vs the CPU's fp32 (tolerance 2e-3)" c_doc g_bf16_l 2e-3
+RINGLM_EMU_DEVICES=8 trun g_bf16_z3 4 $E --matmul_precision bf16 --cp 2 --zero 3 --micro_batch 1 --recompute full --mlp_tile 24 &&
+  cmp_runs "bf16 ZeRO-3 (cp 2 x dp 2, NCCL) with a tiled MLP (24 of 32 rows) vs the CPU's fp32 ZeRO-3 (tolerance 2e-3)" \
+    c_cp2dp2z3 g_bf16_z3 2e-3
+RINGLM_EMU_DEVICES=8 trun g_bf16_sp 4 $E --matmul_precision bf16 --tp 2 --tp_sp 1 --mlp_tile 40 --zero 2 &&
+  cmp_runs "bf16 tiled MLP (40 of 128 rows) under tp 2 with tp_sp, ZeRO-2 over dp 2 vs the CPU's fp32 (tolerance 2e-3)" \
+    c_one g_bf16_sp 2e-3
 for p in bf16 tf32; do
   if same_losses c_one "g_$p" 1e-7 >/dev/null 2>&1; then bad "$p losses equal fp32's to 1e-7: the mode did not run"
   else ok "$p losses differ from fp32 beyond 1e-7 (the $p path ran)"; fi
@@ -145,6 +148,10 @@ trun c_full4 1 build --max_steps 4
 trun c_half 1 build --max_steps 2 --save_final 1 && trun g_resume 1 $E --max_steps 4 --resume "$T/c_half/ckpt_00000002.h5"
 trun g_half 2 $E --max_steps 2 --save_final 1 --cp 2 && trun c_resume 1 build --max_steps 4 --resume "$T/g_half/ckpt_00000002.h5"
 resumed_tail "CPU checkpoint resumed on the emulated GPU" c_full4 g_resume
+# with bf16 weights and activations: the weights' bf16 copy is made from the loaded checkpoint (a copy of the initial
+# weights would start step 3 from the initial weights: a loss far beyond the tolerance)
+trun g_resume16 1 $E --max_steps 4 --resume "$T/c_half/ckpt_00000002.h5" --matmul_precision bf16 &&
+  resumed_tail "CPU checkpoint resumed on the emulated GPU in bf16 (bf16 weights refreshed at the load)" c_full4 g_resume16 2e-3
 resumed_tail "emulated-GPU checkpoint (cp 2) resumed on the CPU" c_full4 c_resume
 
 # ---- 7. eval by position ----

@@ -158,6 +158,17 @@ check "--doc-per dir: src/ (Ab.txt, main.c, util/u.h) is one document" ref exact
 O=$T/o_dir2
 prep --out "$O" --val-frac 0 --doc-per=dir "$C" > "$T/stdout" 2>&1
 check "--doc-per=dir on the whole corpus: 1 document" ref exact "$O" dir 1 "$C"
+check "--val-frac 0: no warning about the held-out split" eval '! grep -q WARNING "$T/stdout"'
+# a held-out split of fewer than 8 documents: one WARNING line naming the count (here 3 of 8 files at --val-frac
+# 0.5); 8 or more: none
+prep --out "$T/o_few" --val-frac 0.5 --seed 1 "$C" "$T/extra.txt" > "$T/stdout" 2>&1
+nv=$(sed -n 's/^val: \([0-9]*\) documents.*/\1/p' "$T/stdout")
+check "a held-out split of $nv documents: one WARNING naming the count" \
+  eval '[ "$nv" -lt 8 ] && [ "$(grep -c "^WARNING: the held-out split has only $nv document" "$T/stdout")" = 1 ]'
+mkdir -p "$T/many"; for i in $(seq 1 20); do echo "document $i" >"$T/many/d$i.txt"; done
+prep --out "$T/o_many" --val-frac 0.5 --seed 1 "$T/many" > "$T/stdout" 2>&1
+nv=$(sed -n 's/^val: \([0-9]*\) documents.*/\1/p' "$T/stdout")
+check "a held-out split of $nv documents (>= 8): no warning" eval '[ "$nv" -ge 8 ] && ! grep -q WARNING "$T/stdout"'
 
 # train/val partition
 O=$T/o_default

@@ -226,7 +226,8 @@ if $PY tools/experiments/passkey_digits.py "$CK" --lens 128 --depths 0,1 --keys 
 else bad "passkey_digits.py: $(tail -n 3 "$T/pd.out")"; fi
 
 # 5c. each series' ETA comes from its own rate: two equal series (one checkpoint twice) on the test clock that
-#     advances 1 s per reading (RINGLM_TEST_PROGRESS_TICK: no verdict depends on this machine's speed); series 2's
+#     advances 1 s per reading (RINGLM_TEST_PROGRESS_TICK: no verdict depends on this machine's speed; 3 readings a
+#     document: after each of the model's 2 layers, for the lines inside a document, and at its end); series 2's
 #     first progress line counts its own time, not series 1's too, and its ETA is its own rate times what is left
 #     (before: elapsed since series 1 began, ETA ~4x too long)
 RINGLM_TEST_PROGRESS_TICK=1 run 1 --ckpt "$CK" --ckpt "$CK" --data "$VAL" --seq_len 128 --doc_len 512 --docs 4 --out "$T/ev" --name eta \
@@ -240,11 +241,58 @@ s1_total = s["1"][-1][1]
 _, e2_first, eta2_first = s["2"][0]
 s2_rest = s["2"][-1][1] - e2_first                  # what series 2 took after its first line
 print(f"     series 1 {s1_total:.1f} s; series 2 after 1/4: {e2_first:.1f} s elapsed, ETA {eta2_first:.1f} s, took {s2_rest:.1f} s more")
-assert [e for _, e, _ in s["1"]] == [e for _, e, _ in s["2"]] == [1, 2, 3, 4], "elapsed: one tick per document"
+assert [e for _, e, _ in s["1"]] == [e for _, e, _ in s["2"]] == [3, 6, 9, 12], "elapsed: three ticks per document"
 assert all(abs(eta - e / d * (4 - d)) < 1e-9 for k in "12" for d, e, eta in s[k]), "ETA = elapsed / done x left"
 assert e2_first < s1_total, "series 2's elapsed includes series 1"
 assert eta2_first == s2_rest, "series 2's ETA is not what series 2 then took"
 PYEOF
+
+# 5c'. progress inside a document (one window at 100K tokens takes minutes): on the test clock at 10 s per reading
+#     (every reading is PROGRESS_S after the last line) a line after every layer of every sliding window, with the
+#     window, the layer, the elapsed time and the ETA from the fraction done, computed here
+RINGLM_TEST_PROGRESS_TICK=10 run 1 --ckpt "$CK" --data "$VAL" --seq_len 128 --stride 64 --doc_len 256 --docs 2 --out "$T/ev" \
+  --name inner >"$T/inner.out" 2>"$T/inner.err" || bad "inner progress run: $(tail -2 "$T/inner.err")"
+$PY - "$T/inner.err" <<'PYEOF' && ok "progress inside documents: a line per layer of each sliding window, elapsed and ETA exact" || bad "progress inside a document: $(grep 'eval series' "$T/inner.err" | head -3 | tr '\n' ' ')"
+import sys
+got = [l.rstrip("\n") for l in open(sys.argv[1]) if l.startswith("eval series")]
+want, k = [], 0
+for d in range(2):                      # 2 documents x 3 windows (256 tokens, 128 a window, stride 64) x 2 layers
+    for w in range(3):
+        for l in (1, 2):
+            k += 1; el = 10.0 * k; f = (d + (w + l / 2) / 3) / 2
+            want.append(f"eval series 1/1: {d}/2, in {d + 1}: window {w + 1}/3, layer {l}/2, {el:.1f} s elapsed, ETA {el / f * (1 - f):.1f} s")
+    k += 1; el = 10.0 * k
+    want.append(f"eval series 1/1: {d + 1}/2, {el:.1f} s elapsed, ETA {el / (d + 1) * (1 - d):.1f} s")
+assert got == want, [(g, w) for g, w in zip(got, want) if g != w][:2] or (len(got), len(want))
+PYEOF
+
+# 5c''. stdout into a file is line-buffered: the first line ("data: ...") is in the file while the first document
+#     runs. Deterministic: eval's stderr is a pipe that is not read after series 1's first progress line (after a
+#     layer of the first window), and more than the pipe holds is still to print (a line per layer of 969 sliding
+#     windows on the test clock), so eval waits there, alive, with its stdout as it is at that moment (before:
+#     block-buffered, nothing until much later)
+$PY - "$T/lb.out" build/eval --ckpt "$CK" --data "$VAL" --seq_len 32 --stride 1 --doc_len 1000 --docs 1 \
+  --out "$T/ev" --name lb <<'PYEOF' >"$T/lb.res" 2>&1 && ok "stdout into a file: $(cat "$T/lb.res")" || bad "stdout into a file: $(tail -3 "$T/lb.res")"
+import os, subprocess, sys
+out = sys.argv[1]
+p = subprocess.Popen(sys.argv[2:], stdout=open(out, "w"), stderr=subprocess.PIPE, text=True,
+                     env=dict(os.environ, RINGLM_TEST_PROGRESS_TICK="10"))
+for line in p.stderr:
+    if line.startswith("eval series 1/1:"): break
+alive = p.poll() is None
+have = [l for l in open(out) if l.startswith("data: ")]
+rest = p.stderr.read(); rc = p.wait()
+assert rc == 0, rest[-300:]
+assert alive, "eval ended before the check (the pipe should have held it)"
+assert have, "the first line is not in the file while the first document runs"
+print("the first line is in the file while the first document runs")
+PYEOF
+
+# 5c'''. plain RoPE past the trained context: the note names the trained RoPE's range (CK: yarn x2 over 128 tokens)
+#     and the --rope spellings to compare in that range's units (before: yarn:F:seq_len, not the trained one)
+run 1 --ckpt "$CK" --rope none --data "$VAL" --seq_len 512 --docs 1 --out "$T/ev" --name hint >"$T/hint.out" 2>&1
+grep -qxF "note: context 512 exceeds the trained 128 with plain RoPE, and the model was trained with yarn x2 over 128 tokens: perplexity usually rises past 128 (compare --rope yarn:2:128 as trained, or yarn:4:128 to cover 512)" "$T/hint.out" \
+  && ok "plain-RoPE note: compare --rope yarn:2:128 as trained, or yarn:4:128" || bad "plain-RoPE note: $(grep note "$T/hint.out" || tail -2 "$T/hint.out")"
 
 # 5d. without an end-of-document token (--eod -1) the units are consecutive windows of the stream, and the series
 #     line says so (not "documents")

@@ -21,7 +21,7 @@
 #    LlamaForCausalLM.from_pretrained with matching logits; AutoTokenizer loads an export; the README's step 6
 #    (export, from_pretrained, AutoTokenizer, model.generate(**tok(...))) runs as printed, and generate() gives
 #    the ids of a greedy decode by full forwards (which needs tools/setup/hf_torch_py311.py in build/hfenv: PyTorch
-#    1.13's torch.distributed.fsdp under Python 3.11); README.md holds the snippet this test runs.
+#    1.13's torch.distributed.fsdp under Python 3.11); docs/huggingface.md holds the snippet this test runs.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
 
@@ -200,9 +200,27 @@ grep -qF "$M names the tokenizer '$T/gone/tokenizer.json', which is not a tokeni
   && [ ! -e "$T/eM6/tokenizer.json" ] && ok "a missing tokenizer path in meta.json: one line, no tokenizer" || bad "missing tokenizer in meta.json: $(sed "s|$T/||g" "$T/check.out")"
 meta bytes
 exp_meta "export X, meta.json names the byte tokenizer (not a path)" "$T/eM7"
-[ "$(grep -c '' "$T/check.out")" -eq 2 ] && ! grep -q "tokenizer" "$T/check.out" && [ ! -e "$T/eM7/tokenizer.json" ] \
-  && ok "a tokenizer name that is not a path (the byte tokenizer's) is passed over silently" || bad "meta.json naming 'bytes': $(cat "$T/check.out")"
+[ "$(grep -c '' "$T/check.out")" -eq 2 ] && grep -qF "; tokenizer: tokenizer.json and tokenizer_config.json (the byte tokenizer, written: ids = byte values, <|eod|> = 256)" "$T/check.out" \
+  && [ -s "$T/eM7/tokenizer.json" ] && [ "$(tokcfg "$T/eM7")" = "['input_ids', 'attention_mask'] <|eod|> PreTrainedTokenizerFast" ] \
+  && ok "meta.json naming the byte tokenizer: the byte tokenizer is written, said in the summary line" || bad "meta.json naming 'bytes': $(cat "$T/check.out")"
+# a model of another vocabulary without a tokenizer: exported without one, and the summary line says so
+exp_meta "export X with --no_tokenizer: the summary says so" "$T/eM8" --no_tokenizer
+grep -qF "; tokenizer: none (--no_tokenizer)" "$T/check.out" && ok "--no_tokenizer: the summary says 'tokenizer: none (--no_tokenizer)'" || bad "--no_tokenizer summary: $(cat "$T/check.out")"
 rm -f "$M"; [ -f "$M.orig" ] && mv "$M.orig" "$M"
+
+# tools/setup/hf_env.sh makes its environment in ENV.new.PID and renames it only when complete: an install that fails
+# (here: PyPI made unreachable) leaves no ENV and no temporary folder; the wrappers take an environment's python only
+# once it carries the completion stamp (before: as soon as bin/python existed, so hf_export ran a half-made venv)
+RINGLM_HFENV="$T/henv" PIP_INDEX_URL=http://127.0.0.1:9/simple PIP_EXTRA_INDEX_URL= PIP_FIND_LINKS= \
+  timeout $HANG_S bash tools/setup/hf_env.sh >"$T/henv.out" 2>"$T/henv.err"; rc=$?
+[ $rc -eq 2 ] && [ "$(grep -c '' "$T/henv.err")" -eq 1 ] && grep -q "^hf_env: PyPI is not reachable" "$T/henv.err" && [ ! -e "$T/henv" ] \
+  && [ -z "$(ls -d "$T"/henv.new.* 2>/dev/null)" ] && ok "hf_env.sh with PyPI unreachable: exit 2, one line, no environment and no temporary folder left" \
+  || bad "hf_env.sh failing: exit $rc, $(cat "$T/henv.err"); left: $(ls -d "$T"/henv* 2>/dev/null | tr '\n' ' ')"
+mkdir -p "$T/half/bin" && printf '#!/bin/sh\necho "half-made environment used" >&2; exit 3\n' >"$T/half/bin/python" && chmod +x "$T/half/bin/python"
+RINGLM_HFENV="$T/half" tools/hf_export --help >"$T/half.out" 2>&1 && grep -q "^usage" "$T/half.out" && touch "$T/half/.ringlm-transformers==4.46.3" \
+  && ! RINGLM_HFENV="$T/half" tools/hf_export --help >"$T/half2.out" 2>&1 && grep -q "half-made environment used" "$T/half2.out" \
+  && ok "the wrappers pass over an environment without the completion stamp (and take one with it)" \
+  || bad "wrapper and a half-made environment: $(head -c 200 "$T/half.out") | $(head -c 200 "$T/half2.out" 2>/dev/null)"
 
 # ---------------------------------------------------------------------------------------------- part 2: with HF
 if ! HFPY=$(bash tools/setup/hf_env.sh 2>"$T/env.err"); then
@@ -213,7 +231,7 @@ HCHK="$HFPY tests/hf_check.py"
 
 # a corpus with the cases build/prepare skips, non-ASCII text and a file that is not UTF-8
 C=$T/corpus; mkdir -p "$C/src/sub" "$C/src/.hidden" "$C/docs" "$C/other"
-cp model/*.c "$C/src/"; cp eval/report.c "$C/src/sub/"; cp README.md checkpoint/FORMAT.md "$C/docs/"
+cp model/*.c "$C/src/"; cp eval/report.c "$C/src/sub/"; cat README.md docs/*.md >"$C/docs/README.md"; cp checkpoint/FORMAT.md "$C/docs/"
 printf 'Größe – ελληνικά – 日本語 – emoji 🙂\n\ttabs and  spaces \r\n' > "$C/docs/unicode.txt"
 printf 'caf\xe9 latin-1\n' > "$C/other/latin1.txt"
 printf 'special-token text is text: <|endoftext|> <s> </s>\n' > "$C/docs/specials.txt"
@@ -368,6 +386,18 @@ check "build/eval of imported m1 on prepare_hf data (cp 2, --eod 0)" "${MPI[@]}"
 # original_max_position_embeddings), m2 (tied), m1 with the tokenizer; import(export(import(m1))) = import(m1)
 check "export Y2" "${SY[@]}" tools/hf_export "$T/Y2" --out "$T/eY"
 check "export imported m2 (tied)" "${SY[@]}" tools/hf_export "$T/m2.h5" --out "$T/em2"
+grep -qF "; tokenizer: none written: vocab_size $VOCAB is not the byte tokenizer's 257 and no tokenizer was given or found beside the training data (give --tokenizer)" "$T/check.out" \
+  && [ ! -e "$T/em2/tokenizer.json" ] && ok "a model of another vocabulary without a tokenizer: the summary says none was written" \
+  || bad "no tokenizer, vocab $VOCAB: $(cat "$T/check.out")"
+# a byte-level run (a memorised text; plain RoPE) exported without --tokenizer gets the byte tokenizer; generate()
+# from the export equals build/sample --greedy on the checkpoint
+mkdir -p "$T/fox"; for i in $(seq 1 40); do echo "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." >"$T/fox/d$i.txt"; done
+build/prepare --out "$T/foxd" --val-frac 0 "$T/fox" >/dev/null \
+  && build/train --vocab_size 257 --d_model 48 --n_layer 2 --n_head 4 --n_kv_head 2 --d_ff 96 --max_seq_len 128 --seq_len 64 \
+     --batch_size 8 --micro_batch 8 --max_steps 120 --lr 1e-2 --warmup_steps 5 --train_data "$T/foxd" --out_dir "$T/F" >"$T/F.out" 2>&1 \
+  && check "export the byte-level run F (no --tokenizer)" "${SY[@]}" tools/hf_export "$T/F" --out "$T/eF" \
+  && timeout $HANG_S build/sample --ckpt "$T/F" --prompt "the quick" --greedy --max_tokens 40 --ids >"$T/F.ids" 2>"$T/F.err" \
+  || bad "byte-level run F: $(tail -n 2 "$T/F.out" "$T/F.err" 2>/dev/null)"
 check "export imported m1" "${SY[@]}" tools/hf_export "$T/m1.h5" --out "$T/em1"
 # the whole chain on the BPE tokenizer: imported m1 (YaRN x4 from 32) extended to x8 and 256 tokens on its own
 # prepare_hf data, on tp 2 x cp 2, then exported with the tokenizer
@@ -399,9 +429,9 @@ out = model.generate(**tok("def main(", return_tensors="pt"), max_new_tokens=32)
 print(tok.decode(out[0]))
 EOF
 README
-$PY -c "import sys; sys.exit(open(sys.argv[2]).read() not in open(sys.argv[1]).read())" README.md "$T/step6.sh" \
-  && ok "README.md's step 6 is the snippet run here ($(grep -c '' "$T/step6.sh") lines)" \
-  || bad "README.md's step 6 (\"Extend an existing model\") is not the snippet tests/test_hf.sh runs: update one of them"
+$PY -c "import sys; sys.exit(open(sys.argv[2]).read() not in open(sys.argv[1]).read())" docs/huggingface.md "$T/step6.sh" \
+  && ok "docs/huggingface.md's step 6 is the snippet run here ($(grep -c '' "$T/step6.sh") lines)" \
+  || bad "docs/huggingface.md's step 6 (\"Extend an existing model\") is not the snippet tests/test_hf.sh runs: update one of them"
 mkdir -p "$R/build" "$R/out" "$R/home/models" && ln -s "$PWD/tools" "$R/tools" && ln -s "$(dirname "$(dirname "$HFPY")")" "$R/build/hfenv" \
   && ln -s "$T/Z" "$R/out/ext" && ln -s "$T/tok/bpe" "$R/home/models/llama-4k"
 (cd "$R" && env -u RINGLM_PYTHON -u RINGLM_HFENV HOME="$R/home" timeout $HANG_S bash -e "$T/step6.sh") >"$T/step6.out" 2>"$T/step6.err" \
@@ -424,7 +454,8 @@ $HCHK logits "HF m1 (GQA, untied, YaRN >= 4.51 form) imported" "$T/m1.dump" "$T/
   ::: exported "m2 export (tied)" "$T/em2" "$T/m2.h5" \
   ::: hfstate "X: sharded fp32 export vs unsharded" "$T/eX" "$T/eXs" equal ::: hfstate "X: bf16 export" "$T/eX" "$T/eXb" bf16 \
   ::: autotok "Z export with --tokenizer" "$T/eZ" "$C/docs/unicode.txt" \
-  ::: generate "README step 6 on Z" "$T/Z/hf" "def main(" 32 "$T/step6.out" >"$T/c5" 2>&1
+  ::: generate "README step 6 on Z" "$T/Z/hf" "def main(" 32 "$T/step6.out" \
+  ::: bytetok "byte-level F exported with the byte tokenizer" "$T/eF" "$T/F.ids" "the quick" 40 >"$T/c5" 2>&1
 sub_result "HF reference checks" $? "$T/c5"; grep -E '^(ok|FAIL|#)' "$T/c5"
 
 # passkey and the separator of a non-byte vocabulary

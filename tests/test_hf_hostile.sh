@@ -112,8 +112,8 @@ ERR_RC=1 ERR_ALSO='unchanged "$T/ex1"' expect_err "hf_export --force: a failure 
   "hf_export: cannot move the new files into '$T/ex1'|the previous files are back in place" 1 \
   env RINGLM_TEST_HF_FAIL=hf_export:swap_new "${EXP[@]}" "$T/m.h5" --out "$T/ex1" --force --dtype bf16 --max_shard_size 20KB
 check "hf_export --force with --tokenizer pointing into the export it replaces" "${EXP[@]}" "$T/m.h5" --out "$T/ex1" --force --tokenizer "$T/ex1"
-unchanged "$T/ex1" && grep -q "tokenizer files: tokenizer.json, tokenizer_config.json; replaced the previous export (5 files)" "$T/check.out" \
-  && ok "the tokenizer inside --out is read before the swap: the re-export equals the export byte for byte ($(grep -o 'tokenizer files: [^;]*' "$T/check.out"))" \
+unchanged "$T/ex1" && grep -q "; tokenizer: tokenizer.json, tokenizer_config.json; replaced the previous export (5 files)" "$T/check.out" \
+  && ok "the tokenizer inside --out is read before the swap: the re-export equals the export byte for byte ($(grep -o 'tokenizer: [^;]*' "$T/check.out"))" \
   || bad "re-export with the tokenizer in --out: $(cat "$T/check.out"); $(ls -A "$T/ex1")"
 check "hf_export --force bf16 (5 files replaced)" "${EXP[@]}" "$T/m.h5" --out "$T/ex1" --force --dtype bf16 --tokenizer "$T/tokw"
 check "import the bf16 export" "${IMP[@]}" "$T/ex1" --out "$T/ex1.h5"
@@ -153,14 +153,14 @@ if HFPY=$(bash tools/setup/hf_env.sh 2>"$T/env.err"); then
   PH=(env RINGLM_HFENV="$(dirname "$(dirname "$HFPY")")" tools/prepare_hf)
   mkdir -p "$T/tok" "$T/doc/d"
   cat model/*.c > "$T/train.txt"
-  $HFPY tests/hf_check.py tokenizers "$T/tok" "$T/train.txt" README.md >"$T/t1" 2>&1 && $HFPY tests/hf_hostile.py tokenizers "$T/tok" "$T/train.txt" README.md >>"$T/t1" 2>&1 \
+  $HFPY tests/hf_check.py tokenizers "$T/tok" "$T/train.txt" README.md docs/*.md >"$T/t1" 2>&1 && $HFPY tests/hf_hostile.py tokenizers "$T/tok" "$T/train.txt" README.md docs/*.md >>"$T/t1" 2>&1 \
     && ok "tokenizers of 7 kinds trained locally" || bad "tokenizers: $(tail -n 3 "$T/t1")"
   # item 8: a long document (model/, comm/, README.md, a run of whitespace, a text without spaces) encoded in pieces
   # of 4096 characters gives exactly the ids of the whole document
   $PY - "$T/doc" <<'PYEOF'
 import glob, os, random, sys
 d = sys.argv[1]
-src = "".join(open(p, encoding="utf-8").read() for p in sorted(glob.glob("model/*.[ch]")) + ["README.md"])
+src = "".join(open(p, encoding="utf-8").read() for p in sorted(glob.glob("model/*.[ch]")) + ["README.md"] + sorted(glob.glob("docs/*.md")))
 r = random.Random(7)
 junk = "".join(r.choice("aabbcdeeef") for _ in range(9000))
 text = src[:120000] + "\n\n \t \n" + " " * 200 + "x\n" + junk[:200] + "\n" + src[120000:160000]
@@ -219,7 +219,10 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, rc)" "${PH[@]}" --
     "prepare_hf: '$T/train.txt' would be read twice" 1 "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force "$T/train.txt" "$T/train.txt"
   # SIGTERM in the middle of a --force run (3 MB to encode): one line, the previous shards byte for byte
   "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force --val-frac 0 "$T/doc/big.txt" >"$T/o" 2>"$T/e" & job=$!
-  sleep 1; kill -TERM $job; wait $job; rc=$?
+  # the signal once the run writes (its temporary folder exists: its handlers are in place, whatever the load)
+  end=$((SECONDS + HANG_S))
+  while [ $SECONDS -lt $end ] && kill -0 $job 2>/dev/null && ! compgen -G "$T/pd/.prepare_hf.new.*" >/dev/null; do sleep 0.05; done
+  kill -TERM $job; wait $job; rc=$?
   [ $rc -eq 1 ] && [ "$(cat "$T/e")" = "prepare_hf: terminated (SIGTERM); '$T/pd' is as it was (the previous shards and meta.json untouched)" ] && unchanged "$T/pd" \
     && ok "prepare_hf --force stopped by SIGTERM: one line, the previous shards and meta.json byte for byte" \
     || bad "prepare_hf --force stopped by SIGTERM: exit $rc: $(head -c 300 "$T/e"); $(ls -A "$T/pd")"

@@ -243,6 +243,36 @@ int main(void) {
     pack_free(&p);
     o.mode = PACK_BEST_FIT; o.eod = -1;
     CHECK(pack_build(&p, &o, NS, rd, NULL, err, sizeof err) != 0 && strstr(err, "end-of-document"), "no eod: %s", err);
+
+    // ---- weights below 1: the documents they leave out are counted as left out, never as cut (best_fit cuts none) ----
+    double half[2] = { 0.5, 0.5 };
+    PackOpts h = { .mode = PACK_BEST_FIT, .T = T, .eod = EOD, .buffer = 512, .threshold = INT64_MAX, .factor = 1.0,
+                   .weight = half, .src_first = src, .n_src = 2, .seed = 5 };
+    rc = pack_build(&p, &h, NS, rd, NULL, err, sizeof err);
+    CHECK(rc == 0 && p.st.short_cut == 0 && p.st.left_out > ND / 3 && p.st.left_out < 2 * ND / 3,
+          "weights 0.5: %lld of %d documents left out, %lld short ones cut (best_fit cuts none)", (long long)p.st.left_out, ND,
+          (long long)p.st.short_cut);
+    pack_free(&p);
+    // ---- a document used more than PACK_MAX_USES times, and a table larger than the memory given: refused, planned ----
+    double big[2] = { 100, 1 };
+    h.weight = big; h.factor = 100; h.threshold = 1;
+    CHECK(pack_build(&p, &h, NS, rd, NULL, err, sizeof err) != 0 && strstr(err, "up to 10000 times, more than 1000"),
+          "weight 100 x upsample_factor 100: %s", err);
+    h.weight = NULL; h.factor = 3; h.max_bytes = 1e5;
+    CHECK(pack_build(&p, &h, NS, rd, NULL, err, sizeof err) != 0 && strstr(err, "9000 uses of 3000 documents") && strstr(err, "MiB for the table of windows, more than the 0.1 MiB available"),
+          "upsample_factor 3 with 100 kB for the table: %s", err);
+    // ---- eod tokens are counted (none: the packing warns that each source is one document) ----
+    h.factor = 1; h.max_bytes = 0;
+    int64_t eods = 0;
+    for (int64_t i = 0; i < NS; i++) eods += S[i] == EOD;
+    rc = pack_build(&p, &h, NS, rd, NULL, err, sizeof err);
+    CHECK(rc == 0 && p.st.eods == eods && eods == ND, "eod tokens counted: %lld of %d documents", (long long)p.st.eods, ND);
+    pack_free(&p);
+    h.eod = 998;   // a token that never occurs
+    rc = pack_build(&p, &h, NS, rd, NULL, err, sizeof err);
+    CHECK(rc == 0 && p.st.eods == 0 && p.st.docs == 2, "an eod that never occurs: %lld eod tokens, %lld documents (one per source)",
+          (long long)p.st.eods, (long long)p.st.docs);
+    pack_free(&p);
     free(S); free(st); free(ln); free(win); free(seen);
     return tu_finish();
 }

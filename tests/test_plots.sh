@@ -17,9 +17,9 @@ PLOT=tools/plot_metrics.py TB=tools/metrics_to_tensorboard.py
 
 build/prepare --out "$T/d" --val-frac 0.1 model attention >/dev/null || { bad "build/prepare (run make)"; finish; }
 TR=(build/train -c configs/tiny.conf --train_data "$T/d/train_*.bin" --val_data "$T/d/val_*.bin" --val_every 10)
-"${TR[@]}" --out_dir "$T/a" --max_steps 40 >"$T/a.out" 2>&1 || { bad "run a: $(tail -n 2 "$T/a.out")"; finish; }
-"${TR[@]}" --out_dir "$T/b" --max_steps 30 --lr 1e-3 --seed 7 --ckpt_every 20 --keep_last 0 >"$T/b1.out" 2>&1 &&
-  "${TR[@]}" --out_dir "$T/b" --max_steps 40 --lr 1e-3 --seed 7 --resume "$T/b/ckpt_00000020.h5" >"$T/b2.out" 2>&1 ||
+"${TR[@]}" --out_dir "$T/a" --max_steps 40 --tensorboard_dir "$T/a_tb" >"$T/a.out" 2>&1 || { bad "run a: $(tail -n 2 "$T/a.out")"; finish; }
+"${TR[@]}" --out_dir "$T/b" --max_steps 30 --lr 1e-3 --seed 7 --ckpt_every 20 --keep_last 0 --tensorboard_dir "$T/b_tb" >"$T/b1.out" 2>&1 &&
+  "${TR[@]}" --out_dir "$T/b" --max_steps 40 --lr 1e-3 --seed 7 --resume "$T/b/ckpt_00000020.h5" --tensorboard_dir "$T/b_tb" >"$T/b2.out" 2>&1 ||
   { bad "run b: $(tail -n 2 "$T/b1.out" "$T/b2.out")"; finish; }
 mkdir -p "$T/b_appended" "$T/short"
 { head -n 20 "$T/b/metrics.jsonl"; cat "$T/b/metrics.superseded.jsonl"; tail -n +21 "$T/b/metrics.jsonl"; } >"$T/b_appended/metrics.jsonl"
@@ -262,6 +262,8 @@ def decode(path):
                 ev["step"] = v - (1 << 64) if v >> 63 else v
             elif f == 3 and wt == 2:
                 ev["file_version"] = v.decode()
+            elif f == 7 and wt == 2:                   # SessionLog: status (1 = START)
+                ev["session_log"] = {f2: x for f2, _, x in fields(v)}
             elif f == 5 and wt == 2:
                 for f2, wt2, val in fields(v):
                     assert (f2, wt2) == (1, 2)
@@ -298,7 +300,7 @@ def tb(d, truth, src=None):
     assert [e["step"] for e in evs[1:]] == sorted(tr), [e["step"] for e in evs[1:]]
     nval = 0
     for e in evs[1:]:
-        want = {tag(k): f32(v) for k, v in tr[e["step"]].items() if k != "step"}
+        want = {tag(k): f32(v) for k, v in tr[e["step"]].items() if k != "step" and not isinstance(v, str)}
         assert e["scalars"] == want, (e["step"], e["scalars"], want)
         nval += len(want)
     wt = [e["wall_time"] for e in evs]
@@ -306,6 +308,34 @@ def tb(d, truth, src=None):
     tags = sorted({t for e in evs for t in e["scalars"]})
     assert {"loss/loss", "loss/val_loss", "optim/lr", "optim/grad_norm", "speed/tokens_per_s", "traffic/sent_hop_bytes"} <= set(tags)
     print(f"{len(evs)} records, CRCs valid, steps {evs[1]['step']}..{evs[-1]['step']}, {len(tags)} tags, {nval} values equal")
+
+
+def live(d, written):
+    """build/train's own event files (tensorboard_dir) in DIR, in name order: each a version record, then one event
+    per record in the order the trainer wrote them (WRITTEN: the records as written, a resume's included), with every
+    numeric key's float32 value under tools/metrics_to_tensorboard.py's tag; wall times rise within each file"""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("m2tb", "tools/metrics_to_tensorboard.py")
+    m2tb = importlib.util.module_from_spec(spec); spec.loader.exec_module(m2tb)
+    files = sorted(f for f in os.listdir(d) if "tfevents" in f)
+    assert files and all(f.endswith(".ringlm-train") for f in files), files
+    evs = []
+    for f in files:
+        e = decode(os.path.join(d, f))
+        assert e[0].get("file_version") == "brain.Event:2" and not e[0]["scalars"] and "step" not in e[0], e[0]
+        # then a SessionLog START at the file's first step (TensorBoard purges earlier files' steps from there on)
+        assert e[1].get("session_log") == {1: 1} and not e[1]["scalars"] and e[1]["step"] == e[2]["step"], e[1]
+        wt = [x["wall_time"] for x in e]
+        assert all(b >= a for a, b in zip(wt, wt[1:])) and abs(wt[-1] - os.stat(os.path.join(d, f)).st_mtime) < 5, wt[-3:]
+        evs += e[2:]
+    recs = [json.loads(l) for l in open(written)]
+    assert [e["step"] for e in evs] == [r["step"] for r in recs], ([e["step"] for e in evs], [r["step"] for r in recs])
+    n = 0
+    for e, r in zip(evs, recs):
+        want = {m2tb.tag_of(k): f32(v) for k, v in r.items() if k != "step" and not isinstance(v, str)}
+        assert e["scalars"] == want, (r["step"], e["scalars"], want)
+        n += len(want)
+    print(f"{len(files)} file(s), {len(evs)} events, {n} values equal to the records, tags as the conversion tool's")
 
 
 def corrupt(path, out):
@@ -331,7 +361,7 @@ def tbpkg(d, truth):
     ea.Reload()
     pa = pea.EventAccumulator(d, size_guidance={"tensors": 0})
     pa.Reload()
-    keys = {k for r in tr.values() for k in r if k != "step"}
+    keys = {k for r in tr.values() for k, v in r.items() if k != "step" and not isinstance(v, str)}
     assert set(ea.Tags()["scalars"]) == {tag(k) for k in keys} == set(pa.PluginTagToContent("scalars")), ea.Tags()["scalars"]
     for k in keys:
         want = [(s, f32(r[k])) for s, r in sorted(tr.items()) if k in r]
@@ -361,6 +391,20 @@ $PY $PLOT "$T/b" --label b --out "$T/p/b_trainer.svg" >/dev/null && $PY $PLOT "$
   ok "dedupe: the appended file gives the same SVG and CSV as the trainer's own metrics.jsonl" ||
   bad "dedupe: b_appended plots unlike b/metrics.jsonl"
 check "CSV: 40 rows of a, steps 1..40" chk csv_rows "$T/p/two.csv" a 40 1-40
+# resumes marked: b resumed at step 20 on the same layout (its first records say "start": "new" / "resume" and the
+# layout); one dashed line per panel at step 21, labelled in the loss panel; a without a resume has none; a resume
+# on another layout (the same records, the layout edited) names both layouts
+sed '21s/"layout": "[^"]*"/"layout": "tp 1 x cp 2 x dp 1"/' "$T/b/metrics.jsonl" >"$T/lay.jsonl"
+$PY $PLOT "$T/lay.jsonl" --out "$T/p/lay.svg" >/dev/null 2>&1
+if [ "$(grep -c 'class="resume"' "$T/p/b_trainer.svg")" = 4 ] \
+   && grep -q '"start": "new", "layout": "tp 1 x cp 1 x dp 1"}$' <(sed -n 1p "$T/b/metrics.jsonl") \
+   && grep -q '"start": "resume", "layout": "tp 1 x cp 1 x dp 1"}$' <(sed -n 21p "$T/b/metrics.jsonl") \
+   && [ "$(grep -c '"start"' "$T/b/metrics.jsonl")" = 2 ] \
+   && grep -q 'class="resume-label"[^>]*>resumed at step 20</text>' "$T/p/b_trainer.svg" \
+   && $PY $PLOT "$T/a" --out "$T/p/a.svg" >/dev/null && ! grep -q 'class="resume' "$T/p/a.svg" \
+   && grep -q '>resumed at step 20: tp 1 x cp 1 x dp 1 -&gt; tp 1 x cp 2 x dp 1</text>' "$T/p/lay.svg"; then
+  ok "resumes marked: b's resume at step 20 in each panel (labelled), a has none, a layout change names both layouts"
+else bad "resume marks: $(grep -c 'class="resume"' "$T/p/b_trainer.svg") lines; $(grep -o 'resume-label[^<]*' "$T/p/b_trainer.svg" "$T/p/lay.svg" | head -3)"; fi
 # a restart that does not reach its old tail again: 1..30 of a, then 21..25 of b -> 1..25, 21..25 from b
 { head -n 30 "$T/a/metrics.jsonl"; sed -n 21,25p "$T/b/metrics.jsonl"; } >"$T/restart.jsonl"
 $PY $PLOT "$T/restart.jsonl" "$T/a" --out "$T/p/restart.svg" >"$T/o" 2>&1 &&
@@ -400,6 +444,9 @@ touch -d '+1 minute' "$T/a/metrics.jsonl"   # a run that went on: converting aga
 $PY $TB "$T/a" >/dev/null 2>&1 && $PY $TB "$T/a" >"$T/o" 2>&1 && [ "$(ls "$T/a/tensorboard" | grep -c tfevents)" -eq 1 ] &&
   check "default RUN/tensorboard/, converted again: one event file" chk tb "$T/a/tensorboard" "$T/a/metrics.jsonl" ||
   bad "default logdir: $(ls "$T/a/tensorboard") $(cat "$T/o")"
+# live: build/train's tensorboard_dir (a: one run; b: the run and its resume, two files in time order)
+check "live events of a (tensorboard_dir): every record as written, same tags as the conversion" chk live "$T/a_tb" "$T/a/metrics.jsonl"
+check "live events of b and its resume: two files, every record in the order written" chk live "$T/b_tb" "$T/b_appended/metrics.jsonl"
 TBENV=${RINGLM_TBENV:-build/tbenv}
 if [ ! -f "$TBENV/.ringlm-tensorboard" ]; then
   rm -rf "$TBENV"
@@ -411,6 +458,8 @@ fi
 if [ -f "$TBENV/.ringlm-tensorboard" ]; then
   check "tensorboard's readers (in $TBENV): run a" "$TBENV/bin/python" "$T/chk.py" tbpkg "$T/tb/a" "$T/a/metrics.jsonl"
   check "tensorboard's readers (in $TBENV): run b" "$TBENV/bin/python" "$T/chk.py" tbpkg "$T/tb/b" "$T/b/metrics.jsonl"
+  check "tensorboard's readers on the live files of a" "$TBENV/bin/python" "$T/chk.py" tbpkg "$T/a_tb" "$T/a/metrics.jsonl"
+  check "tensorboard's readers on the live files of b and its resume (the superseded steps purged)" "$TBENV/bin/python" "$T/chk.py" tbpkg "$T/b_tb" "$T/b/metrics.jsonl"
 else
   echo "skip: tensorboard's own reader: the tensorboard package could not be installed into $TBENV ($( (grep -E '^ERROR' "$T/venv.out" || cat "$T/venv.out") | tail -n 1 | head -c 160))"
 fi
@@ -432,5 +481,8 @@ ERR_RC=1 expect_err "plot_metrics: unknown --log panel" "plot_metrics: |--log|fo
 ERR_RC=1 expect_err "plot_metrics: --out over an input" "plot_metrics: |overwrite" 1 $PY $PLOT "$T/a" --out "$T/a/metrics.jsonl"
 ERR_RC=1 expect_err "plot_metrics: --x tokens without tokens_seen" "plot_metrics: |tokens_seen" 1 $PY $PLOT "$T/weird.jsonl" --x tokens --out "$T/p/x.svg"
 ERR_RC=1 expect_err "plot_metrics: unwritable --out" "plot_metrics: |cannot" 1 $PY $PLOT "$T/a" --out /proc/nonexistent/x.svg
+touch "$T/afile"
+ERR_RC=1 expect_err "train: tensorboard_dir that is a file (2 ranks)" "train: tensorboard_dir|$T/afile|not a directory" 2 \
+  "${TR[@]}" --out_dir "$T/tbbad" --max_steps 1 --cp 2 --tensorboard_dir "$T/afile"
 ERR_RC=1 expect_err "metrics_to_tensorboard: two runs into one directory" "metrics_to_tensorboard: |--label" 1 $PY $TB "$T/a" "$T/b" --label x --label x --logdir "$T/tb2"
 finish

@@ -25,6 +25,13 @@ if $R --info "$C" >"$T/info" 2>"$T/e"; then
     && ok "--info: step 3, layout tp 2 cp 2 dp 1, config, 63 datasets with shape/dtype/chunking/checksum" \
     || bad "--info output: $(head -c 600 "$T/info")"
 else bad "--info failed: $(cat "$T/e")"; fi
+# the model keys as the run's config.txt writes them (norm_eps = 1e-05, not the stored exact 9.99999975e-06)
+RD=$(dirname "$C")
+miss=$(sed -n '/^config (model keys):/,/^datasets/p' "$T/info" | sed -n 's/^  \([a-z_]*\) *= \(.*\)$/\1 = \2/p' | \
+  while read -r line; do grep -qxF "$line" "$RD/config.txt" || echo "$line"; done)
+n=$(sed -n '/^config (model keys):/,/^datasets/p' "$T/info" | grep -c ' = ')
+[ -z "$miss" ] && [ "$n" -ge 10 ] && grep -q '^  norm_eps  *= 1e-05$' "$T/info" \
+  && ok "--info: all $n model keys as config.txt writes them (norm_eps = 1e-05)" || bad "--info keys unlike config.txt: $miss"
 $R --verify "$C" >"$T/o" 2>"$T/e" && grep -q "all checksums ok" "$T/o" && ok "--verify passes: $(cat "$T/o")" \
   || bad "--verify on a good file: $(cat "$T/o" "$T/e")"
 "${MPI[@]}" -np 3 $R --verify "$C" >"$T/o" 2>"$T/e" && grep -q "all checksums ok" "$T/o" && ok "--verify under mpirun -np 3" \

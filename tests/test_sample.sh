@@ -61,17 +61,26 @@ S 1 --ckpt "$CK" --prompt "the quick" --greedy --max_tokens 45 >"$T/txt" 2>/dev/
 grep -q "^the quick brown fox jumps over the lazy dog; pack" "$T/txt" && ok "memorised text continues: $(head -1 "$T/txt" | head -c 60)" \
   || bad "text: $(head -c 100 "$T/txt")"
 
+# 3b. the statistics on a line of their own after the text, on stdout (under mpirun stderr is forwarded apart from
+#     stdout: the statistics landed in the middle of the text)
+S 2 --ckpt "$CK" --prompt "the quick" --greedy --max_tokens 45 --cp 2 >"$T/st" 2>"$T/st.err"
+if [ "$(grep -c '^sample: ' "$T/st")" = 1 ] && tail -n 1 "$T/st" | grep -qE '^sample: 9 prompt tokens, 45 generated in [0-9.]+ s' \
+   && [ "$(head -n 1 "$T/st" | head -c 9)" = "the quick" ] && ! grep -q 'sample:' "$T/st.err"; then
+  ok "statistics on their own last line of stdout: $(tail -n 1 "$T/st" | cut -c1-60)"
+else bad "statistics line: $(tail -n 2 "$T/st" | tr '\n' '|') stderr: $(head -c 200 "$T/st.err")"; fi
+
 # 4. sampling: the seed repeats across layouts; another seed differs; top_k 1 is greedy; stop_at_eod stops
 S 1 --ckpt "$CK" --prompt "the" --temperature 1.5 --top_p 0.95 --max_tokens 60 --seed 4 --stop_at_eod 0 >"$T/s1" 2>/dev/null
 S 2 --ckpt "$CK" --prompt "the" --temperature 1.5 --top_p 0.95 --max_tokens 60 --seed 4 --stop_at_eod 0 --tp 2 >"$T/s2" 2>/dev/null
 S 1 --ckpt "$CK" --prompt "the" --temperature 1.5 --top_p 0.95 --max_tokens 60 --seed 5 --stop_at_eod 0 >"$T/s3" 2>/dev/null
-cmp -s "$T/s1" "$T/s2" && ! cmp -s "$T/s1" "$T/s3" && ok "seed 4 draws the same text on 1 rank and tp 2; seed 5 other text" \
+for f in s1 s2 s3; do grep -v '^sample: ' "$T/$f" >"$T/$f.txt"; done   # the text, without the statistics line
+cmp -s "$T/s1.txt" "$T/s2.txt" && ! cmp -s "$T/s1.txt" "$T/s3.txt" && ok "seed 4 draws the same text on 1 rank and tp 2; seed 5 other text" \
   || bad "seeded sampling: $(head -c 80 "$T/s1") | $(head -c 80 "$T/s2") | $(head -c 80 "$T/s3")"
 S 1 --ckpt "$CK" --prompt_ids "$P9" --top_k 1 --temperature 1 --max_tokens 30 --ids --stop_at_eod 0 >"$T/k1" 2>/dev/null
 [ "$(head -1 "$T/k1")" = "$(head -1 "$T/ref" | cut -d, -f1-39)" ] && ok "top_k 1 = greedy" || bad "top_k 1: $(head -c 200 "$T/k1")"
 S 1 --ckpt "$CK" --prompt_ids 256 --greedy --max_tokens 400 --ids >"$T/eod" 2>"$T/eod.err"
 n=$(head -1 "$T/eod" | tr ',' '\n' | grep -c .); last=$(head -1 "$T/eod" | tr ',' '\n' | tail -1)
-[ "$last" = 256 ] && [ "$n" -lt 400 ] && grep -q "generated" "$T/eod.err" && ok "stop_at_eod: stops after the end-of-document token ($n tokens)" \
+[ "$last" = 256 ] && [ "$n" -lt 400 ] && grep -q "^sample: 1 prompt tokens, $((n - 1)) generated" "$T/eod" && ok "stop_at_eod: stops after the end-of-document token ($n tokens)" \
   || bad "stop_at_eod: last $last, $n tokens"
 
 # 5. samples during training: sample_every / sample_tokens / sample_prompt, printed once (world rank 0), on a ring

@@ -26,6 +26,10 @@ s=$(sed -nE 's/^stopping after step ([0-9]+) on signal 10.*/\1/p' "$T/one.out")
 if [ -n "$s" ] && [ "$s" -lt 40 ] && [ "$(cat "$T/one.rc")" = 0 ] && [ "$(cat "$T/one/latest")" = "$(printf 'ckpt_%08d.h5' "$s")" ]; then
   ok "SIGUSR1: stopped after step $s, exit 0, latest = $(cat "$T/one/latest")"
 else bad "SIGUSR1: rc $(cat "$T/one.rc"), stop step '$s', latest $(cat "$T/one/latest" 2>/dev/null)"; fi
+# the lines in the order of events: the step, its checkpoint, the stop (before: the stop line came first)
+order=$(grep -nE "^step +$s/40 |^saved checkpoint .*/ckpt_$(printf %08d "$s").h5 |^stopping after step $s " "$T/one.out" | cut -c1-40 | tr '\n' ' ')
+[ "$(grep -E "^step +$s/40 |^saved checkpoint .*/ckpt_$(printf %08d "$s").h5 |^stopping after step $s " "$T/one.out" | cut -c1-4 | tr '\n' ' ')" = "step save stop " ] \
+  && ok "stop lines in order: step $s, its checkpoint, the stop" || bad "stop lines out of order: $order"
 build/train "${A[@]}" --out_dir "$T/one" --resume latest >"$T/one2.out" 2>&1 || bad "resume after SIGUSR1"
 $PY - "$T/one/metrics.jsonl" "$T/full/metrics.jsonl" <<'PYEOF' && ok "resumed run: every step's loss identical to the uninterrupted run" || bad "resumed losses differ"
 import json, sys

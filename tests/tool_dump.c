@@ -26,6 +26,13 @@ static FILE* out;
 #define rec(...) dump_record(out, __VA_ARGS__)
 #define dump_arena(m, prefix, arena) dump_arena(out, m, prefix, arena)
 
+// the gradient's global norm adamw_clip left on the backend (model->scal [1], [2])
+static double clipped_norm(const Model* m) {
+    double scal[3];
+    be_download(scal, m->scal, sizeof scal);
+    return adamw_norm_of(scal);
+}
+
 // the gradients as reduced for the step: under ZeRO each rank holds the sum only in its slices (reduce-scattered; at
 // stage 2 and 3 packed in gshard), gathered into a whole arena
 static void dump_grads(const AdamW* o, const Model* m, const char* prefix) {
@@ -137,8 +144,10 @@ int main(int argc, char** argv) {
     model_set_batch(&m, ltok, ltgt, lpos);
     model_zero_grad(&m);
     m.want_hits = 1;   // greedy-correctness flags, checked against torch's argmax
-    double loss = model_forward(&m, 1.0f / valid, llogits);
+    model_loss_reset(&m);
+    model_forward(&m, 1.0f / valid, llogits);
     model_backward(&m);
+    double loss = model_loss_sum(&m);
     // logits: each TP rank filled its vocabulary slice (summed over TP); hits and losses: the same on every TP rank
     if (c.tp > 1) {
         double* acc = malloc(nl * V * sizeof(double));
@@ -185,8 +194,9 @@ int main(int argc, char** argv) {
 
     float lr = lr_at(&c, 0);
     AdamWHyper h = adamw_hyper(&c, lr);
-    float gn = (float)adamw_grad_norm(&opt, &m);
-    adamw_step(&opt, &m, &h, gn);
+    adamw_clip(&opt, &m, h.grad_clip);
+    float gn = (float)clipped_norm(&m);
+    adamw_step(&opt, &m, &h);
     if (root) { rec("step/lr", 0, 1, &one, &lr); rec("step/gnorm", 0, 1, &one, &gn); }
     dump_params(&m, "after");
     for (int k = 2; k <= nsteps; k++) {   // further steps on the same batch
@@ -200,8 +210,9 @@ int main(int argc, char** argv) {
         dump_grads(&opt, &m, pre);
         lr = lr_at(&c, k - 1);
         h = adamw_hyper(&c, lr);
-        gn = (float)adamw_grad_norm(&opt, &m);
-        adamw_step(&opt, &m, &h, gn);
+        adamw_clip(&opt, &m, h.grad_clip);
+        gn = (float)clipped_norm(&m);
+        adamw_step(&opt, &m, &h);
         snprintf(pre, sizeof pre, "step@%d/lr", k);
         if (root) rec(pre, 0, 1, &one, &lr);
         snprintf(pre, sizeof pre, "step@%d/gnorm", k);

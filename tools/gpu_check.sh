@@ -20,18 +20,23 @@
 #   mpirun_cpu  the bundle's mpirun: the CPU build on 2 ranks (ring attention, --comm mpi) against the CPU reference;
 #   test_cuda   every kernel against the CPU backend, in fp32, tf32 and bf16;
 #   train_*     20 training steps of a small model against the CPU backend's losses (fp32 1e-5, bf16 1e-2);
-#   cp2, cp4    ring attention on 2 and 4 ranks sharing the GPU (--comm mpi) against one process (fp32, 1e-5);
-#   kernels     bench_kernels: the bf16 matmul peak, the attention kernels alone (head_dim 64/128, causal, 8K-64K);
-#   tp_*        tokens/s, model TFLOP/s and device memory of the 125M and 1B configs at 8K and 32K (the 1B at 32K
-#               with RINGLM_CUDA_PROFILE: where a step's time goes), then at 64K; a length the planner (build/plan,
-#               run in prepare) says does not fit without recomputation runs at recompute none (the refusal, as
-#               planned) and at the cheapest recompute mode that fits;
+#   cp2         ring attention on 2 ranks sharing the GPU (--comm mpi) against one process (fp32, 1e-5);
+#   engine      attention's block engines (docs/attention_engine.md): the start-up self-check's verdicts for head_dim
+#               64 and 128 (attn_engine = auto, one line per class of block) and one process on each engine, bf16;
+#   ring_bf16   a bf16 ring of 2 and 4 ranks sharing the GPU (staged transport) against one process, on each engine
+#               (own, cudnn), 5e-3 over 10 steps;
+#   kernels     bench_kernels: the bf16 matmul peak, the attention blocks alone (head_dim 64/128, causal, 8K-64K) on
+#               the own kernels and on cuDNN's engine;
+#   tp_*        tokens/s, model TFLOP/s and device memory of the 125M config at 32K and the 1B config at 8K and 32K
+#               (the 1B at 32K with RINGLM_CUDA_PROFILE: where a step's time goes; again on the own kernels), then
+#               at 64K; a length the planner (build/plan, run in prepare) says does not fit without recomputation
+#               runs at recompute none (the refusal, as planned) and at the cheapest recompute mode that fits;
+#   torch       tools/torch_anchor.py: cuBLAS bf16 peak, a PyTorch training step of the same configs at 8K and 32K,
+#               then SDPA flash and cuDNN attention at the same shapes (without PyTorch: one line, and on);
 #   offload     the 1B config with offload = ckpt (recompute qkv, 8K-token sequences) at the micro-batch the planner
 #               (run in prepare) says does not fit the GPU without offload: the refusal at offload none, then 2 steps
 #               with offload (tokens/s, device and pinned host memory); a machine with too little host memory for
 #               the pinned copies refuses with one line (a note);
-#   torch       tools/torch_anchor.py: cuBLAS bf16 peak, SDPA flash and cuDNN attention at the same shapes, a
-#               PyTorch training step of the same configs at 8K and 32K (without PyTorch: one line, and on);
 #   summary     $OUT/summary.md (one page: date, GPU, driver, CUDA, PyTorch/cuDNN/NCCL; checks; ringlm beside the
 #               anchors with ratios; MFU against the measured and the nominal peak; the 1B @ 32K profile).
 # Everything is written to a work folder (GPU_CHECK_WORK, else a new folder in /tmp); $OUT (else out/gpu_check/)
@@ -48,18 +53,22 @@ SMALL=(--vocab_size 257 --d_model 128 --n_layer 2 --n_head 4 --n_kv_head 2 --d_f
        --seed 7 --ckpt_every 0 --save_final 0 --adam_eps 1e-6)
 RUN_LIMIT=460
 # per-step caps in seconds (each step also stops at the run's deadline); their sum stays under RUN_LIMIT
-CAPS=(setup=25 mpirun_cpu=15 test_cuda=25 train_fp32=12 train_bf16=12 cp2=20 cp4=20 kernels=30
-      tp_125m_8k=12 tp_125m_32k=18 tp_1b_8k=22 tp_1b_32k=35 torch=70 tp_125m_64k=22 tp_1b_64k=50 offload=50 summary=15)
-# throughput rows: config (configs/NAME.conf), seq_len, steps (the first is the warm-up), cap; the run's, then
-# the rehearsal's (the CPU build: a row that runs, and one that no recompute mode fits)
-ROWS_A=("llama_125m_128k 8192 4 tp_125m_8k" "llama_125m_128k 32768 4 tp_125m_32k" "llama_1b_128k 8192 3 tp_1b_8k"
-        "llama_1b_128k 32768 3 tp_1b_32k")
-ROWS_B=("llama_125m_128k 65536 3 tp_125m_64k" "llama_1b_128k 65536 3 tp_1b_64k")
+CAPS=(setup=20 mpirun_cpu=15 test_cuda=25 train_fp32=12 train_bf16=12 cp2=20 engine=20 ring_bf16=30 kernels=40
+      tp_125m_32k=18 tp_1b_8k=22 tp_1b_32k=35 tp_1b_32k_own=35 torch=60 tp_1b_64k=40 offload=46
+      summary=10)
+# throughput rows: config (configs/NAME.conf), seq_len, steps (the first is the warm-up), cap[, attention engine
+# (default: auto)]; the run's, then the rehearsal's (the CPU build: a row that runs, and one that no recompute mode fits)
+ROWS_A=("llama_125m_128k 32768 4 tp_125m_32k" "llama_1b_128k 8192 3 tp_1b_8k" "llama_1b_128k 32768 3 tp_1b_32k"
+        "llama_1b_128k 32768 3 tp_1b_32k_own own")
+ROWS_B=("llama_1b_128k 65536 3 tp_1b_64k")
+# the engine checks' model: SMALL with head_dim 64 (GQA 4/2) and 128 (4/1), where cuDNN's engine applies
+E64=(--d_model 256 --n_head 4 --n_kv_head 2 --matmul_precision bf16 --max_steps 10)
+E128=(--d_model 512 --n_head 4 --n_kv_head 1 --matmul_precision bf16 --max_steps 10)
 PROFILE_ROW="llama_1b_128k 32768"
 TORCH_TRAIN=configs/llama_125m_128k.conf:8192,configs/llama_125m_128k.conf:32768,configs/llama_1b_128k.conf:8192,configs/llama_1b_128k.conf:32768
 # shellcheck disable=SC2054 # the commas are in values
 ATT=(--T 8192,16384,32768,65536 --hd 64,128 --heads 16 --kv 4)
-R_ROWS_A=("tiny 128 4 tp_125m_8k")
+R_ROWS_A=("tiny 128 4 tp_125m_32k" "tiny 128 3 tp_1b_32k_own own")
 R_ROWS_B=("llama_1b_128k 1048576 3 tp_1b_64k")
 R_PROFILE_ROW="tiny 128"
 # shellcheck disable=SC2054
@@ -397,8 +406,8 @@ if cmd == "same_losses":   # A.jsonl B.jsonl TOL: per-step losses within TOL rel
         print(f"{len(y)} steps, worst rel diff {w:.2e} (first/last {x[0]:.5f}/{x[-1]:.5f} vs {y[0]:.5f}/{y[-1]:.5f})")
     sys.exit(0 if w <= float(a[2]) else 1)
 
-if cmd == "train_row":   # OUT.jsonl CONF L MODE RC LOG METRICS PLANROW PROFILE: one attempt; prints its status
-    out, conf, L, mode, rc, log, metrics, planrow, prof = a
+if cmd == "train_row":   # OUT.jsonl CONF L MODE RC LOG METRICS PLANROW PROFILE ENGINE: one attempt; prints its status
+    out, conf, L, mode, rc, log, metrics, planrow, prof, eng = a
     text = open(log, errors="replace").read() if os.path.exists(log) else ""
     recs = []
     for l in (open(metrics) if os.path.exists(metrics) else []):
@@ -406,7 +415,12 @@ if cmd == "train_row":   # OUT.jsonl CONF L MODE RC LOG METRICS PLANROW PROFILE:
             recs.append(json.loads(l))
         except ValueError:   # a line cut by the cap
             pass
-    r = {"config": conf, "seq_len": int(L), "recompute": mode, "rc": int(rc), "steps_logged": len(recs)}
+    r = {"config": conf, "seq_len": int(L), "recompute": mode, "rc": int(rc), "steps_logged": len(recs), "engine": eng}
+    ran = [l.replace("attention engine: ", "") for l in text.splitlines() if l.startswith("attention engine: ")]
+    if ran:
+        r["engine_lines"] = ran
+    if recs:
+        r["attn_blocks"] = {"own": recs[-1].get("attn_blocks_own"), "cudnn": recs[-1].get("attn_blocks_fast")}
     pl = planrow.split()
     if len(pl) == 7:
         r["planner_longest"] = dict(zip(["none", "mlp", "qkv", "full"], map(int, pl[2:6])))
@@ -467,11 +481,14 @@ if os.path.exists(os.path.join(W, "torch_anchor.json")):
         torch = json.load(open(os.path.join(W, "torch_anchor.json")))
     except ValueError:
         torch = {"status": "torch_anchor.json unreadable"}
-# ringlm's kernels (bench_kernels' table)
-rk, rk_mm = {}, None
-bk = os.path.join(W, "bench_kernels.md")
-if os.path.exists(bk):
-    for line in open(bk, errors="replace"):
+# ringlm's attention blocks (bench_kernels' tables): on the own kernels (rk), on cuDNN's engine (rkc)
+rk_mm = None
+def bench_table(path, source):
+    global rk_mm
+    t = {}
+    if not os.path.exists(path):
+        return t
+    for line in open(path, errors="replace"):
         mm = re.match(r"matmul (\d+)\^3 (\S+): ([0-9.e+-]+) TFLOP/s", line)
         if mm:
             rk_mm = {"n": int(mm.group(1)), "precision": mm.group(2), "tflops": float(mm.group(3))}
@@ -481,9 +498,12 @@ if os.path.exists(bk):
             nh = int(c[2].split()[0])
             fl = 4.0 * T * T / 2 * hd * nh
             fm, bm = float(c[3]), float(c[5])
-            rk[(hd, T)] = {"source": "ringlm", "hd": hd, "T": T, "heads": c[2], "fwd_ms": fm, "fwd_tflops": float(c[4]),
-                           "bwd_ms": bm, "bwd_tflops": float(c[6]),
-                           "fwdbwd_tflops": 3.5 * fl / ((fm + bm) * 1e-3) / 1e12 if fm + bm > 0 else None}
+            t[(hd, T)] = {"source": source, "hd": hd, "T": T, "heads": c[2], "fwd_ms": fm, "fwd_tflops": float(c[4]),
+                          "bwd_ms": bm, "bwd_tflops": float(c[6]),
+                          "fwdbwd_tflops": 3.5 * fl / ((fm + bm) * 1e-3) / 1e12 if fm + bm > 0 else None}
+    return t
+rk = bench_table(os.path.join(W, "bench_kernels.md"), "ringlm")
+rkc = bench_table(os.path.join(W, "bench_kernels_cudnn.md"), "ringlm cudnn")
 tatt = {}
 for r in torch.get("attention", []):
     tatt.setdefault(r["backend"], {})[(r["hd"], r["T"])] = r
@@ -528,42 +548,48 @@ L += ["", "## Peaks", "",
       f"of this GPU: {f(nominal, 0) + ' TFLOP/s' if nominal else 'unknown'}. MFU below: model FLOPs (model_flops_per_token) "
       f"against the measured peak ({peak_src}) / against the nominal one."]
 L += ["", "## Attention alone (causal, bf16, one sequence; TFLOP/s, FLOPs as bench_kernels counts them)", ""]
-if rk or tatt:
-    keys = sorted(set(rk) | {k for b in tatt.values() for k in b})
-    heads = (next(iter(rk.values()))["heads"] if rk else "")
+if rk or rkc or tatt:
+    keys = sorted(set(rk) | set(rkc) | {k for b in tatt.values() for k in b})
+    heads = (next(iter((rk or rkc).values()))["heads"] if rk or rkc else "")
     gq = sorted({r.get("gqa", "") for b in tatt.values() for r in b.values() if r.get("gqa")})
-    L.append(f"heads (kv): {heads or '?'}; PyTorch's GQA: {', '.join(gq) or '—'}")
+    L.append(f"heads (kv): {heads or '?'}; PyTorch's GQA: {', '.join(gq) or '—'}; ringlm own = its own kernels, "
+             f"ringlm cuDNN = its cuDNN engine (cuDNN's fused attention with ringlm's conversions and merges)")
     L.append("")
-    hdr = ["head_dim", "T", "ringlm fwd"] + [f"{b} fwd" for b in tb] + [f"ringlm/{b}" for b in tb] + \
-          ["ringlm fwd+bwd"] + [f"{b} fwd+bwd" for b in tb] + [f"ringlm/{b}" for b in tb]
+    ours = [("own", rk), ("cuDNN", rkc)]
+    hdr = ["head_dim", "T"] + [f"ringlm {n} fwd" for n, _ in ours] + [f"{b} fwd" for b in tb] + \
+          [f"ringlm {n}/{b}" for n, _ in ours for b in tb] + [f"ringlm {n} fwd+bwd" for n, _ in ours] + \
+          [f"{b} fwd+bwd" for b in tb] + [f"ringlm {n}/{b}" for n, _ in ours for b in tb]
     L += ["| " + " | ".join(hdr) + " |", "|" + "---:|" * len(hdr)]
+    cell = lambda x, key: f(x.get(key)) if x.get("status", "ok") == "ok" else x.get("status", "—")[:24]
     for k in keys:
-        r = rk.get(k, {})
+        rs = [t.get(k, {}) for _, t in ours]
         t = [tatt[b].get(k, {}) for b in tb]
-        cell = lambda x, key: f(x.get(key)) if x.get("status", "ok") == "ok" else x.get("status", "—")[:24]
-        L.append("| " + " | ".join([str(k[0]), str(k[1]), f(r.get("fwd_tflops"))] + [cell(x, "fwd_tflops") for x in t] +
-                                   [ratio(r.get("fwd_tflops"), x.get("fwd_tflops")) for x in t] +
-                                   [f(r.get("fwdbwd_tflops"))] + [cell(x, "fwdbwd_tflops") for x in t] +
-                                   [ratio(r.get("fwdbwd_tflops"), x.get("fwdbwd_tflops")) for x in t]) + " |")
+        L.append("| " + " | ".join([str(k[0]), str(k[1])] + [f(r.get("fwd_tflops")) for r in rs] + [cell(x, "fwd_tflops") for x in t] +
+                                   [ratio(r.get("fwd_tflops"), x.get("fwd_tflops")) for r in rs for x in t] +
+                                   [f(r.get("fwdbwd_tflops")) for r in rs] + [cell(x, "fwdbwd_tflops") for x in t] +
+                                   [ratio(r.get("fwdbwd_tflops"), x.get("fwdbwd_tflops")) for r in rs for x in t]) + " |")
 else:
     L.append("not measured")
 L += ["", "## Training step (one sequence per step, bf16; tokens/s and model TFLOP/s: medians after a warm-up step)", "",
-      "| config | seq_len | recompute | ringlm tokens/s | PyTorch tokens/s | ringlm/PyTorch | ringlm TFLOP/s | "
-      "MFU measured / nominal | PyTorch TFLOP/s | PyTorch MFU measured / nominal | device GiB | status |",
-      "|---|---:|---|---:|---:|---:|---:|---|---:|---|---:|---|"]
+      "| config | seq_len | recompute | attention engine (blocks own / cuDNN) | ringlm tokens/s | PyTorch tokens/s | "
+      "ringlm/PyTorch | ringlm TFLOP/s | MFU measured / nominal | PyTorch TFLOP/s | PyTorch MFU measured / nominal | "
+      "device GiB | status |",
+      "|---|---:|---|---|---:|---:|---:|---:|---|---:|---|---:|---|"]
 for r in rows:
     t = ttrain.get((r["config"], r["seq_len"]), {}) if r.get("tokens_per_s") else {}
     st_ = r["status"] if r["status"] in ("ok",) else f"{r['status']}: {r.get('detail', '')[:110]}"
     if "profile" in r:
         st_ += " (with the profile on)"
-    L.append(f"| {r['config']} | {r['seq_len']} | {r['recompute']} | {f(r.get('tokens_per_s'), 0)} | "
+    ab = r.get("attn_blocks") or {}
+    eng = f"{r.get('engine', 'auto')} ({ab.get('own', '—')} / {ab.get('cudnn', '—')})"
+    L.append(f"| {r['config']} | {r['seq_len']} | {r['recompute']} | {eng} | {f(r.get('tokens_per_s'), 0)} | "
              f"{f(t.get('tokens_per_s'), 0)} | {ratio(r.get('tokens_per_s'), t.get('tokens_per_s'))} | "
              f"{f(r.get('model_tflops'))} | {pct(r.get('model_tflops'), peak)} / {pct(r.get('model_tflops'), nominal)} | "
              f"{f(t.get('model_tflops'))} | {pct(t.get('model_tflops'), peak)} / {pct(t.get('model_tflops'), nominal)} | "
              f"{f(r.get('device_gib'))} | {st_.replace('|', '/')} |")
 for k, t in ttrain.items():
     if not any((r["config"], r["seq_len"]) == k and r.get("tokens_per_s") for r in rows):
-        L.append(f"| {k[0]} | {k[1]} | — | — | {f(t.get('tokens_per_s'), 0)} | — | — | — | {f(t.get('model_tflops'))} | "
+        L.append(f"| {k[0]} | {k[1]} | — | — | — | {f(t.get('tokens_per_s'), 0)} | — | — | — | {f(t.get('model_tflops'))} | "
                  f"{pct(t.get('model_tflops'), peak)} / {pct(t.get('model_tflops'), nominal)} | — | PyTorch: {t.get('status')} |")
 if torch.get("status", "ok") != "ok" or not torch:
     L.append(f"\nPyTorch anchors: {torch.get('status', 'not run')}")
@@ -582,14 +608,26 @@ if ptab:
 else:
     L.append("no profile: " + (f"the profiled run ({prof[-1]['status']}) left no table at RINGLM_CUDA_PROFILE"
                                 if prof else "the profiled run did not happen"))
+# the step anatomy of the profiled run (backend/cuda/anatomy.cu): the roofline's prediction per kernel class beside the
+# milliseconds measured with events in the same step, to calibrate the model
+an = [r["profile"].replace("profile_", "anatomy_") for r in reversed(prof) if r.get("profile")]
+an = [p for p in an if os.path.exists(p)]
+L += ["", "## Predicted (step anatomy) and measured per kernel class", ""]
+if an:
+    txt = open(an[0], errors="replace").read()
+    keep = [l for l in txt.splitlines() if re.match(r"\| (predicted|measured|host synchronisations|launches)", l)]
+    cls = txt.split("## By kernel class", 1)[1].split("\n## ", 1)[0].strip() if "## By kernel class" in txt else ""
+    L += ["| | |", "|---|---:|"] + keep + ["", cls, "", f"(whole report: {os.path.basename(an[0])} in rest.tar.gz)"]
+else:
+    L.append("no step anatomy: the profiled run left no report at RINGLM_CUDA_ANATOMY")
 os.makedirs(OUT, exist_ok=True)
 open(os.path.join(OUT, "summary.md"), "w").write("\n".join(L) + "\n")
 with open(os.path.join(OUT, "attention.csv"), "w", newline="") as fh:
     w = csv.writer(fh)
     w.writerow(["source", "head_dim", "T", "heads", "kv", "gqa", "fwd_ms", "fwd_tflops", "fwdbwd_ms", "fwdbwd_tflops",
                 "bwd_tflops", "status"])
-    for (hd, T), r in sorted(rk.items()):
-        w.writerow(["ringlm", hd, T, r["heads"].split()[0], r["heads"].split("(")[-1].rstrip(")"), "native",
+    for (hd, T), r in sorted(rk.items()) + sorted(rkc.items()):
+        w.writerow([r["source"], hd, T, r["heads"].split()[0], r["heads"].split("(")[-1].rstrip(")"), "native",
                     r["fwd_ms"], r["fwd_tflops"], r["fwd_ms"] + r["bwd_ms"], r["fwdbwd_tflops"], r["bwd_tflops"], "ok"])
     for b in tb:
         for (hd, T), r in sorted(tatt[b].items()):
@@ -602,7 +640,7 @@ with open(os.path.join(OUT, "training.csv"), "w", newline="") as fh:
                 "mfu_measured", "mfu_nominal", "device_gib", "detail"])
     for r in rows:
         mt = r.get("model_tflops")
-        w.writerow(["ringlm", r["config"], r["seq_len"], r["recompute"], r["status"], r.get("tokens_per_s", ""),
+        w.writerow([f"ringlm ({r.get('engine', 'auto')} engine)", r["config"], r["seq_len"], r["recompute"], r["status"], r.get("tokens_per_s", ""),
                     r.get("step_ms", ""), mt or "", mt / peak if mt and peak else "", mt / nominal if mt and nominal else "",
                     r.get("device_gib", ""), r.get("detail", "")])
     for (c, Lq), t in ttrain.items():
@@ -614,7 +652,7 @@ json.dump({"mode": mode, "machine": mach, "passed": int(npass), "failed": int(nf
            "checks": [{"result": c[0], "check": c[1], "detail": c[2]} for c in checks],
            "peak": {"measured_tflops": peak, "measured_source": peak_src, "nominal_tflops": nominal,
                     "ringlm_matmul": rk_mm},
-           "attention_ringlm": list(rk.values()), "training_ringlm": rows, "torch": torch,
+           "attention_ringlm": list(rk.values()) + list(rkc.values()), "training_ringlm": rows, "torch": torch,
            "profile": ptab}, open(os.path.join(OUT, "results.json"), "w"), indent=1)
 PY
 }
@@ -663,34 +701,35 @@ fitting_modes() {
   echo "$out"
 }
 
-# attempt CONF L MODE STEPS [ARGS...]: one training run for throughput (ARGS: more trainer options, after the row's;
-# MODE is then a label whose first word is the recompute mode); A_STATUS: its status word
+# attempt CONF L MODE STEPS ENGINE [ARGS...]: one training run for throughput (ARGS: more trainer options, after the
+# row's; MODE is then a label whose first word is the recompute mode); A_STATUS: its status word
 attempt() {
-  local conf=$1 L=$2 mode=$3 steps=$4 d max extra=() envs=() prof="" rc
-  shift 4
-  d=$W/tp_${conf}_${L}_${mode// /_}; rm -rf "$d"
+  local conf=$1 L=$2 mode=$3 steps=$4 eng=$5 d max extra=() envs=() prof="" rc
+  shift 5
+  d=$W/tp_${conf}_${L}_${mode// /_}_$eng; rm -rf "$d"
   max=$(sed -n 's/^max_seq_len *= *\([0-9]*\).*/\1/p' "configs/$conf.conf")
   [ "$L" -gt "${max:-0}" ] && extra=(--max_seq_len "$L")
-  if [ "$conf $L" = "$PROF_ROW" ]; then prof=$W/profile_${conf}_$L.md; envs=(RINGLM_CUDA_PROFILE="$prof"); fi
+  if [ "$conf $L" = "$PROF_ROW" ] && [ "$eng" = auto ]; then   # the profile, and the step anatomy of step 2 (predicted beside measured)
+    prof=$W/profile_${conf}_$L.md; envs=(RINGLM_CUDA_PROFILE="$prof" RINGLM_CUDA_ANATOMY="$W/anatomy_${conf}_$L.md"); fi
   capped "${PRE[@]}" OMP_NUM_THREADS="$NCPU" "${envs[@]}" "$TRAIN" -c "configs/$conf.conf" --train_data "$DATA" \
     --val_data "" --out_dir "$d" --seq_len "$L" "${extra[@]}" --batch_size 1 --micro_batch 1 --max_steps "$steps" \
     --warmup_steps 1 --log_every 1 --save_final 0 --ckpt_every 0 --val_every 0 --recompute "${mode%% *}" \
-    --doc_mask 0 "$@" >"$d.txt" 2>&1   # (full causal attention, as the PyTorch anchor computes it; the configs mask documents)
+    --doc_mask 0 --attn_engine "$eng" "$@" >"$d.txt" 2>&1   # (full causal attention, as the PyTorch anchor computes it)
   rc=$?
   A_LINE=$(run_py train_row "$W/training.jsonl" "$conf" "$L" "$mode" "$rc" "$d.txt" "$d/metrics.jsonl" \
-           "$(plan_row "$conf" "$L")" "$prof" 2>&1)
+           "$(plan_row "$conf" "$L")" "$prof" "$eng" 2>&1)
   A_STATUS=${A_LINE%%[:;]*}
 }
 
 # tp_row CONF L STEPS CAP: the throughput of one configuration and length; the refusal at recompute none first when
 # the planner says it needs recomputation, then the cheapest mode that fits (the next one if the trainer refuses it)
 tp_row() {
-  local conf=$1 L=$2 steps=$3 cap=$4 fits m name="throughput $1 at $2"
+  local conf=$1 L=$2 steps=$3 cap=$4 eng=${5:-auto} fits m name="throughput $1 at $2${5:+ on the $5 engine}"
   step "$cap" || return
   fits=$(fitting_modes "$conf" "$L")
   if [ "$fits" = "?" ]; then bad "$name: no planner verdict in $G/plan.tsv (run 'make gpu-bundle' again)"; return; fi
   if [ "${fits%% *}" != none ]; then
-    attempt "$conf" "$L" none "$steps"
+    attempt "$conf" "$L" none "$steps" "$eng"
     case $A_STATUS in
       refused) ok "$name: refused at recompute none as the planner says (${A_LINE#*; })" ;;
       ok|partial) ok "$name: runs at recompute none although the planner says it needs recomputation: $A_LINE"; return ;;
@@ -700,7 +739,7 @@ tp_row() {
   fi
   for m in $fits; do
     [ $((STEP_END - SECONDS)) -ge 3 ] || { bad "$name: no time left for recompute $m"; return; }
-    attempt "$conf" "$L" "$m" "$steps"
+    attempt "$conf" "$L" "$m" "$steps" "$eng"
     case $A_STATUS in
       ok|partial) ok "$name (recompute $m): $A_LINE"; return ;;
       refused) note "$name: the trainer refuses recompute $m, which the planner says fits: $A_LINE" ;;
@@ -716,13 +755,13 @@ offload_row() {
   local conf L mb gnone gwith pinned name
   read -r conf L mb gnone gwith pinned <"$G/offload.txt" || { bad "offload: no row in $G/offload.txt (run 'make gpu-bundle' again)"; return; }
   name="offload: $conf, $mb sequences of $L tokens per micro-batch, recompute qkv"
-  attempt "$conf" "$L" "qkv offload none" 1 --batch_size "$mb" --micro_batch "$mb" --offload none
+  attempt "$conf" "$L" "qkv offload none" 1 auto --batch_size "$mb" --micro_batch "$mb" --offload none
   case $A_STATUS in
     refused) ok "$name: refused without offload as the planner says (planned $(printf %.1f "$gnone") GiB; ${A_LINE#*; })" ;;
     *) bad "$name: expected the capacity refusal without offload, got $A_LINE" ;;
   esac
-  attempt "$conf" "$L" "qkv offload ckpt micro_batch $mb" 2 --batch_size "$mb" --micro_batch "$mb" --offload ckpt
-  local d=$W/tp_${conf}_${L}_qkv_offload_ckpt_micro_batch_$mb pin
+  attempt "$conf" "$L" "qkv offload ckpt micro_batch $mb" 2 auto --batch_size "$mb" --micro_batch "$mb" --offload ckpt
+  local d=$W/tp_${conf}_${L}_qkv_offload_ckpt_micro_batch_${mb}_auto pin
   pin=$(sed -nE 's/.*pinned host ([0-9.]+) MiB.*/\1/p' "$d.txt" | tail -n 1)
   case $A_STATUS in
     ok|partial) ok "$name, offload ckpt: $A_LINE; pinned host ${pin:-?} MiB (planned $(printf %.1f "$pinned") GiB), device planned $(printf %.1f "$gwith") GiB" ;;
@@ -755,7 +794,8 @@ check_run() {
   local cache lib f sp cudaextra="" sps
   cache=$({ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null)
   sps=$(capped "$PY" -c 'import site; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
-  for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+  # (cuDNN is loaded at run time by the programs, libnvrtc by cuDNN's runtime-compiled engines: found the same way)
+  for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2 libcudnn.so.9 libnvrtc.so.13; do
     [[ $cache == *"$lib "* ]] && continue
     [ -e "${CUDA_HOME:-/usr/local/cuda}/lib64/$lib" ] && continue
     f=""
@@ -833,7 +873,7 @@ check_run() {
     else bad "train_$prec: $(oneline "$W/cmp.txt" 2)"; fi
   done
   local np
-  for np in 2 4; do
+  for np in 2; do
     gpu_step "cp$np" || continue
     rm -rf "$W/cp$np"
     capped -m "${PRE[@]}" OMP_NUM_THREADS=$((NCPU / np > 0 ? NCPU / np : 1)) "${MPIRUN[@]}" -np $np "$C/train" \
@@ -847,15 +887,53 @@ check_run() {
     else bad "cp$np: $(oneline "$W/cmp.txt" 2) $(grep -m1 WARNING "$W/cp$np.txt")"; fi
   done
 
+  # ---- attention's engines: the self-check's verdicts, one process per engine, a bf16 ring on each
+  if gpu_step engine; then
+    local hdn e vl eargs
+    for hdn in 64 128; do
+      if [ $hdn = 64 ]; then eargs=("${E64[@]}"); else eargs=("${E128[@]}"); fi
+      for e in auto own; do
+        [ $hdn = 128 ] && [ $e = own ] && continue
+        rm -rf "$W/e${hdn}_$e"
+        capped "${PRE[@]}" OMP_NUM_THREADS="$NCPU" "$C/train" --train_data "$DATA" --out_dir "$W/e${hdn}_$e" "${SMALL[@]}" \
+          "${eargs[@]}" --attn_engine $e >"$W/e${hdn}_$e.txt" 2>&1; rc=$?
+        vl=$(grep '^attention engine:' "$W/e${hdn}_$e.txt" | sed 's/^attention engine: //' | tr '\n' ';' | cut -c1-600)
+        if [ $rc -eq 0 ]; then ok "engine: head_dim $hdn, attn_engine = $e: ${vl:-no engine lines}"
+        else bad "engine: head_dim $hdn, attn_engine = $e: exit $rc$(cut_note $rc): $(why "$W/e${hdn}_$e.txt")"; fi
+      done
+    done
+  fi
+  if gpu_step ring_bf16; then
+    local ref
+    for e in own cudnn; do
+      ref=$W/e64_auto; [ $e = own ] && ref=$W/e64_own
+      for np in 2 4; do
+        rm -rf "$W/r${np}_$e"
+        capped -m "${PRE[@]}" OMP_NUM_THREADS=$((NCPU / np > 0 ? NCPU / np : 1)) "${MPIRUN[@]}" -np $np "$C/train" \
+          --train_data "$DATA" --out_dir "$W/r${np}_$e" "${SMALL[@]}" "${E64[@]}" --cp $np --comm mpi --attn_engine $e \
+          >"$W/r${np}_$e.txt" 2>&1; rc=$?
+        if [ $rc -ne 0 ]; then bad "ring_bf16: cp $np on $e: exit $rc$(cut_note $rc): $(why "$W/r${np}_$e.txt")"
+        elif [ ! -s "$ref/metrics.jsonl" ]; then bad "ring_bf16: cp $np on $e: no one-process run to compare with (engine step)"
+        elif run_py same_losses "$ref/metrics.jsonl" "$W/r${np}_$e/metrics.jsonl" 5e-3 >"$W/cmp.txt" 2>&1; then
+          ok "ring_bf16: cp $np on $e (staged) equals one process within 5e-3: $(cat "$W/cmp.txt")"
+        else bad "ring_bf16: cp $np on $e: $(oneline "$W/cmp.txt" 2)"; fi
+      done
+    done
+  fi
+
   # ---- benchmarks: kernels alone, throughput at 8K/32K (with the profile), the anchors, then 64K
   if step kernels; then
-    local kb=$C/bench_kernels kargs=(--gemm 8192 --reps 5)
-    [ "$MODE" = rehearse ] && kb=$G/cpu/bench_kernels kargs=(--gemm 256 --reps 2)
-    capped "${PRE[@]}" OMP_NUM_THREADS="$NCPU" "$kb" --precision bf16 "${kargs[@]}" "${att[@]}" >"$W/bench_kernels.md" 2>&1; rc=$?
-    sed 's/^/   /' "$W/bench_kernels.md"
-    local mm; mm=$(sed -nE 's/^matmul .*: ([0-9.e+]+) TFLOP\/s.*/\1/p' "$W/bench_kernels.md")
-    if [ $rc -eq 0 ]; then ok "kernels: bench_kernels (bf16 matmul ${mm:-?} TFLOP/s)"
-    else bad "kernels: exit $rc$(cut_note $rc): $(grep -c '^| [0-9]' "$W/bench_kernels.md") attention rows measured; $(why "$W/bench_kernels.md")"; fi
+    local kb=$C/bench_kernels kargs=(--gemm 8192 --reps 5) engines=(own cudnn) mm
+    [ "$MODE" = rehearse ] && kb=$G/cpu/bench_kernels kargs=(--gemm 256 --reps 2) engines=(own)
+    for e in "${engines[@]}"; do
+      local bk=$W/bench_kernels.md; [ $e = own ] || bk=$W/bench_kernels_$e.md
+      [ $e = own ] || kargs=(--gemm 0 "${kargs[@]:2}")
+      capped "${PRE[@]}" OMP_NUM_THREADS="$NCPU" "$kb" --precision bf16 --engine $e "${kargs[@]}" "${att[@]}" >"$bk" 2>&1; rc=$?
+      sed 's/^/   /' "$bk"
+      mm=$(sed -nE 's/^matmul .*: ([0-9.e+]+) TFLOP\/s.*/\1/p' "$W/bench_kernels.md")
+      if [ $rc -eq 0 ]; then ok "kernels: bench_kernels, attention on $e${mm:+ (bf16 matmul $mm TFLOP/s)}"
+      else bad "kernels: $e: exit $rc$(cut_note $rc): $(grep -c '^| [0-9]' "$bk") attention rows measured; $(why "$bk")"; fi
+    done
   fi
   local row
   # shellcheck disable=SC2086 # a row is four words

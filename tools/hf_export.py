@@ -36,6 +36,10 @@ tokenizer.json's SHA-256 equals meta.json's "tokenizer_sha256" if that is given,
 A tokenizer name that is not a path (build/prepare's "bytes") is passed over silently; a path that is not a
 tokenizer.json or a directory holding one, a SHA-256 that differs, or shard directories that name different
 tokenizers are reported in one line and the export goes on without a tokenizer.
+A byte-level model (vocab_size 257: build/prepare's 256 bytes and the end-of-document token 256) given no tokenizer,
+whose training data's meta.json names none or "bytes", gets ringlm's byte tokenizer, written: tokenizer.json (token id = byte value, <|eod|> = 256; see
+byte_tokenizer) and tokenizer_config.json, so that AutoTokenizer encodes text as build/prepare and build/sample do.
+Any other model without a tokenizer is exported without one, and the summary line says so.
 The ids of bos/eos in config.json: --bos_token_id / --eos_token_id, else the tokenizer's BOS / EOS tokens, else
 256 for the byte tokenizer's vocabulary of 257 (build/prepare's document token), else none.
 
@@ -114,6 +118,35 @@ def sha256_file(path):
         for b in iter(lambda: f.read(1 << 20), b""):
             h.update(b)
     return h.hexdigest()
+
+
+BYTE_EOD = "<|eod|>"                    # build/sample shows the end-of-document token so
+
+
+def byte_tokenizer(max_len):
+    """(tokenizer.json, tokenizer_config.json) objects of ringlm's byte tokenizer for AutoTokenizer: token id = the
+    byte's value for the 256 bytes of UTF-8 text, and the end-of-document token 256 as the special token <|eod|>
+    (also bos and eos, as config.json's ids). A BPE model without merges over the 256 byte-level symbols (each byte
+    as a printable character, the byte-level pre-tokenizer's mapping) with the byte-level decoder: text -> its
+    UTF-8 bytes -> one token each, and back; no token is added around the text."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):                        # the other bytes take the characters from 256 on, in order
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    vocab = {chr(c): b for b, c in sorted(zip(bs, cs))}
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    tj = {"version": "1.0", "truncation": None, "padding": None,
+          "added_tokens": [{"id": 256, "content": BYTE_EOD, "single_word": False, "lstrip": False, "rstrip": False,
+                            "normalized": False, "special": True}],
+          "normalizer": None, "pre_tokenizer": byte_level, "post_processor": None, "decoder": byte_level,
+          "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                    "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab, "merges": []}}
+    tc = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_len, "clean_up_tokenization_spaces": False,
+          "model_input_names": MODEL_INPUT_NAMES, "bos_token": BYTE_EOD, "eos_token": BYTE_EOD}
+    return tj, tc
 
 
 def tokenizer_from_meta(cfg):
@@ -219,8 +252,10 @@ def main():
 
     bos = eos = None
     tinfo = None
+    named = False                                  # meta.json named a tokenizer that cannot be used (said in one line)
     if not a.tokenizer and not a.no_tokenizer:
         a.tokenizer, msg = tokenizer_from_meta(cfg)
+        named = bool(msg) and not a.tokenizer
         if msg:
             print(f"hf_export: {msg}")
     if a.tokenizer:
@@ -231,6 +266,7 @@ def main():
         eos = (tinfo["eos"] or tinfo["suffix"] or (None, None))[1]
     elif V == 257:
         bos = eos = 256
+    byte_tok = not tinfo and not a.no_tokenizer and not named and V == 257   # the byte tokenizer (byte_tokenizer)
     bos = a.bos_token_id if a.bos_token_id is not None else bos
     eos = a.eos_token_id if a.eos_token_id is not None else eos
     for name, i in (("bos_token_id", bos), ("eos_token_id", eos)):
@@ -269,6 +305,17 @@ def main():
                     tc[key] = t[0]
             tok_files["tokenizer_config.json"] = (json.dumps(tc, indent=2) + "\n").encode()
             copied.append("tokenizer_config.json (written)")
+
+    if byte_tok:
+        tj, tc = byte_tokenizer(conf["max_position_embeddings"])
+        tok_files["tokenizer.json"] = (json.dumps(tj, indent=2, ensure_ascii=False) + "\n").encode()
+        tok_files["tokenizer_config.json"] = (json.dumps(tc, indent=2) + "\n").encode()
+        copied.append(f"tokenizer.json and tokenizer_config.json (the byte tokenizer, written: ids = byte values, "
+                      f"{BYTE_EOD} = 256)")
+    elif not tinfo and not named:
+        copied.append("none (--no_tokenizer)" if a.no_tokenizer else
+                      f"none written: vocab_size {V} is not the byte tokenizer's 257 and no tokenizer was given or "
+                      "found beside the training data (give --tokenizer)")
 
     def convert(t, bf16):                             # the stored array (fp32 or bf16 bits) in the output dtype
         x = t.load()
@@ -350,7 +397,7 @@ def main():
           + (f" x{rs['factor']:g}" if rs else "")
           + (f" from {rs['original_max_position_embeddings']}" if rs and "original_max_position_embeddings" in rs else "")
           + f"; max_position_embeddings {conf['max_position_embeddings']}; bos {bos}, eos {eos}"
-          + (f"; tokenizer files: {', '.join(copied)}" if copied else "")
+          + (f"; tokenizer: {', '.join(copied)}" if copied else "")
           + (f"; replaced the previous export ({len(old)} files)" if old else "")
           + (f"; note: {note}" if note else ""))
     return 0

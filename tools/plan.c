@@ -18,15 +18,61 @@
 // and the cheapest that fits. --longest: the longest seq_len of the recompute modes and of each option added to the
 // best of them, and whether the host link hides the offload copies there.
 // The numbers are model_shape's — the plan model_build allocates.
+//   build/plan -c CONFIG [--key value ...] --balance [--windows N] [--dp N] [--json]
+// reads the run's training windows instead (train_data with its seq_len, pack, shuffle, seed, doc_mask) and prints
+// per cp rank the attention work and the ring bytes it sends, as the model deals the tokens (cp_shard) and the ring
+// decides on them (cp_layout, cp_comm, cp_prune): model/balance.h.
 #include "backend/backend.h"
 #include "common/util.h"
 #include "model/config.h"
+#include "model/balance.h"
 #include "model/plan.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
+
+
+// --balance: per cp rank, the work and ring bytes of the first `windows` training windows
+static int print_balance(const Config* c, int dp, int windows, int json) {
+    Balance b;
+    char err[1500];
+    if (balance_run(&b, c, dp, windows, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+    double tot = 0, sent = 0, full = 0, dead = 0;
+    for (int r = 0; r < b.P; r++) { tot += b.work[r]; sent += b.sent[r]; full += b.full[r]; dead += b.dead[r]; }
+    double imb = b.sum_mean > 0 ? b.sum_max / b.sum_mean : 1, n = b.windows;
+    if (json) {
+        printf("{\"windows\": %d, \"cp\": %d, \"a2a\": %d, \"ring\": %d, \"imbalance\": %.6f, \"imbalance_worst\": %.6f, "
+               "\"ring_bytes\": %.0f, \"ring_bytes_full\": %.0f, \"dead_bytes\": %.0f, \"kv_hops\": %.0f, \"kv_hops_blind\": %.0f, "
+               "\"split_per_window\": %.4f, \"units_per_window\": %.4f, \"work\": [", b.windows, b.P, b.U, b.R, imb, b.worst,
+               sent / n, full / n, dead / n, b.kv_hops, b.kv_blind, b.split / n, b.units / n);
+        for (int r = 0; r < b.P; r++) printf("%s%.0f", r ? ", " : "", b.work[r] / n);
+        printf("], \"sent\": [");
+        for (int r = 0; r < b.P; r++) printf("%s%.0f", r ? ", " : "", b.sent[r] / n);
+        printf("], \"step_hop_bytes_rank0\": [");
+        for (int s = 0; s < b.steps; s++) printf("%s%.0f", s ? ", " : "", b.step_rank0[s]);
+        printf("]}\n");
+        balance_free(&b);
+        return 0;
+    }
+    printf("balance: %d windows of %s\n", b.windows, b.data_note);
+    printf("  cp %d (%s, %s%s), cp_shard %s", b.P, c->cp_layout, c->cp_comm, b.U > 1 ? " over all-to-all groups" : "", c->cp_shard);
+    if (!strcmp(c->cp_shard, "document")) printf(" (cp_shard_min %d; %.1f of %.1f units of work split per window)", config_shard_min(c), b.split / n, b.units / n);
+    printf(", %s schedule, doc_mask %d\n", c->cp_prune ? "pruned" : "full", c->doc_mask);
+    printf("\n  cp rank   attention work (M pairs / window)   share    ring KiB / layer / window   of them dead\n");
+    for (int r = 0; r < b.P; r++)
+        printf("  %7d   %32.3f   %5.1f%%   %25.1f   %11.1f%%\n", r, b.work[r] / n / 1e6, tot > 0 ? 100 * b.work[r] / tot : 0,
+               b.sent[r] / n / 1024, b.sent[r] > 0 ? 100 * b.dead[r] / b.sent[r] : 0);
+    printf("\n  imbalance (max / mean work, over the windows): %.3f (worst window %.3f)\n", imb, b.worst);
+    if (b.R > 1)
+        printf("  ring bytes: %.1f KiB / layer / window over the %d ranks (full schedule %.1f: %.1f%% saved); %.1f%% of the "
+               "forward K/V hops carry a block no rank at or beyond can see; %.1f%% of the bytes sent carry no visible key\n",
+               sent / n / 1024, b.P, full / n / 1024, full > 0 ? 100 * (1 - sent / full) : 0,
+               b.kv_hops > 0 ? 100 * b.kv_blind / b.kv_hops : 0, sent > 0 ? 100 * dead / sent : 0);
+    balance_free(&b);
+    return 0;
+}
 
 static int positive(const char* opt, const char* v, double* out) {
     char* e;
@@ -163,16 +209,18 @@ static int longest(const Config* c0, const PlanLayout* l0, double mem, double ho
 }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     Config c;
     char err[1024];
     config_defaults(&c);
     const char* device = "h200";
     double mem = 0, host = -1, link = 0, tflops = 0, dp = 1, peak = 0, mfu = 0, pcie = 0, tile = 8192;
-    int json = 0, mode = 0;   // 1: --choose, 2: --longest
+    int json = 0, mode = 0, balance = 0, windows = 64;   // mode 1: --choose, 2: --longest
     // --name value or --name=value, dashes for underscores (config_argv); plan's own options besides the keys
-    static const char* const FLAGS[] = { "--json", "--help", "-h", "--choose", "--longest", NULL };
+    static const char* const FLAGS[] = { "--json", "--balance", "--help", "-h", "--choose", "--longest", NULL };
     static const char* const OWN[] = { "dp", "device", "memory_gib", "host_gib", "link_gbs", "tflops", "peak_tflops", "mfu",
-                                       "pcie_gbs", "tile_rows", "choose", "longest", "json", "help", NULL };
+                                       "pcie_gbs", "tile_rows", "choose", "longest", "json", "balance", "windows", "help",
+                                       NULL };
     struct { const char* opt; double* v; } nums[] = { { "--memory_gib", &mem }, { "--host_gib", &host },
         { "--link_gbs", &link }, { "--tflops", &tflops }, { "--peak_tflops", &peak }, { "--mfu", &mfu },
         { "--pcie_gbs", &pcie }, { "--tile_rows", &tile } };
@@ -188,21 +236,26 @@ int main(int argc, char** argv) {
             mode = m;
             continue;
         }
+        if (!strcmp(a, "--balance")) { balance = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: build/plan -c CONFIG [--key value ...] [--dp N] [--device h200|cpu] [--memory_gib G] [--host_gib G]\n"
                    "       [--link_gbs B] [--tflops F] [--peak_tflops P] [--mfu M] [--pcie_gbs B] [--tile_rows R]\n"
                    "       [--choose | --longest] [--json]\n"
+                   "       build/plan -c CONFIG [--key value ...] --balance [--windows N] [--dp N] [--json]\n"
                    "--choose: the memory options (recompute, mlp_tile, zero, offload) at the config's seq_len, cheapest first,\n"
                    "and the cheapest that fits; --longest: the longest seq_len of each option. --host_gib: pinned host memory\n"
                    "per rank (h200: 224); --mfu x --peak_tflops: the matmul rate of the time estimate (h200: 0.4 x 989);\n"
                    "--pcie_gbs: the host link per direction (55); --tile_rows: the mlp_tile the options try (8192).\n"
+                   "--balance: per cp rank, the attention work and ring bytes of the first N (default 64; 0: all) training\n"
+                   "windows of train_data, as the model deals them (cp_shard) and the ring sends them (cp_prune)\n"
                    "Options may also be written --name=value, and dashes may stand for underscores (--memory-gib=80);\n"
                    "the config keys are build/train's (build/train --help lists them).\n");
             return 0;
         }
         int num = -1;
         for (int k = 0; k < nnum; k++) if (!strcmp(a, nums[k].opt)) num = k;
-        if (!strncmp(a, "--", 2) && !config_key_kind(a + 2) && num < 0 && strcmp(a, "--device") && strcmp(a, "--dp")) {
+        if (!strncmp(a, "--", 2) && !config_key_kind(a + 2) && num < 0 && strcmp(a, "--device") && strcmp(a, "--dp") &&
+            strcmp(a, "--windows")) {
             config_unknown("command line", a + 2, OWN, err, sizeof err);
             fprintf(stderr, "%s\n", err);
             return 1;
@@ -215,6 +268,12 @@ int main(int argc, char** argv) {
             device = v;
         }
         else if (num >= 0) { if (!positive(a, v, nums[num].v)) return 1; }
+        else if (!strcmp(a, "--windows")) {
+            char* e;
+            long x = strtol(v, &e, 10);
+            if (e == v || *e || x < 0 || x > 100000000) { fprintf(stderr, "plan: --windows '%s' must be a count >= 0 (0: all)\n", v); return 1; }
+            windows = (int)x;
+        }
         else if (!strcmp(a, "--dp")) {
             char* e;
             dp = strtod(v, &e);
@@ -234,6 +293,11 @@ int main(int argc, char** argv) {
     if (mfu > 1) { fprintf(stderr, "plan: --mfu %g must be at most 1\n", mfu); return 1; }
     if (c.doc_mask && config_eod(&c) < 0) c.eod = 0;   // (the trainer takes eod from the data's meta.json; memory
                                                       // and time do not depend on it)
+    if (balance) {
+        if (!c.train_data[0]) { fprintf(stderr, "plan: --balance reads the run's training windows: give train_data\n"); return 1; }
+        if (c.batch_size % (int)dp) { fprintf(stderr, "plan: batch_size %d is not divisible by --dp %d\n", c.batch_size, (int)dp); return 1; }
+        return print_balance(&c, (int)dp, windows, json);
+    }
     if (config_validate(&c, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     if (!gpu && !strcmp(c.offload, "ckpt")) {
         fprintf(stderr, "plan: offload = ckpt needs a GPU (--device h200): the cpu backend keeps activations in host memory\n");
@@ -290,7 +354,8 @@ int main(int argc, char** argv) {
                p.host <= host ? "fits" : "DOES NOT FIT", host / GIB);
     printf("\nlongest seq_len that fits this layout: none %d, mlp %d, qkv %d, full %d\n", lng[0], lng[1], lng[2], lng[3]);
     printf("\nper step per rank (%d micro-batches): ring sends %.3f GiB in %.0f hops, all-to-all %.3f GiB in %.0f messages, "
-           "TP %s %.3f GiB, DP%s sends %.3f GiB in %.0f messages;\n"
+           "TP %s %.3f GiB, DP%s sends %.3f GiB in %.0f messages (the ring: its full schedule; with cp_prune = 1 it sends "
+           "less where ranks cannot see each other's keys, as --balance measures on the data);\n"
            "  %.3f TFLOP model, %.3f TFLOP executed (recomputation included)\n", p.accum, p.ring_sent / GIB, p.ring_msgs,
            p.a2a_sent / GIB, p.a2a_msgs, c.tp_sp && c.tp > 1 ? "all-gathers + reduce-scatters" : "all-reduces",
            p.tp_payload / GIB, c.zero && dp * c.cp > 1 ? " (ZeRO reduce-scatters and all-gathers)" : " (all-reduce)",

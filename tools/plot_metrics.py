@@ -16,11 +16,14 @@ on a log scale (values <= 0 left out; a panel without a value above 0 stays line
 
 Records: one JSON object per line with an integer "step"; a missing key or a value that is not a number leaves
 that point out, a nan / inf value (also C's bare nan, inf) is marked by a triangle on the top edge of its panel.
+A resume is marked by a dashed vertical line in each panel, labelled in the loss panel with the layout when it
+changed (build/train's first record of each run says "start": "new" | "resume" | "init_from" and its "layout").
 A resumed run appends to the file: a step number that is not above the previous record's starts over there, so
 the earlier records from that step on are dropped (the later lines win; a tail the resumed run did not reach again
 goes too, as TensorBoard purges orphaned steps). A last line without a newline that does not parse (a run still
-writing) is left out. Bad input — a missing file, a line that is not a JSON object with an integer step, a file
-without records — is one line on stderr and exit status 1.
+writing) is left out. Bad input — a missing file, a line that is not a JSON object with an integer step, a step
+outside [0, 2^53], a finite value other than 0 whose magnitude lies outside [1e-300, 1e300] (no axis can show it), a
+file without records — is one line on stderr (naming the line) and exit status 1.
 
 SVG layout (pixels) as build/eval's plots (eval/report.c): each panel a PLOT_W x PLOT_H frame with its title above,
 tick labels left and below, grid lines; the legend right of the panels. Coordinates have one decimal.
@@ -49,6 +52,8 @@ TOP = 46.0                        # the overall title
 CHAR_W = 7.0                      # rough width of one 12px sans-serif character, for layout only
 MAX_PTS = 4                       # points kept per pixel column of a long series (first, min, max, last)
 CSV_KEYS = ["tokens_seen", "loss", "val_loss", "lr", "tokens_per_s", "grad_norm"]
+MAX_STEP = 2 ** 53                # steps above this are no exact floats (the x axis computes in floats)
+MIN_ABS, MAX_ABS = 1e-300, 1e300  # finite values outside these magnitudes overflow the axes' arithmetic
 
 
 class Fail(Exception):
@@ -92,6 +97,14 @@ def metrics_file(arg):
     return arg
 
 
+def shown(v):
+    """A number for a message: floats with 6 digits, long integers cut (their digits counted)."""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    t = str(v)
+    return t if len(t) <= 24 else f"{t[:12]}... ({len(t)} digits)"
+
+
 def number(v):
     """A record's value as a float, or None when it is not a number (bool, string, null, missing)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -107,6 +120,23 @@ class Run:
         self.records = []        # dicts, strictly increasing "step"
         self.dropped = 0         # records superseded by later ones (resumes)
         self.partial = False     # an unfinished last line was left out
+
+    def starts(self, xkey):
+        """[(x, text)] where the trainer resumed (the first record of a resumed run: "start": "resume"), with the
+        layout when it differs from the previous start's (build/train writes "start" and "layout" in its first record)"""
+        out, layout = [], None
+        for r in self.records:
+            if not isinstance(r.get("start"), str):
+                continue
+            lay = r.get("layout") if isinstance(r.get("layout"), str) else None
+            x = r["step"] if xkey == "step" else number(r.get(xkey))
+            if r["start"] == "resume" and x is not None and math.isfinite(x):
+                text = f"resumed at step {r['step'] - 1}"
+                if lay and layout and lay != layout:
+                    text += f": {layout} -> {lay}"
+                out.append((float(x), text))
+            layout = lay or layout
+        return out
 
     def series(self, key, xkey):
         """[(x, y)] of the records that have both (y may be nan / inf)."""
@@ -151,7 +181,20 @@ def read_run(path, label):
             step = int(step)
         if isinstance(step, bool) or not isinstance(step, int):
             raise Fail(f"'{path}' line {i + 1}: no integer \"step\" in the record")
+        if not 0 <= step <= MAX_STEP:
+            raise Fail(f"'{path}' line {i + 1}: \"step\" {shown(rec['step'])} is outside [0, 2^53] (not a training step)")
         rec["step"] = step
+        for key in CSV_KEYS:   # the values drawn: their ranges must leave room for axis arithmetic
+            v = rec.get(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            try:
+                f = float(v)
+            except OverflowError:
+                f = math.inf if v > 0 else -math.inf
+            if math.isfinite(f) and f != 0 and not MIN_ABS <= abs(f) <= MAX_ABS or isinstance(v, int) and not math.isfinite(f):
+                raise Fail(f"'{path}' line {i + 1}: \"{key}\" {shown(v)} is outside the values a plot can show "
+                           f"(0, or a magnitude in [1e-300, 1e300])")
         cut = bisect.bisect_left(steps, step)       # records from this step on are superseded
         if cut < len(steps):
             run.dropped += len(steps) - cut
@@ -406,6 +449,14 @@ def panel(svg, key, title, left, top, ax, runs_data, log, smooth_n, xname):
             for x, y in val:
                 if ax.inside(x) and ay.inside(y):
                     svg.raw(f'<circle class="val" cx="{ax.map(x):.1f}" cy="{ay.map(y):.1f}" r="{r}" fill="white" stroke="{col}" stroke-width="{sw}"/>\n')
+        for n, (x, text) in enumerate(d["starts"]):   # a resume: a dashed vertical line, labelled in the loss panel
+            if ax.inside(x):
+                xx = ax.map(x)
+                svg.line(xx, top, xx, bot, col, f'class="resume" stroke-width="1" stroke-dasharray="4 4"')
+                if key == "loss":   # right of the line, or left of it where the text would leave the frame
+                    fits = xx + 3 + 0.6 * 10 * len(text) <= right
+                    svg.text(xx + 3 if fits else xx - 3, top + 14 + 13 * ((j + n) % 3), "start" if fits else "end", text,
+                             f'class="resume-label" font-size="10" fill="{col}"')
         for x, y in d["raw"] + d["val"]:          # a nan / inf value: a triangle pointing down from the top edge
             if not math.isfinite(y) and ax.inside(x):
                 xx = ax.map(x)
@@ -423,12 +474,13 @@ def draw(runs, xkey, smooth_n, logs, title):
         data[key] = []
         for r in runs:
             d = {"raw": r.series(key, xkey), "val": r.series("val_loss", xkey) if key == "loss" else [],
-                 "smoothable": smoothable}
+                 "smoothable": smoothable, "starts": r.starts(xkey)}
             data[key].append(d)
             xs += [x for x, _ in d["raw"]] + [x for x, _ in d["val"]]
     x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
-    if x1 <= x0:
-        x0, x1 = x0 - 1, x1 + 1
+    if x1 <= x0:                                   # one x: a range around it (relative where 1 is below a float's step)
+        pad = max(1.0, abs(x0) * 1e-6)
+        x0, x1 = x0 - pad, x1 + pad
     maxlab = max(len(r.label) for r in runs)
     legend_w = max(50 + CHAR_W * maxlab, 230.0)
     cell_w, cell_h = PAN_L + PLOT_W + PAN_R, PAN_T + PLOT_H + PAN_B
@@ -467,6 +519,10 @@ def draw(runs, xkey, smooth_n, logs, title):
     svg.line(lx, y, lx + 24, y, grey, 'stroke-width="1.5" stroke-dasharray="2 3"')
     svg.raw(f'<circle cx="{lx + 12:.1f}" cy="{y:.1f}" r="4" fill="white" stroke="{grey}" stroke-width="2"/>\n')
     svg.text(lx + 30, y + 4, "start", "validation loss", 'class="legend-key"')
+    if any(r.starts(xkey) for r in runs):
+        y += 20
+        svg.line(lx, y, lx + 24, y, grey, 'stroke-width="1" stroke-dasharray="4 4"')
+        svg.text(lx + 30, y + 4, "start", "resumed (layout if changed)", 'class="legend-key"')
     if nonfinite:
         y += 20
         svg.raw(f'<path d="M{lx + 8:.1f},{y - 4:.1f} L{lx + 16:.1f},{y - 4:.1f} L{lx + 12:.1f},{y + 3:.1f} Z" fill="{grey}"/>\n')

@@ -506,9 +506,16 @@ static int run_units(Ckpt* k, int convert, uint64_t* sin, uint64_t* sout, uint64
 static const char* sum_state(const Dset* d, uint64_t got) { return !d->has_sum ? "missing" : d->want == got ? "ok" : "MISMATCH"; }
 
 typedef struct { hid_t g; } KeyPrint;
+// a model key as config.txt shows it (floats in their shortest text: norm_eps = 1e-05, not the stored exact
+// 9.99999975e-06); the stored text when it does not parse
 static void print_key(const char* key, int is_model, void* vctx) {
-    char v[CFG_STR + 32];
-    if (is_model && !h5_attr_read_str(((KeyPrint*)vctx)->g, key, v, sizeof v)) printf("  %-26s = %s\n", key, v);
+    char v[CFG_STR + 32], shown[CFG_STR + 32], e[256];
+    if (!is_model || h5_attr_read_str(((KeyPrint*)vctx)->g, key, v, sizeof v)) return;
+    Config c;
+    config_defaults(&c);
+    if (config_set(&c, key, v, "checkpoint /config", e, sizeof e) || config_format(&c, key, shown, sizeof shown))
+        snprintf(shown, sizeof shown, "%s", v);
+    printf("  %-26s = %s\n", key, shown);
 }
 
 static void print_info(const Ckpt* k, const uint64_t* sums) {
@@ -872,6 +879,7 @@ static int convert(const Opts* o) {
 }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     grid_mpi_init(&argc, &argv);
     W = group_world();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);     // errors are ours, one line each
@@ -882,7 +890,11 @@ int main(int argc, char** argv) {
         }
     Opts o;
     grid_check(W, parse_args(argc, argv, &o), msg);
+    char ph[300];   // HDF5's collective I/O and one rank's file work under the watchdog (comm_phase_begin)
+    snprintf(ph, sizeof ph, "%s %.250s", o.mode == MODE_CONVERT ? "converting" : "reading", o.in);
+    comm_phase_begin(ph);
     int rc = o.mode == MODE_CONVERT ? convert(&o) : inspect(&o);
+    comm_phase_end();
     grid_exit(rc);
     return rc;
 }

@@ -9,13 +9,14 @@
 
 Measures, in this order, each row printed as it is measured and FILE rewritten after each:
   1. the bf16 matmul peak: GEMM^3 on random normal data (never zeros), median of --reps, CUDA events;
-  2. attention alone: torch.nn.functional.scaled_dot_product_attention, causal, bf16, with one backend forced
+  2. a training step of each CONF (below: 4.), first, so that the budget never cuts the training rows;
+  3. attention alone: torch.nn.functional.scaled_dot_product_attention, causal, bf16, with one backend forced
      at a time (flash, then cuDNN, through torch.nn.attention.sdpa_kernel), one sequence of T tokens, --heads
      query heads sharing --kv K/V heads: grouped-query attention through enable_gqa=True where the backend
      takes it, else K/V repeated to every query head before timing (the row says which). Forward, and forward
      + backward, TFLOP/s with bench_kernels.c's convention: forward 4 * T^2/2 * hd * heads, backward 2.5 x
      forward, so forward + backward is 3.5 x forward;
-  3. a training step of each CONF (a ringlm config file: d_model, n_layer, n_head, n_kv_head, d_ff,
+  4. a training step of each CONF (a ringlm config file: d_model, n_layer, n_head, n_kv_head, d_ff,
      vocab_size, tie_embeddings, norm_eps, rope_theta) at SEQ_LEN: RMSNorm, RoPE, GQA attention through SDPA
      (PyTorch picks the backend), SwiGLU, tied embeddings where the config says so, cross-entropy, gradient
      clipping at 1.0 and fused AdamW, in bf16 autocast with fp32 parameters, one sequence per step; tokens/s
@@ -208,11 +209,13 @@ def main():
     res.save()
     bench = Bench(torch, dev, res, a)
     bench.matmul()
-    bench.attention(int_list(a.hd), int_list(a.T))
+    # the training rows first (the 1B @ 32K step is the MFU comparison's anchor), then attention alone in what the
+    # budget leaves
     for item in [s for s in a.train.split(",") if s]:
         conf, _, L = item.rpartition(":")
         path = conf if os.path.isabs(conf) else os.path.join(repo, conf)
         bench.train(path, int(L))
+    bench.attention(int_list(a.hd), int_list(a.T))
     res.markdown()
     return 0
 

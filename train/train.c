@@ -8,6 +8,7 @@
 #include "comm/grid.h"
 #include "common/files.h"
 #include "common/rundir.h"
+#include "common/tbevents.h"
 #include "common/util.h"
 #include "data/meta.h"
 #include "data/shards.h"
@@ -251,10 +252,15 @@ typedef struct {
     int metrics_fd;                 // rank 0: OUT_DIR/metrics.jsonl (-1: not open), written one whole record at a time
     long long metrics_end;          // its size after the last complete record
     int metrics_failed;             // rank 0: a write of it failed (msg says how); the run stops after the step
+    int engine_logged;              // rank 0: a record named attention's engines
     char metrics_path[CFG_STR + 64];
     int32_t* win;                   // [batch_size, seq_len + 1] windows of the step (every rank fetches all)
     double flops_tok;
+    double t_loop, t_line;          // rank 0, progress clock: the start of this run's steps; the last step line
+    int records;                    // rank 0: records this process wrote (the first says how the run started)
+    TbWriter tb;                    // rank 0: tensorboard_dir's event file (tb.f NULL: none, or given up after a failure)
 } Run;
+
 
 // every window of the step, or those of a validation pass: n windows from global index g0
 static int fetch_windows(Loader* ld, long long g0, int n, int T, int32_t* win) {
@@ -280,16 +286,16 @@ static double validate(Run* r) {
     if (n > r->val.n_seq) n = r->val.n_seq;
     n = n / (B * dp) * (B * dp);
     if (n == 0) n = (long long)B * dp;   // loader_get wraps around a tiny validation set
-    double sum = 0;
     long long count = 0;
+    model_loss_reset(&r->m);
     for (long long g0 = 0; g0 < n; g0 += (long long)B * dp) {
         int fail = fetch_windows(&r->val, g0, B * dp, T, r->win);
         grid_check(r->g.world_g, fail, msg);
         model_set_windows(&r->m, r->win + (size_t)r->g.dp_rank * B * (T + 1), T + 1, NULL);
-        sum += model_forward(&r->m, 0.0f, NULL);
+        model_forward(&r->m, 0.0f, NULL);
         count += count_targets(r->win, B * dp, T);
     }
-    sum = ctl_sum(r->g.dpcp_g, sum);
+    double sum = ctl_sum(r->g.dpcp_g, model_loss_sum(&r->m));
     return sum / (double)(count ? count : 1);
 }
 
@@ -308,12 +314,14 @@ static StepResult train_step(Run* r, int step, long long* cursor) {
     grid_check(r->g.world_g, fail, msg);
     long long valid = count_targets(r->win, c->batch_size, T);
     float gscale = 1.0f / (float)(valid ? valid : 1);
+    // No host synchronisation until the step's end: batches are uploaded without waiting, the loss and the gradient
+    // norm stay on the backend (model->scal), and one download reads them when everything is done.
     model_zero_grad(&r->m);
-    double loss_sum = 0;
+    model_loss_reset(&r->m);
     for (int a = 0; a < r->accum; a++) {
         int i0 = (r->g.dp_rank * r->accum + a) * B;
         model_set_windows(&r->m, r->win + (size_t)i0 * (T + 1), T + 1, NULL);
-        loss_sum += model_forward(&r->m, gscale, NULL);
+        model_forward(&r->m, gscale, NULL);
         model_backward(&r->m);
     }
     if (step_slow_ms > 0) {   // test hook (RINGLM_TEST_STEP_SLOW_MS): a step as long as a large model's
@@ -322,19 +330,20 @@ static StepResult train_step(Run* r, int step, long long* cursor) {
     }
     // weights are replicated over the ring and the replicas: their gradients are summed over dp x cp
     adamw_reduce_grads(&r->opt, &r->m);
-    loss_sum = ctl_sum(r->g.dpcp_g, loss_sum);
+    adamw_clip(&r->opt, &r->m, c->grad_clip);
+    s.lr = lr_at(c, step);
+    AdamWHyper h = adamw_hyper(c, s.lr);
+    adamw_step(&r->opt, &r->m, &h);
+    double scal[3];   // the step's one host synchronisation: loss sum, the gradient's sums of squares
+    be_download(scal, r->m.scal, sizeof scal);
     *cursor += c->batch_size;
-    s.loss = loss_sum / (double)(valid ? valid : 1);
-    s.gnorm = adamw_grad_norm(&r->opt, &r->m);
-    if (!isfinite(s.loss) || !isfinite(s.gnorm)) {
+    s.loss = ctl_sum(r->g.dpcp_g, scal[0]) / (double)(valid ? valid : 1);
+    s.gnorm = adamw_norm_of(scal);
+    if (!isfinite(s.loss) || !isfinite(s.gnorm)) {   // (read after the update: no checkpoint of it is written)
         snprintf(msg, sizeof msg, "train: step %d: loss %g, grad norm %g is not finite; lower lr or check the data",
                  step + 1, s.loss, s.gnorm);
         grid_check(r->g.world_g, 1, msg);
     }
-    s.lr = lr_at(c, step);
-    AdamWHyper h = adamw_hyper(c, s.lr);
-    adamw_step(&r->opt, &r->m, &h, s.gnorm);
-    be_sync();
     s.dt = ctl_max(r->g.world_g, now_s() - t0);
     s.tr = comm_traffic();   // what this rank sent in the step
     for (int k = 0; k < TRAFFIC_KINDS; k++) { s.tr.bytes[k] -= tr0.bytes[k]; s.tr.messages[k] -= tr0.messages[k]; }
@@ -342,16 +351,18 @@ static StepResult train_step(Run* r, int step, long long* cursor) {
     if (model_ring_stats(&r->m, &s.rs)) {   // this step's part of the totals
         s.rs.compute_s -= before.compute_s; s.rs.work_s -= before.work_s; s.rs.wait_s -= before.wait_s;
         s.rs.exposed_s -= before.exposed_s; s.rs.transfers -= before.transfers; s.rs.blocks -= before.blocks;
+        s.rs.sends -= before.sends; s.rs.pruned -= before.pruned;
     }
     return s;
 }
 
 // ring statistics of a step over the ring: load imbalance = max/mean attention work; hidden fraction =
 // 1 - exposed communication / un-overlapped communication
-typedef struct { double busy_max, busy_mean, wait_max, hidden; long long transfers; } RingStep;
+typedef struct { double busy_max, busy_mean, wait_max, hidden; long long transfers, sends, pruned; } RingStep;
 static RingStep ring_step_stats(const RingStats* st, const Group* cp) {
     RingStep s = {0};
     s.transfers = (long long)st->transfers;   // ring hops waited for by this rank in the step
+    s.sends = st->sends; s.pruned = st->pruned;   // blocks it sent, and those the pruned schedule did not send
     s.busy_max = ctl_max(cp, st->work_s);
     s.busy_mean = ctl_sum(cp, st->work_s) / group_size(cp);
     s.wait_max = ctl_max(cp, st->wait_s);
@@ -399,19 +410,35 @@ static void metrics_sync(Run* r, int step) {
         metrics_fail(r, step, "fdatasync", errno);
 }
 
-// rank 0: the step line (every log_every steps, the last, validations and a stop) and the metrics record
-static void log_step(Run* r, int step, const StepResult* s, const RingStep* rs, int have_ring, long long cursor, int stop) {
+// a step line is printed at least every LINE_S seconds whatever log_every says: a run that logs rarely still shows
+// that it is alive, and how far it has to go
+#define LINE_S 30.0
+
+// rank 0: the step line (every log_every steps, the last, validations, a stop, and LINE_S after the previous line),
+// with the time since this run's first step and the time its remaining steps will take at its mean rate so far
+static void log_line(Run* r, int step, const StepResult* s, const RingStep* rs, int have_ring, int step0, int stop) {
     const Config* c = &r->c;
     int T = c->seq_len, last = step + 1 == c->max_steps;
+    double now = progress_now(), el = now - r->t_loop, eta = el / (step + 1 - step0) * (c->max_steps - step - 1);
+    if (!((step + 1) % c->log_every == 0 || last || !isnan(s->vloss) || stop || now - r->t_line >= LINE_S)) return;
+    r->t_line = now;
     double tps = (double)c->batch_size * T / s->dt, gflops = tps * r->flops_tok / 1e9;
-    if ((step + 1) % c->log_every == 0 || last || !isnan(s->vloss) || stop) {
-        printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.2f GFLOP/s | %.1f ms",
-               step + 1, c->max_steps, s->loss, s->lr, s->gnorm, tps, gflops, s->dt * 1e3);
-        if (have_ring) printf(" | ring imbalance %.2f hidden %.0f%%", rs->busy_max / rs->busy_mean, 100 * rs->hidden);
-        if (!isnan(s->vloss)) printf(" | val loss %.6f", s->vloss);
-        printf("\n");
-        fflush(stdout);
-    }
+    char els[32], etas[32];
+    fmt_duration(el, els, sizeof els);
+    fmt_duration(eta, etas, sizeof etas);
+    printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.2f GFLOP/s | %.1f ms",
+           step + 1, c->max_steps, s->loss, s->lr, s->gnorm, tps, gflops, s->dt * 1e3);
+    if (have_ring) printf(" | ring imbalance %.2f hidden %.0f%%", rs->busy_max / rs->busy_mean, 100 * rs->hidden);
+    if (!isnan(s->vloss)) printf(" | val loss %.6f", s->vloss);
+    printf(" | %s elapsed, ETA %s\n", els, etas);
+    fflush(stdout);
+}
+
+// rank 0: the step's record in metrics.jsonl
+static void log_record(Run* r, int step, const StepResult* s, const RingStep* rs, int have_ring, long long cursor) {
+    const Config* c = &r->c;
+    int T = c->seq_len;
+    double tps = (double)c->batch_size * T / s->dt, gflops = tps * r->flops_tok / 1e9;
     char* rec = NULL;
     size_t len = 0;
     FILE* f = open_memstream(&rec, &len);   // the whole record first: it is written with one write, or not at all
@@ -420,19 +447,38 @@ static void log_step(Run* r, int step, const StepResult* s, const RingStep* rs, 
             "\"gflops\": %.4f, \"step_ms\": %.3f, \"tokens_seen\": %lld",
             step + 1, s->loss, s->lr, s->gnorm, tps, gflops, s->dt * 1e3, cursor * (long long)T);
     if (have_ring) fprintf(f, ", \"cp_busy_max_s\": %.6f, \"cp_busy_mean_s\": %.6f, \"cp_imbalance\": %.4f, "
-                           "\"cp_wait_max_s\": %.6f, \"cp_hidden\": %.4f, \"cp_transfers\": %lld", rs->busy_max, rs->busy_mean,
-                           rs->busy_max / rs->busy_mean, rs->wait_max, rs->hidden, rs->transfers);
+                           "\"cp_wait_max_s\": %.6f, \"cp_hidden\": %.4f, \"cp_transfers\": %lld, \"cp_blocks_sent\": %lld, "
+                           "\"cp_blocks_pruned\": %lld", rs->busy_max, rs->busy_mean, rs->busy_max / rs->busy_mean, rs->wait_max,
+                           rs->hidden, rs->transfers, rs->sends, rs->pruned);
     // bytes and messages this rank sent (rank 0; comm.h's counting): ring hops, all-to-all, all-reduce,
     // all-gather + reduce-scatter
     fprintf(f, ", \"sent_hop_bytes\": %.0f, \"sent_a2a_bytes\": %.0f, \"sent_allreduce_bytes\": %.0f, "
             "\"sent_parts_bytes\": %.0f, \"sent_hop_msgs\": %.0f, \"sent_a2a_msgs\": %.0f",
             s->tr.bytes[TRAFFIC_HOP], s->tr.bytes[TRAFFIC_A2A], s->tr.bytes[TRAFFIC_ALLREDUCE], s->tr.bytes[TRAFFIC_PARTS],
             s->tr.messages[TRAFFIC_HOP], s->tr.messages[TRAFFIC_A2A]);
+    // attention's engines: the blocks (pieces) each computed so far on this rank; the first record of a run names them
+    long long ec[2];
+    attn_engine_counts(ec);
+    fprintf(f, ", \"attn_blocks_own\": %lld, \"attn_blocks_fast\": %lld", ec[ATTN_ENGINE_OWN], ec[ATTN_ENGINE_FAST]);
+    if (!r->engine_logged) {
+        fprintf(f, ", \"attn_engine\": \"");
+        for (const char* p = r->m.attn_report; *p; p++) fputs(*p == '\n' ? "; " : *p == '"' ? "'" : (char[2]){ *p, 0 }, f);
+        fprintf(f, "\"");
+        r->engine_logged = 1;
+    }
     if (!isnan(s->vloss)) fprintf(f, ", \"val_loss\": %.9g", s->vloss);
+    if (!r->records++)   // the first record of this process: how it started, on which layout (plot_metrics marks resumes)
+        fprintf(f, ", \"start\": \"%s\", \"layout\": \"tp %d x cp %d x dp %d%s\"", c->resume[0] ? "resume" : init_from[0] ?
+                "init_from" : "new", r->g.tp, r->g.cp, r->g.dp, c->zero ? ", zero 1" : "");
     if (s->vr.checked) fprintf(f, ", \"verify_max_abs\": %.3e, \"verify_max_rel\": %.3e", s->vr.max_abs, s->vr.max_rel);
     fprintf(f, "}\n");
     if (fclose(f)) { free(rec); metrics_fail(r, step + 1, "formatting the record", errno); return; }
     metrics_append(r, step + 1, rec, len);
+    if (r->tb.f && tb_write_record(&r->tb, wall_s(), step + 1, rec)) {   // live curves are not worth stopping for
+        printf("WARNING: cannot write the TensorBoard event file '%s' (%s): no more TensorBoard events in this run; "
+               "metrics.jsonl goes on (tools/metrics_to_tensorboard.py converts it)\n", r->tb.path, strerror(errno));
+        tb_close(&r->tb);
+    }
     free(rec);
 }
 
@@ -595,7 +641,10 @@ static int pack_train(Run* r) {
         return 0;
     }
     double t0 = now_s();
-    if (loader_pack(ld, mode, config_eod(c), c->pack_buffer, c->upsample_len, c->upsample_factor)) {
+    // every rank of a node builds the same table: each may take its share of the host's memory
+    double node_ranks = ctl_max(r->g.world_g, (double)r->g.local_rank) + 1;
+    if (loader_pack(ld, mode, config_eod(c), c->pack_buffer, c->upsample_len, c->upsample_factor,
+                    meminfo_bytes("MemAvailable") / node_ranks)) {
         snprintf(msg, sizeof msg, "train: %s", ld->err);
         return 1;
     }
@@ -603,9 +652,9 @@ static int pack_train(Run* r) {
     int k = snprintf(pack_note, sizeof pack_note, "{\"pack\": \"%s\", \"pack_buffer\": %d, \"upsample_len\": %lld, "
                      "\"upsample_factor\": %.9g, \"windows\": %lld, \"window_slots\": %d, \"documents\": %lld, "
                      "\"documents_shorter_than_window\": %lld, \"short_cut\": %lld, \"short_cut_stream\": %lld, "
-                     "\"padding\": %.6f, \"repeated\": %.6f, \"sources\": [", c->pack, c->pack_buffer,
+                     "\"left_out\": %lld, \"padding\": %.6f, \"repeated\": %.6f, \"sources\": [", c->pack, c->pack_buffer,
                      c->upsample_len, c->upsample_factor, (long long)st->windows, c->seq_len + 1, (long long)st->docs,
-                     (long long)st->docs_short, (long long)st->short_cut, (long long)st->stream_cut,
+                     (long long)st->docs_short, (long long)st->short_cut, (long long)st->stream_cut, (long long)st->left_out,
                      st->slots ? (double)st->pad / (double)st->slots : 0.0,
                      st->slots ? (double)st->repeated / (double)st->slots : 0.0);
     double data = 0, used = 0;
@@ -616,6 +665,9 @@ static int pack_train(Run* r) {
                       data > 0 ? st->src_tokens[s] / data : 0, used > 0 ? st->src_used[s] / used : 0);
     snprintf(pack_note + k, sizeof pack_note - k, "]}");
     if (r->rank0) {
+        if (st->docs <= st->n_src)
+            printf("WARNING: pack = %s: the end-of-document token %d occurs nowhere inside train_data, so each source is "
+                   "one document of all its tokens: is eod right (meta.json's eod_id, the eod key)?\n", c->pack, config_eod(c));
         printf("packing: %s: %lld windows of %d tokens from %lld documents (%.2f s); of the %lld documents that fit a "
                "window, %lld are cut (%.1f%%; stream windows would cut %lld, %.1f%%); padding %.2f%% of the slots "
                "(never trained on)", c->pack, (long long)st->windows, c->seq_len + 1,
@@ -623,6 +675,8 @@ static int pack_train(Run* r) {
                st->docs_short ? 100.0 * st->short_cut / st->docs_short : 0.0, (long long)st->stream_cut,
                st->docs_short ? 100.0 * st->stream_cut / st->docs_short : 0.0,
                st->slots ? 100.0 * st->pad / st->slots : 0.0);
+        if (st->left_out) printf("; %lld documents left out by source weights below 1 (not cut: never trained on)",
+                                 (long long)st->left_out);
         if (st->repeated) printf(", repeated %.2f%% (the cut beginnings of documents that start the next window)",
                                  100.0 * st->repeated / st->slots);
         printf("\n");
@@ -675,7 +729,7 @@ static void setup_layout(Run* r, const Group* world) {
     fail = pack_train(r);
     grid_check(world, fail, msg);
     r->have_val = c->val_data[0] != 0;
-    fail = r->have_val && loader_open(&r->val, c->val_data, c->seq_len, c->vocab_size, 0, 0);
+    fail = r->have_val && loader_open_split(&r->val, c->val_data, "val", c->seq_len, c->vocab_size, 0, 0);
     if (fail) snprintf(msg, sizeof msg, "train: %s", r->val.err);
     grid_check(world, fail, msg);
 }
@@ -876,7 +930,7 @@ static int check_data_order(Run* r, const char* cpath) {
     return 0;
 }
 
-// after a checkpoint has loaded: the checks and notes of a resume (see README, "Reliability")
+// after a checkpoint has loaded: the checks and notes of a resume (see docs/reliability.md)
 static void resume_checks(Run* r, const char* cpath) {
     int fail = r->rank0 && check_run_id(r, cpath);
     grid_check(r->g.world_g, fail, msg);
@@ -927,8 +981,19 @@ static void lr_jump_warning(const Config* c, const char* cpath, long long step) 
     printf("WARNING: the learning rate jumps at the resume: step %lld had lr %.3e under the checkpoint's schedule (%s) "
            "and gets %.3e under this run's (%s). To extend a run without a jump: keep its decay where it was "
            "(--lr_horizon %d with cosine or linear: min_lr after it), or train with lr_schedule = wsd, which stays at lr "
-           "until its final lr_cooldown steps (README: \"Extending a run\")\n", step + 1, was, sched_old, now, sched_new,
+           "until its final lr_cooldown steps (docs/training.md, \"Extending a run\")\n", step + 1, was, sched_old, now, sched_new,
            old.lr_horizon ? old.lr_horizon : old.max_steps);
+    fflush(stdout);
+}
+
+// rank 0: say plainly when a resume drops the validation the checkpoint's run had (val_data given there, not here)
+static void val_drop_warning(const Config* c, const char* cpath) {
+    Config old;
+    char e[1024];
+    if (c->val_data[0] || ckpt_read_config(cpath, &old, e, sizeof e) || !old.val_data[0]) return;
+    printf("WARNING: no validation in this run: the checkpoint's run validated on val_data '%s', and this run has no "
+           "val_data (a command line or config file without it); give --val_data '%s' to go on validating\n",
+           old.val_data, old.val_data);
     fflush(stdout);
 }
 
@@ -947,6 +1012,7 @@ static void resume(Run* r) {
     check_ckpt_tokens(&r->g, cpath, "the checkpoint");
     resume_checks(r, cpath);
     if (r->rank0) lr_jump_warning(&r->c, cpath, r->ts.step);
+    if (r->rank0) val_drop_warning(&r->c, cpath);
 }
 
 // --init_from: the checkpoint's parameters only, resharded to this layout; the training state stays fresh
@@ -962,6 +1028,16 @@ static void init_load(Run* r) {
         printf("initialised from %s (saved at step %lld): parameters only; step 0, fresh AdamW moments, data cursor 0 "
                "(%.2f s)\n", init_from, ts.step, now_s() - t0);
         printf("init_from: model keys changed from the checkpoint: %s\n", init_changed[0] ? init_changed : "none");
+    }
+}
+
+// text as '# ' lines
+static void write_commented(FILE* f, const char* text) {
+    for (const char* p = text; *p;) {
+        const char* e = strchr(p, '\n');
+        int n = e ? (int)(e - p) : (int)strlen(p);
+        fprintf(f, "# %.*s\n", n, p);
+        p += n + (e != NULL);
     }
 }
 
@@ -995,7 +1071,10 @@ static void open_outputs(Run* r, const char* metrics_path) {
         snprintf(path, sizeof path, "%s/config.txt", r->c.out_dir);
         snprintf(tmp, sizeof tmp, "%s/config.txt.tmp", r->c.out_dir);
         FILE* cf = fail ? NULL : fopen(tmp, "w");
-        if (cf) config_write(&r->c, cf);
+        if (cf) {
+            config_write(&r->c, cf);
+            write_commented(cf, r->m.attn_report);   // the engines attn_engine chose (comments: the file still loads)
+        }
         int e = errno, cfail = !fail && (!cf || ferror(cf) || fflush(cf) || fsync(fileno(cf)));
         if (cfail) e = errno;
         if (cf && fclose(cf) && !cfail) { e = errno; cfail = 1; }
@@ -1020,6 +1099,9 @@ static void open_outputs(Run* r, const char* metrics_path) {
                 fail = 1;
             }
         }
+        // TensorBoard: a new event file per run (a resumed run's starts over at its first step; TensorBoard drops the
+        // earlier file's later steps)
+        if (!fail && r->c.tensorboard_dir[0]) fail = tb_open(&r->tb, r->c.tensorboard_dir, wall_s(), r->ts.step + 1, msg, sizeof msg);
         // the run id: a resumed run keeps its checkpoint's (or the out_dir's, for older files); a new run gets one
         char dir_id[40];
         int have = rundir_read_id(r->c.out_dir, dir_id, sizeof dir_id);
@@ -1042,6 +1124,7 @@ static void print_banner(const Run* r) {
            omp_get_max_threads());
     grid_print(&r->g);
     config_write(c, stdout);
+    printf("%s\n", r->m.attn_report);
     if (meta_note[0]) printf("%s\n", meta_note);
     double total = 0;   // the model's parameters (logical shapes: no TP padding)
     for (int i = 0; i < r->m.pt.n; i++) total += (double)r->m.pt.p[i].shape[0] * r->m.pt.p[i].shape[1];
@@ -1109,6 +1192,10 @@ static void check_capacity(Run* r, const Group* world) {
 }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
+    // first of all: a stop that arrives during start-up is kept (the run stops after its first step, saved)
+    signal(SIGUSR1, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
     grid_mpi_init(&argc, &argv);
     const Group* world = group_world();
     static Run run;
@@ -1146,10 +1233,17 @@ int main(int argc, char** argv) {
     int have_ring = model_ring_stats(&r->m, &rs_total);
     int sampling = sample_ready(r);
     if (getenv("RINGLM_TEST_STEP_SLOW_MS")) step_slow_ms = atol(getenv("RINGLM_TEST_STEP_SLOW_MS"));
-    signal(SIGUSR1, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
+    if (r->rank0) r->t_loop = r->t_line = progress_now();
+    char about[600];   // the step anatomy's header (a backend that counts a step: be_step_begin)
+    snprintf(about, sizeof about, "model d_model %d n_layer %d n_head %d n_kv_head %d d_ff %d vocab %d | seq_len %d, "
+             "micro_batch %d x %d accumulation steps per rank | tp %d cp %d (%s) dp %d zero %d | matmul_precision %s, "
+             "recompute %s, doc_mask %d", c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->d_ff, c->vocab_size, T,
+             c->micro_batch, r->accum, r->g.tp, r->g.cp, c->cp_comm, r->g.dp, c->zero, c->matmul_precision, c->recompute,
+             c->doc_mask);
     for (int step = step0; step < c->max_steps; step++) {
+        be_step_begin(step + 1, r->flops_tok * c->batch_size * T / r->g.world, about);
         StepResult s = train_step(r, step, &cursor);
+        be_step_end();
         t_total += s.dt;
         RingStep rs = {0};
         if (have_ring) {
@@ -1163,18 +1257,22 @@ int main(int argc, char** argv) {
             s.vr = model_verify_attention(&r->m, r->g.world_g, step + 1);
         done_steps = step + 1;
         int stop = (int)ctl_max(r->g.world_g, (double)stop_signal);   // every rank stops at the same step
+        // the lines in the order of events: the step, its checkpoint, the stop
+        if (r->rank0) log_line(r, step, &s, &rs, have_ring, step0, stop);
         if ((c->ckpt_every && (step + 1) % c->ckpt_every == 0) || (stop && step + 1 < c->max_steps)) {
             save(r, step + 1, cursor);
             saved_at = step + 1;
         }
         if (r->rank0 && stop) printf("stopping after step %d on signal %d: checkpoint saved; continue with --resume latest\n",
                                      step + 1, stop);
-        if (r->rank0) log_step(r, step, &s, &rs, have_ring, cursor, stop);
+        if (r->rank0) log_record(r, step, &s, &rs, have_ring, cursor);
         check_metrics(r, step + 1, cursor, saved_at == step + 1);
         if (sampling && ((step + 1) % c->sample_every == 0 || step + 1 == c->max_steps)) train_sample(r, step + 1);
         if (stop) break;
     }
     if (saved_at != done_steps && c->save_final) save(r, done_steps, cursor);   // the final checkpoint (max_steps 0: the fresh model)
+    if (r->rank0 && tb_close(&r->tb))
+        printf("WARNING: cannot complete the TensorBoard event file '%s': %s\n", r->tb.path, strerror(errno));
     if (r->rank0 && r->metrics_fd >= 0) {   // the records on disk, checked
         metrics_sync(r, done_steps);
         if (close(r->metrics_fd) && !r->metrics_failed) metrics_fail(r, done_steps, "close", errno);

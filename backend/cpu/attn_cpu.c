@@ -26,6 +26,8 @@
 // before attn_init() (or with a larger hd / more threads than planned) calls attn_init() once itself, from
 // serial code. The kernels must be called from serial code, not from inside an OpenMP parallel region.
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -59,6 +61,7 @@ typedef struct {
 static Scratch* g_scratch = NULL;
 static int g_nthreads = 0;
 static int g_max_hd = 0;
+static long long g_blocks = 0;   // block calls so far (attn_engine_counts)
 
 static float* alloc_floats(size_t n) {
     void* p = NULL;
@@ -385,6 +388,7 @@ void attn_block_forward(float* out, float* lse,
                         const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,
                         int nh, int nkv, int hd, float scale, int mask) {
     if (Tq <= 0 || Tk <= 0) return;
+    g_blocks++;
     ensure_scratch(hd);
     Plan p = make_plan(Tq, Tk, nh, nkv, hd);
     Mask mk = { qpos, qdoc && kdoc ? qdoc : NULL, kpos, qdoc && kdoc ? kdoc : NULL, mask == ATTN_MASK_CAUSAL };
@@ -400,6 +404,23 @@ void attn_block_forward(float* out, float* lse,
                       g, stack_h0(&p, g, sub), stack_nh(&p, sub), i0, bq, scale);
     }
 }
+
+// ---- engines: the CPU backend has one (its kernels); positions are host memory already ----
+int attn_engine_select(const char* engine, const AttnRunShape* s, unsigned* fast, char* report, size_t reportlen,
+                       char* err, size_t errlen) {
+    (void)s;
+    *fast = 0;
+    if (strcmp(engine, "auto") && strcmp(engine, "own")) {
+        snprintf(err, errlen, "attn_engine = %s: the cpu backend has only its own attention kernels (attn_engine = auto "
+                 "or own; cudnn needs the CUDA backend)", engine);
+        return 1;
+    }
+    snprintf(report, reportlen, "attention engine: own kernels for every block (the cpu backend has one engine)");
+    return 0;
+}
+void attn_engine_use(unsigned fast) { (void)fast; }
+void attn_host_mirror(const int* dev, const int* host, size_t n) { (void)dev; (void)host; (void)n; }
+void attn_engine_counts(long long counts[2]) { counts[ATTN_ENGINE_OWN] = g_blocks; counts[ATTN_ENGINE_FAST] = 0; }
 
 void attn_merge(float* o1, float* lse1, const float* o2, const float* lse2, int Tq, int nh, int hd) {
     long n = (long)Tq * nh;
@@ -479,6 +500,7 @@ void attn_block_backward(float* dq, float* dk, float* dv,
                          const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,
                          int nh, int nkv, int hd, float scale, int mask) {
     if (Tq <= 0 || Tk <= 0) return;
+    g_blocks++;
     ensure_scratch(hd);
     Plan p = make_plan(Tq, Tk, nh, nkv, hd);
     Mask mk = { qpos, qdoc && kdoc ? qdoc : NULL, kpos, qdoc && kdoc ? kdoc : NULL, mask == ATTN_MASK_CAUSAL };

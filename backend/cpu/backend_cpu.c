@@ -10,8 +10,14 @@
 
 const char* be_name(void) { return "cpu"; }
 
-static const BeTuning TUNING = { .ring_query_rows = 256, .head_rows = 1024 };
+static const BeTuning TUNING = { .ring_query_rows = 256, .head_rows = 1024, .norm_groups = 1 };
 const BeTuning* be_tuning(void) { return &TUNING; }
+
+// The CPU backend is the fp32 reference: no bf16 storage (act_dtype = bf16 runs in fp32, as the model decides)
+int be_has_bf16(void) { return 0; }
+static void need_f32(BeDtype dt, const char* op) {
+    if (dt != BE_F32) { fprintf(stderr, "cpu backend: %s: bf16 tensors are not supported here (fp32 only)\n", op); exit(1); }
+}
 
 int be_init(int local_rank, char* err, size_t errlen) {
     (void)local_rank; (void)err; (void)errlen;
@@ -25,6 +31,9 @@ int be_init(int local_rank, char* err, size_t errlen) {
 }
 
 void be_sync(void) {}   // every kernel has finished when it returns
+
+void be_step_begin(long long step, double model_flops, const char* about) { (void)step; (void)model_flops; (void)about; }
+void be_step_end(void) {}
 
 double be_memory_available(int node_ranks) {
     double avail = meminfo_bytes("MemAvailable");
@@ -100,6 +109,17 @@ void be_matmul(float* C, const float* A, const float* B, int m, int n, int k,
                 m, n, k, alpha, A, transA ? m : k, B, transB ? k : n, beta, C, n);
 }
 
+void be_matmul_ex(void* C, BeDtype ct, int ldc, const void* A, BeDtype at, int lda, const void* B, BeDtype bt, int ldb,
+                  int m, int n, int k, int transA, int transB, float alpha, float beta) {
+    need_f32(ct, "be_matmul_ex"); need_f32(at, "be_matmul_ex"); need_f32(bt, "be_matmul_ex");
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                A, lda ? lda : (transA ? m : k), B, ldb ? ldb : (transB ? k : n), beta, C, ldc ? ldc : n);
+}
+void be_cast(void* dst, BeDtype dt, const float* src, size_t n) {
+    need_f32(dt, "be_cast");
+    memmove(dst, src, n * sizeof(float));
+}
+
 void be_add(float* y, const float* x, size_t n) {
     #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) y[i] += x[i];
@@ -140,6 +160,17 @@ void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment*
     for (int c = 0; c < nclass; c++) out[c] = 0;
     for (int i = 0; i < nseg; i++) out[seg[i].cls] += sumsq(x + seg[i].offset, seg[i].n);
 }
+void be_sum(double* acc, const float* x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    acc[0] += s;
+}
+void be_clip_scale(float* scale, const double* sumsq, int n, float clip) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += sumsq[i];
+    double coef = clip > 0 ? clip / (sqrt(s) + 1e-6) : 1.0;
+    scale[0] = coef < 1.0 ? (float)coef : 1.0f;
+}
 
 // ---- embedding ----
 void be_embedding_forward(float* out, const int* tok, const float* wte, int N, int C, int v0, int nv) {
@@ -168,22 +199,34 @@ void be_embedding_backward(float* dwte, const float* dout, const int* tok, int N
 }
 
 // ---- RMSNorm ----
-void be_rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
+// one row: rstd = (mean(x^2) + eps)^-1/2, o = x rstd w (the arithmetic of every forward norm, fused or not)
+static inline void norm_row(float* o, float* rstd, const float* x, const float* w, int C, float eps) {
+    float ss = 0.0f;
+    for (int c = 0; c < C; c++) ss += x[c] * x[c];
+    float r = 1.0f / sqrtf(ss / C + eps);
+    *rstd = r;
+    for (int c = 0; c < C; c++) o[c] = x[c] * r * w[c];
+}
+void be_rmsnorm_forward(void* out, BeDtype dt, float* rstd, const float* x, const float* w, int N, int C, float eps) {
+    need_f32(dt, "be_rmsnorm_forward");
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) norm_row((float*)out + (size_t)i * C, rstd + i, x + (size_t)i * C, w, C, eps);
+}
+void be_residual_rmsnorm(float* y, void* out, BeDtype dt, float* rstd, const float* x, const float* r, const float* w,
+                         int N, int C, float eps) {
+    need_f32(dt, "be_residual_rmsnorm");
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        const float* xi = x + (size_t)i * C;
-        float* oi = out + (size_t)i * C;
-        float ss = 0.0f;
-        for (int c = 0; c < C; c++) ss += xi[c] * xi[c];
-        float r = 1.0f / sqrtf(ss / C + eps);
-        rstd[i] = r;
-        for (int c = 0; c < C; c++) oi[c] = xi[c] * r * w[c];
+        float* yi = y + (size_t)i * C;
+        for (int c = 0; c < C; c++) yi[c] = x[(size_t)i * C + c] + r[(size_t)i * C + c];
+        norm_row((float*)out + (size_t)i * C, rstd + i, yi, w, C, eps);
     }
 }
 
 // y = x r w, r = (mean(x^2)+eps)^-1/2:  dx = r (w dy) - x r^3/C sum_c(w dy x);  dw = sum_i dy x r
-void be_rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                         const float* rstd, int N, int C) {
+void be_rmsnorm_backward(float* dx, void* dx_dt, BeDtype dt, float* dw_part, const float* dout, const float* x,
+                         const float* w, const float* rstd, int N, int C) {
+    need_f32(dt, "be_rmsnorm_backward");
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         const float* xi = x + (size_t)i * C;
@@ -193,8 +236,9 @@ void be_rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x
         for (int c = 0; c < C; c++) dot += gi[c] * w[c] * xi[c];
         float k = dot * r * r * r / C;
         for (int c = 0; c < C; c++) di[c] += gi[c] * w[c] * r - xi[c] * k;
+        if (dx_dt) memcpy((float*)dx_dt + (size_t)i * C, di, C * sizeof(float));
     }
-    int nchunk = (C + 63) / 64;
+    int nchunk = (C + 63) / 64;   // one row group (norm_groups 1): every row, parallel over column chunks
     #pragma omp parallel for schedule(static)
     for (int ch = 0; ch < nchunk; ch++) {
         int c0 = ch * 64, c1 = c0 + 64 < C ? c0 + 64 : C;
@@ -205,90 +249,142 @@ void be_rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x
             float r = rstd[i];
             for (int c = c0; c < c1; c++) acc[c - c0] += gi[c] * xi[c] * r;
         }
-        for (int c = c0; c < c1; c++) dw[c] += acc[c - c0];
+        for (int c = c0; c < c1; c++) dw_part[c] = acc[c - c0];
     }
 }
-
-// ---- RoPE (rotate_half): pair (x_i, x_{i+h}) with h = hd/2 rotates by angle p*inv_freq_i ----
-//   x'_i = x_i cos - x_{i+h} sin;   x'_{i+h} = x_{i+h} cos + x_i sin      (cos, sin include the factor a)
-static void rope_apply(float* x, const int* pos, const float* cs, int N, int nh, int hd, float sgn) {
-    int h = hd / 2;
+void be_rmsnorm_dw(float* base, const long long* off, const float* part, int n, int G, int C, int accumulate) {
     #pragma omp parallel for schedule(static)
-    for (int t = 0; t < N; t++) {
-        const float* c = cs + (size_t)pos[t] * hd;
-        const float* s = c + h;
-        for (int head = 0; head < nh; head++) {
-            float* xh = x + ((size_t)t * nh + head) * hd;
-            for (int i = 0; i < h; i++) {
-                float a = xh[i], b = xh[i + h], sn = sgn * s[i];
-                xh[i] = a * c[i] - b * sn;
-                xh[i + h] = b * c[i] + a * sn;
-            }
+    for (int i = 0; i < n; i++) {
+        float* d = base + off[i];
+        for (int c = 0; c < C; c++) {
+            float s = 0.0f;
+            for (int g = 0; g < G; g++) s += part[((size_t)i * G + g) * C + c];
+            d[c] = accumulate ? d[c] + s : s;
         }
     }
 }
-void be_rope_forward(float* x, const int* pos, const float* cs, int N, int nh, int hd) {
-    rope_apply(x, pos, cs, N, nh, hd, 1.0f);
-}
+
+// ---- q, k, v with RoPE (rotate_half): pair (x_i, x_{i+h}) with h = hd/2 rotates by angle p*inv_freq_i ----
+//   x'_i = x_i cos - x_{i+h} sin;   x'_{i+h} = x_{i+h} cos + x_i sin      (cos, sin include the factor a)
 // the transpose of [[c, -s], [s, c]] is [[c, s], [-s, c]]: the same map with the sine negated
-void be_rope_backward(float* dx, const int* pos, const float* cs, int N, int nh, int hd) {
-    rope_apply(dx, pos, cs, N, nh, hd, -1.0f);
+static inline void rope_head(float* dst, const float* src, const float* c, float sgn, int hd) {
+    int h = hd / 2;
+    const float* s = c + h;
+    for (int i = 0; i < h; i++) {
+        float a = src[i], b = src[i + h], sn = sgn * s[i];
+        dst[i] = a * c[i] - b * sn;
+        dst[i + h] = b * c[i] + a * sn;
+    }
+    if (hd & 1) dst[hd - 1] = src[hd - 1];
+}
+void be_qkv_rope(float* q, float* k, float* v, const void* qkv, BeDtype dt, const int* pos, const float* cs, int N,
+                 int nh, int nkv, int hd) {
+    need_f32(dt, "be_qkv_rope");
+    size_t W = (size_t)(nh + 2 * nkv) * hd;
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < N; t++) {
+        const float* row = (const float*)qkv + t * W;
+        const float* c = cs + (size_t)pos[t] * hd;
+        for (int h = 0; h < nh; h++) rope_head(q + ((size_t)t * nh + h) * hd, row + (size_t)h * hd, c, 1.0f, hd);
+        for (int h = 0; h < nkv; h++) rope_head(k + ((size_t)t * nkv + h) * hd, row + (size_t)(nh + h) * hd, c, 1.0f, hd);
+        memcpy(v + (size_t)t * nkv * hd, row + (size_t)(nh + nkv) * hd, (size_t)nkv * hd * sizeof(float));
+    }
+}
+void be_qkv_rope_backward(void* dqkv, BeDtype dt, const float* dq, const float* dk, const float* dv, const int* pos,
+                          const float* cs, int N, int nh, int nkv, int hd) {
+    need_f32(dt, "be_qkv_rope_backward");
+    size_t W = (size_t)(nh + 2 * nkv) * hd;
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < N; t++) {
+        float* row = (float*)dqkv + t * W;
+        const float* c = cs + (size_t)pos[t] * hd;
+        for (int h = 0; h < nh; h++) rope_head(row + (size_t)h * hd, dq + ((size_t)t * nh + h) * hd, c, -1.0f, hd);
+        for (int h = 0; h < nkv; h++) rope_head(row + (size_t)(nh + h) * hd, dk + ((size_t)t * nkv + h) * hd, c, -1.0f, hd);
+        memcpy(row + (size_t)(nh + nkv) * hd, dv + (size_t)t * nkv * hd, (size_t)nkv * hd * sizeof(float));
+    }
 }
 
-// ---- SwiGLU ----
-void be_swiglu_forward(float* h, const float* g, const float* u, size_t n) {
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float sg = 1.0f / (1.0f + expf(-g[i]));
-        h[i] = g[i] * sg * u[i];
+// ---- SwiGLU on [g | u] rows ----
+void be_swiglu_forward(void* h, const void* gu, BeDtype dt, int N, int F) {
+    need_f32(dt, "be_swiglu_forward");
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < N; t++) {
+        const float *g = (const float*)gu + (size_t)t * 2 * F, *u = g + F;
+        float* ht = (float*)h + (size_t)t * F;
+        for (int i = 0; i < F; i++) {
+            float sg = 1.0f / (1.0f + expf(-g[i]));
+            ht[i] = g[i] * sg * u[i];
+        }
     }
 }
 // silu'(g) = s (1 + g (1 - s)), s = sigmoid(g)
-void be_swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, size_t n) {
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float s = 1.0f / (1.0f + expf(-g[i]));
-        float silu = g[i] * s;
-        dg[i] = dh[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
-        du[i] = dh[i] * silu;
+void be_swiglu_backward(void* dgu, void* h, const void* dh, const void* gu, BeDtype dt, int N, int F) {
+    need_f32(dt, "be_swiglu_backward");
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < N; t++) {
+        const float *g = (const float*)gu + (size_t)t * 2 * F, *u = g + F, *dht = (const float*)dh + (size_t)t * F;
+        float *dg = (float*)dgu + (size_t)t * 2 * F, *du = dg + F;
+        for (int i = 0; i < F; i++) {
+            float s = 1.0f / (1.0f + expf(-g[i]));
+            float silu = g[i] * s, d = dht[i];
+            if (h) ((float*)h)[(size_t)t * F + i] = silu * u[i];
+            dg[i] = d * u[i] * s * (1.0f + g[i] * (1.0f - s));
+            du[i] = d * silu;
+        }
+    }
+}
+
+void be_attn_rowdot(float* D, const float* dout, const void* out, BeDtype dt, int N, int nh, int hd) {
+    need_f32(dt, "be_attn_rowdot");
+    long n = (long)N * nh;
+    #pragma omp parallel for schedule(static)
+    for (long r = 0; r < n; r++) {
+        const float *a = dout + r * hd, *b = (const float*)out + r * hd;
+        float acc = 0.0f;
+        for (int d = 0; d < hd; d++) acc += a[d] * b[d];
+        D[r] = acc;
     }
 }
 
 // ---- cross-entropy ----
-void be_xent_lse(float* lse, const float* logits, int N, int ld, int nv) {
+static inline void xent_stats_row(float* lse, float* tl, const float* x, int target, int nv, int v0) {
+    float m = -INFINITY;
+    for (int j = 0; j < nv; j++) m = x[j] > m ? x[j] : m;
+    double s = 0;
+    for (int j = 0; j < nv; j++) s += expf(x[j] - m);
+    *lse = nv ? m + (float)log(s) : -INFINITY;
+    int t = target - v0;
+    *tl = (target >= 0 && t >= 0 && t < nv) ? x[t] : 0.0f;
+}
+static inline void xent_finish_row(float* loss, float* x, float lse, float tl, int target, int ld, int nv, int v0,
+                                   float scale) {
+    *loss = target >= 0 ? lse - tl : 0.0f;
+    if (scale == 0.0f) return;
+    if (target < 0) { memset(x, 0, ld * sizeof(float)); return; }
+    for (int j = 0; j < nv; j++) x[j] = scale * expf(x[j] - lse);
+    for (int j = nv; j < ld; j++) x[j] = 0.0f;
+    int t = target - v0;
+    if (t >= 0 && t < nv) x[t] -= scale;
+}
+void be_xent_stats(float* lse, float* tl, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) xent_stats_row(lse + i, tl + i, logits + (size_t)i * ld, targets[i], nv, v0);
+}
+void be_xent_finish(float* losses, float* logits, BeDtype dt, const float* lse, const float* tl, const int* targets,
+                    int N, int ld, int nv, int v0, float scale) {
+    need_f32(dt, "be_xent_finish");
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++)
+        xent_finish_row(losses + i, logits + (size_t)i * ld, lse[i], tl[i], targets[i], ld, nv, v0, scale);
+}
+void be_xent_fused(float* losses, float* lse, float* logits, BeDtype dt, const int* targets, int N, int ld, int nv,
+                   int v0, float scale) {
+    need_f32(dt, "be_xent_fused");
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        const float* x = logits + (size_t)i * ld;
-        float m = -INFINITY;
-        for (int j = 0; j < nv; j++) m = x[j] > m ? x[j] : m;
-        double s = 0;
-        for (int j = 0; j < nv; j++) s += expf(x[j] - m);
-        lse[i] = nv ? m + (float)log(s) : -INFINITY;
-    }
-}
-
-void be_xent_target_logit(float* tl, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
-    #pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        int t = targets[i] - v0;
-        tl[i] = (targets[i] >= 0 && t >= 0 && t < nv) ? logits[(size_t)i * ld + t] : 0.0f;
-    }
-}
-
-void be_xent_loss(float* losses, const float* lse, const float* tl, const int* targets, int N) {
-    for (int i = 0; i < N; i++) losses[i] = targets[i] >= 0 ? lse[i] - tl[i] : 0.0f;
-}
-
-void be_xent_backward(float* logits, const float* lse, const int* targets, int N, int ld, int nv, int v0, float scale) {
-    #pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        float* x = logits + (size_t)i * ld;
-        if (targets[i] < 0) { memset(x, 0, ld * sizeof(float)); continue; }
-        float l = lse[i];
-        for (int j = 0; j < nv; j++) x[j] = scale * expf(x[j] - l);
-        for (int j = nv; j < ld; j++) x[j] = 0.0f;
-        int t = targets[i] - v0;
-        if (t >= 0 && t < nv) x[t] -= scale;
+        float tl;
+        xent_stats_row(lse + i, &tl, logits + (size_t)i * ld, targets[i], nv, v0);
+        xent_finish_row(losses + i, logits + (size_t)i * ld, lse[i], tl, targets[i], ld, nv, v0, scale);
     }
 }
 
@@ -316,14 +412,19 @@ void be_log_add(float* lse, const float* s, const float* m, int N) {
 }
 
 // ---- AdamW ----
-void be_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
-              float eps, float wd, float bc1, float bc2, float gscale) {
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i] * gscale;
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi; v[i] = vi;
-        p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i]);
+void be_adamw(float* p, const float* g, float* m, float* v, const BeSegment* seg, int nseg, float lr, float b1, float b2,
+              float eps, float wd, float bc1, float bc2, const float* gscale) {
+    float gs = gscale[0];
+    for (int s = 0; s < nseg; s++) {
+        size_t o = seg[s].offset, n = seg[s].n;
+        float w = seg[s].cls ? wd : 0.0f;
+        #pragma omp parallel for simd schedule(static)
+        for (size_t i = o; i < o + n; i++) {
+            float gi = g[i] * gs;
+            float mi = b1 * m[i] + (1.0f - b1) * gi;
+            float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+            m[i] = mi; v[i] = vi;
+            p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + w * p[i]);
+        }
     }
 }

@@ -46,7 +46,32 @@ struct AttnArgs {
     int Tq, Tk, nh, nkv, hd, grp;      // grp = nh / nkv
     float scale, scale_log2;
     int causal, docs, nqt, nkt;
+    int hsplit;                        // dK/dV: blocks per KV head, each over grp / hsplit query heads (> 1: partials)
+    float *part_k, *part_v;            // dK/dV with hsplit > 1: [hsplit][Tk][nkv * hd] per block group's sums
+    int* stats;                        // NULL, or per block: tiles computed, visibility steps (cuda_attn_stats)
 };
+
+// The next visible tile: the first j in [from, n) with visible(j), else n. 32 candidates per step, one per lane of a
+// warp, decided by one ballot (every warp computes the same, so the answer is uniform over the block); steps counts
+// the steps (per-block statistics).
+template <class F>
+__device__ __forceinline__ int next_visible(F visible, int from, int n, int& steps) {
+    const int lane = threadIdx.x & 31;
+    for (int base = from; base < n; base += 32) {
+        steps++;
+        int j = base + lane;
+        unsigned m = __ballot_sync(0xffffffffu, j < n && visible(j));
+        if (m) return base + __ffs(m) - 1;
+    }
+    return n;
+}
+__device__ __forceinline__ void put_stats(const AttnArgs& a, int tiles, int steps) {
+    if (a.stats && threadIdx.x == 0) {
+        size_t b = (size_t)blockIdx.y * gridDim.x + blockIdx.x;
+        a.stats[2 * b] = tiles;
+        a.stats[2 * b + 1] = steps;
+    }
+}
 
 // From the per-tile ranges: whether some key of tile k can be visible to some query of tile q, and whether
 // every key is visible to every query (then no element needs the mask).
@@ -245,7 +270,7 @@ template <int HD> constexpr size_t dq_smem() {
 // bf16 forward
 
 template <int HD>
-__global__ void __launch_bounds__(Cfg<HD>::NW * 32) fwd_bf16_k(AttnArgs a) {
+__global__ void __launch_bounds__(Cfg<HD>::NW * 32, 1) fwd_bf16_k(AttnArgs a) {
     constexpr int NW = Cfg<HD>::NW, BN = Cfg<HD>::FBN, BM = 16 * NW, LDS = HD + 8, NT = NW * 32;
     DYN_SMEM(unsigned char, smem);
     bf16* Qs = reinterpret_cast<bf16*>(smem);       // [BM][LDS]
@@ -290,14 +315,14 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) fwd_bf16_k(AttnArgs a) {
             kds[b * BN + i] = key < a.Tk && a.docs ? a.kdoc[key] : 0;
         }
     };
-    int j = 0;
-    while (j < a.nkt && !visible(j)) j++;
+    int steps = 0, tiles = 0;
+    int j = next_visible(visible, 0, a.nkt, steps);
     if (j < a.nkt) load_kv(j, 0);
     cp_commit();
     int buf = 0;
     while (j < a.nkt) {
-        int nj = j + 1;
-        while (nj < a.nkt && !visible(nj)) nj++;
+        tiles++;
+        int nj = next_visible(visible, j + 1, a.nkt, steps);
         if (nj < a.nkt) load_kv(nj, buf ^ 1);
         cp_commit();
         cp_wait<1>();
@@ -375,6 +400,7 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) fwd_bf16_k(AttnArgs a) {
         buf ^= 1;
     }
     cp_wait<0>();
+    put_stats(a, tiles, steps);
 
     // block result o / l, lse_b = ln 2 (m + log2 l), merged into (out, lse)
 #pragma unroll
@@ -419,15 +445,16 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dkdv_bf16_k(AttnArgs a) {
     int* qps = reinterpret_cast<int*>(Dsh + 2 * BMQ); // [2][BMQ]
     int* qds = qps + 2 * BMQ;                         // [2][BMQ]
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, gq = lane >> 2, tq = lane & 3;
-    const int kt = blockIdx.x, g = blockIdx.y, k0 = kt * BNK;
+    // block (key tile, KV head g, split sp): query heads g * grp + sp * hs .. + hs - 1 (hs = grp / hsplit)
+    const int kt = blockIdx.x, g = blockIdx.y / a.hsplit, sp = blockIdx.y % a.hsplit, hs = a.grp / a.hsplit, k0 = kt * BNK;
     const bf16* kg = reinterpret_cast<const bf16*>(a.k) + (size_t)g * a.Tk * HD;
     const bf16* vg = reinterpret_cast<const bf16*>(a.v) + (size_t)g * a.Tk * HD;
     const int4 km = a.kmm[kt];
-    const int total = a.grp * a.nqt;
-    auto visible = [&](int it) { return tiles_meet(a, a.qmm[it % a.nqt], km); };
-    int it = 0;
-    while (it < total && !visible(it)) it++;
-    if (it >= total) return;   // no query sees these keys: dk, dv unchanged
+    const int total = hs * a.nqt;
+    auto visible = [&](int it2) { return tiles_meet(a, a.qmm[it2 % a.nqt], km); };
+    int steps = 0, tiles = 0;
+    int it = next_visible(visible, 0, total, steps);
+    if (it >= total) { put_stats(a, 0, steps); return; }   // no query sees these keys: dk, dv (or the partials, zero) unchanged
 
     load_rows<HD, NT, BNK>(Ks, kg, k0, a.Tk);
     load_rows<HD, NT, BNK>(Vs, vg, k0, a.Tk);
@@ -440,7 +467,7 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dkdv_bf16_k(AttnArgs a) {
         kd[hr] = key < a.Tk && a.docs ? a.kdoc[key] : 0;
     }
     auto load_q = [&](int it2, int b) {
-        int hh = it2 / a.nqt, qt = it2 % a.nqt, h = g * a.grp + hh, q0 = qt * BMQ;
+        int hh = sp * hs + it2 / a.nqt, qt = it2 % a.nqt, h = g * a.grp + hh, q0 = qt * BMQ;
         load_rows<HD, NT, BMQ>(Qs + b * BMQ * LDS, reinterpret_cast<const bf16*>(a.q) + (size_t)h * a.Tq * HD, q0, a.Tq);
         load_rows<HD, NT, BMQ>(Os + b * BMQ * LDS, reinterpret_cast<const bf16*>(a.dout) + (size_t)h * a.Tq * HD, q0, a.Tq);
         for (int i = tid; i < BMQ; i += NT) {
@@ -467,8 +494,8 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dkdv_bf16_k(AttnArgs a) {
         for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.0f;
     int buf = 0;
     while (it < total) {
-        int nit = it + 1;
-        while (nit < total && !visible(nit)) nit++;
+        tiles++;
+        int nit = next_visible(visible, it + 1, total, steps);
         if (nit < total) load_q(nit, buf ^ 1);
         cp_commit();
         cp_wait<1>();
@@ -536,23 +563,36 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dkdv_bf16_k(AttnArgs a) {
         buf ^= 1;
     }
     cp_wait<0>();
+    put_stats(a, tiles, steps);
     const int ldk = a.nkv * a.hd;
+    const bool part = a.hsplit > 1;   // this split's sums to its partial rows (added in split order by dkdv_sum_k)
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         int key = k0 + 16 * w + gq + 8 * hr;
         if (key >= a.Tk) continue;
-        float* dkr = a.dk + (size_t)key * ldk + (size_t)g * a.hd;
-        float* dvr = a.dv + (size_t)key * ldk + (size_t)g * a.hd;
+        size_t off = (size_t)key * ldk + (size_t)g * a.hd, poff = (size_t)sp * a.Tk * ldk + off;
+        float* dkr = part ? a.part_k + poff : a.dk + off;
+        float* dvr = part ? a.part_v + poff : a.dv + off;
 #pragma unroll
         for (int dt = 0; dt < HD / 8; dt++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int col = dt * 8 + 2 * tq + e;
                 if (col < a.hd) {
-                    dkr[col] += a.scale * dk[dt][2 * hr + e];
-                    dvr[col] += dv[dt][2 * hr + e];
+                    if (part) { dkr[col] = a.scale * dk[dt][2 * hr + e]; dvr[col] = dv[dt][2 * hr + e]; }
+                    else { dkr[col] += a.scale * dk[dt][2 * hr + e]; dvr[col] += dv[dt][2 * hr + e]; }
                 }
             }
+    }
+}
+
+// dk += sum over the splits of the partials, in split order (the dK/dV kernel with hsplit > 1); dv alike
+__global__ void dkdv_sum_k(float* dk, float* dv, const float* pk, const float* pv, size_t n, int splits) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float sk = 0.0f, sv = 0.0f;
+        for (int s2 = 0; s2 < splits; s2++) { sk += pk[(size_t)s2 * n + i]; sv += pv[(size_t)s2 * n + i]; }
+        dk[i] += sk;
+        dv[i] += sv;
     }
 }
 
@@ -572,10 +612,10 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dq_bf16_k(AttnArgs a) {
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, gq = lane >> 2, tq = lane & 3;
     const int qt = a.nqt - 1 - blockIdx.x, h = blockIdx.y, g = h / a.grp, q0 = qt * BM;
     const int4 qm = a.qmm[qt];
-    auto visible = [&](int j) { return tiles_meet(a, qm, a.kmm[j]); };
-    int j = 0;
-    while (j < a.nkt && !visible(j)) j++;
-    if (j >= a.nkt) return;   // these queries see no key of the block: dq unchanged
+    auto visible = [&](int j2) { return tiles_meet(a, qm, a.kmm[j2]); };
+    int steps = 0, tiles = 0;
+    int j = next_visible(visible, 0, a.nkt, steps);
+    if (j >= a.nkt) { put_stats(a, 0, steps); return; }   // these queries see no key of the block: dq unchanged
     const bf16* kg = reinterpret_cast<const bf16*>(a.k) + (size_t)g * a.Tk * HD;
     const bf16* vg = reinterpret_cast<const bf16*>(a.v) + (size_t)g * a.Tk * HD;
     load_rows<HD, NT, BM>(Qs, reinterpret_cast<const bf16*>(a.q) + (size_t)h * a.Tq * HD, q0, a.Tq);
@@ -619,8 +659,8 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dq_bf16_k(AttnArgs a) {
     for (int i = 0; i < HD / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
     int buf = 0;
     while (j < a.nkt) {
-        int nj = j + 1;
-        while (nj < a.nkt && !visible(nj)) nj++;
+        tiles++;
+        int nj = next_visible(visible, j + 1, a.nkt, steps);
         if (nj < a.nkt) load_kv(nj, buf ^ 1);
         cp_commit();
         cp_wait<1>();
@@ -674,6 +714,7 @@ __global__ void __launch_bounds__(Cfg<HD>::NW * 32) dq_bf16_k(AttnArgs a) {
         buf ^= 1;
     }
     cp_wait<0>();
+    put_stats(a, tiles, steps);
     const int ldq = a.nh * a.hd;
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
@@ -1015,6 +1056,7 @@ static unsigned grid_n(size_t n) {
 // per-tile (min, max) of positions and of document ids (doc may be NULL) for tiles of `tile` rows
 static void minmax(int4* dst, const int* pos, const int* doc, int T, int tile) {
     int nt = (T + tile - 1) / tile;
+    TRAFFIC(4.0 * T * (doc ? 2 : 1), 16.0 * nt);
     LAUNCH(minmax_k, (nt + 7) / 8, 256, 0, dst, pos, doc, T, tile, nt);
     CU_LAUNCHED("attention (tile positions)");
 }
@@ -1022,6 +1064,7 @@ static void minmax(int4* dst, const int* pos, const int* doc, int T, int tile) {
 // bf16 [H][T][HDP] copy of a [T][H * hd] fp32 matrix in scratch slot `slot`
 static const bf16* to_bf16(int slot, const float* src, int T, int H, int hd, int HDP) {
     bf16* dst = (bf16*)cu_workspace(slot, (size_t)H * T * HDP * sizeof(bf16));
+    TRAFFIC(4.0 * T * H * hd, 2.0 * H * T * HDP);
     LAUNCH(to_bf16_k, grid_n((size_t)H * T * HDP / 2), 256, 0, (__nv_bfloat162*)dst, src, T, H, hd, HDP);
     CU_LAUNCHED("attention (bf16 conversion)");
     return dst;
@@ -1030,7 +1073,9 @@ static const bf16* to_bf16(int slot, const float* src, int T, int H, int hd, int
 void attn_forward_begin(float* out, float* lse, int Tq, int nh, int hd) {
     PROF(PROF_ATTN_FWD);
     if (Tq <= 0) return;
+    TRAFFIC(0, 4.0 * Tq * nh * hd);
     LAUNCH(fill_k, grid_n((size_t)Tq * nh * hd), 256, 0, out, (size_t)Tq * nh * hd, 0.0f);
+    TRAFFIC(0, 4.0 * Tq * nh);
     LAUNCH(fill_k, grid_n((size_t)Tq * nh), 256, 0, lse, (size_t)Tq * nh, -INFINITY);
     CU_LAUNCHED("attn_forward_begin");
 }
@@ -1039,6 +1084,7 @@ void attn_backward_begin(float* D, const float* dout, const float* out, int Tq, 
     PROF(PROF_ATTN_BWD);
     long n = (long)Tq * nh;
     if (n <= 0) return;
+    TRAFFIC(8.0 * n * hd, 4.0 * n);
     LAUNCH(bwd_begin_k, (unsigned)((n + 7) / 8), 256, 0, D, dout, out, n, hd);
     CU_LAUNCHED("attn_backward_begin");
 }
@@ -1047,6 +1093,7 @@ void attn_merge(float* o1, float* lse1, const float* o2, const float* lse2, int 
     PROF(PROF_ATTN_FWD);
     long n = (long)Tq * nh;
     if (n <= 0) return;
+    TRAFFIC(8.0 * n * (hd + 1), 4.0 * n * (hd + 1));
     LAUNCH(merge_k, (unsigned)((n + 255) / 256), 256, 0, o1, lse1, o2, lse2, n, hd);
     CU_LAUNCHED("attn_merge");
 }
@@ -1057,7 +1104,24 @@ static AttnArgs base_args(int Tq, int Tk, int nh, int nkv, int hd, float scale, 
     a.Tq = Tq; a.Tk = Tk; a.nh = nh; a.nkv = nkv; a.hd = hd; a.grp = nh / nkv;
     a.scale = scale; a.scale_log2 = scale * LOG2E_F;
     a.causal = mask == ATTN_MASK_CAUSAL;
+    a.hsplit = 1;
     return a;
+}
+
+// ---- per-block statistics of the bf16 kernels (cuda_attn_stats): the last launch of each ----
+static int g_stats_on = 0;
+static int g_stats_blocks[3];
+static int* stats_for(int kind, unsigned blocks) {
+    if (!g_stats_on) return NULL;
+    g_stats_blocks[kind] = (int)blocks;
+    return (int*)cu_workspace(WS_ATT_ST_FWD + kind, (size_t)blocks * 2 * sizeof(int));
+}
+extern "C" void cuda_attn_stats_enable(int on) { g_stats_on = on; }
+extern "C" int cuda_attn_stats(int kind, int* out, int cap) {
+    if (!g_stats_on || kind < 0 || kind > 2) return 0;
+    int n = g_stats_blocks[kind] < cap ? g_stats_blocks[kind] : cap;
+    if (n > 0) be_download(out, cu_workspace(WS_ATT_ST_FWD + kind, (size_t)g_stats_blocks[kind] * 2 * sizeof(int)), (size_t)n * 2 * sizeof(int));
+    return g_stats_blocks[kind];
 }
 
 // document ids: used only when both sides have them
@@ -1065,6 +1129,18 @@ static void set_docs(AttnArgs* a, const int* qdoc, const int* kdoc) {
     a->docs = qdoc && kdoc;
     a->qdoc = a->docs ? qdoc : NULL;
     a->kdoc = a->docs ? kdoc : NULL;
+}
+
+// The step anatomy's declaration of an attention kernel (cu_common.h): at most every input once (key tiles no query
+// sees are skipped) and its outputs read and written; rb = bytes of one row of one head of q, k, v, dout as the
+// kernel reads them (bf16 copies padded to HDP, or fp32). which: 0 forward, 1 dK/dV, 2 dQ.
+static void attn_traffic(const AttnArgs& a, double rb, int which) {
+    double q = rb * a.Tq * a.nh, kv = rb * a.Tk * a.nkv, rows = 4.0 * a.Tq * a.nh;
+    double idx = 4.0 * (a.Tq + a.Tk) * (a.docs ? 2 : 1) + 16.0 * (a.nqt + a.nkt);
+    double o = rows * a.hd, dkv = 8.0 * a.Tk * a.nkv * a.hd;
+    if (which == 0) TRAFFIC_ATTN(q + 2 * kv + o + rows + idx, o + rows);
+    else if (which == 1) TRAFFIC_ATTN(2 * q + 2 * kv + 2 * rows + idx + dkv * a.hsplit, dkv * a.hsplit);   // (hsplit > 1: the partials)
+    else TRAFFIC_ATTN(2 * q + 2 * kv + 2 * rows + idx + o, o);
 }
 
 template <int HD>
@@ -1079,11 +1155,13 @@ static void forward_bf16(AttnArgs a, const float* q, const float* k, const float
     minmax(mm, a.qpos, a.qdoc, a.Tq, BM);
     minmax(mm + a.nqt, a.kpos, a.kdoc, a.Tk, BN);
     a.qmm = mm; a.kmm = mm + a.nqt;
+    a.stats = stats_for(0, (unsigned)a.nqt * a.nh);
+    attn_traffic(a, 2.0 * HD, 0);
     LAUNCH(fwd_bf16_k<HD>, dim3(a.nqt, a.nh), Cfg<HD>::NW * 32, fwd_smem<HD>(), a);
     CU_LAUNCHED("attn_block_forward");
 }
 
-void attn_block_forward(float* out, float* lse,
+void own_block_forward(float* out, float* lse,
                         const float* q, const int* qpos, const int* qdoc, int Tq,
                         const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,
                         int nh, int nkv, int hd, float scale, int mask) {
@@ -1091,6 +1169,7 @@ void attn_block_forward(float* out, float* lse,
     if (Tq <= 0 || Tk <= 0) return;
     ensure_init();
     check_shape("attn_block_forward", nh, nkv, hd);
+    cu_anat_attention(0, Tq, Tk, nh, hd, mask == ATTN_MASK_CAUSAL);
     AttnArgs a = base_args(Tq, Tk, nh, nkv, hd, scale, mask);
     a.out = out; a.lse = lse; a.qpos = qpos; a.kpos = kpos;
     set_docs(&a, qdoc, kdoc);
@@ -1102,6 +1181,7 @@ void attn_block_forward(float* out, float* lse,
         minmax(mm, qpos, a.qdoc, Tq, FB);
         minmax(mm + a.nqt, kpos, a.kdoc, Tk, FB);
         a.qmm = mm; a.kmm = mm + a.nqt;
+        attn_traffic(a, 4.0 * hd, 0);
         LAUNCH(fwd_f32_k, dim3(a.nqt, nh), 256, f32_fwd_smem(hd), a);
         CU_LAUNCHED("attn_block_forward (fp32)");
         return;
@@ -1126,14 +1206,41 @@ static void backward_bf16(AttnArgs a, const float* q, const float* k, const floa
     minmax(mm + nq1 + nk1 + nq2, a.kpos, a.kdoc, a.Tk, BNK2);
     AttnArgs b = a;
     a.qmm = mm; a.kmm = mm + nq1; a.nqt = nq1; a.nkt = nk1;
-    LAUNCH(dkdv_bf16_k<HD>, dim3(nk1, a.nkv), Cfg<HD>::NW * 32, dkdv_smem<HD>(), a);
+    // Too few (key tile, KV head) blocks to fill the device (short blocks, few KV heads): split each group of query
+    // heads over hsplit blocks (a divisor of grp), whose partial sums a second kernel adds in a fixed order. Otherwise
+    // one block loops over the whole group and the longest block (the first key tile's, with every query tile of every
+    // head of the group visible) is the causal tail.
+    int want = 2 * cu_sm_count();
+    while ((long)nk1 * a.nkv * a.hsplit < want && a.hsplit < a.grp) {
+        int next = a.hsplit + 1;
+        while (a.grp % next) next++;
+        a.hsplit = next;
+    }
+    size_t nkel = (size_t)a.Tk * a.nkv * a.hd;
+    if (a.hsplit > 1) {
+        a.part_k = (float*)cu_workspace(WS_ATT_PART, 2 * (size_t)a.hsplit * nkel * sizeof(float));
+        a.part_v = a.part_k + (size_t)a.hsplit * nkel;
+        CU_CHECK(cudaMemsetAsync(a.part_k, 0, 2 * (size_t)a.hsplit * nkel * sizeof(float), cu_stream()),
+                 "attn_block_backward (dk, dv partials)");
+        cu_anat_op("cudaMemsetAsync (dk, dv partials)", 0, 2.0 * a.hsplit * nkel * sizeof(float));
+    }
+    a.stats = stats_for(1, (unsigned)nk1 * a.nkv * a.hsplit);
+    attn_traffic(a, 2.0 * HD, 1);
+    LAUNCH(dkdv_bf16_k<HD>, dim3(nk1, a.nkv * a.hsplit), Cfg<HD>::NW * 32, dkdv_smem<HD>(), a);
     CU_LAUNCHED("attn_block_backward (dk, dv)");
+    if (a.hsplit > 1) {
+        TRAFFIC(8.0 * nkel * (a.hsplit + 1), 8.0 * nkel);
+        LAUNCH(dkdv_sum_k, grid_n(nkel), 256, 0, a.dk, a.dv, (const float*)a.part_k, (const float*)a.part_v, nkel, a.hsplit);
+        CU_LAUNCHED("attn_block_backward (dk, dv partials summed)");
+    }
     b.qmm = mm + nq1 + nk1; b.kmm = mm + nq1 + nk1 + nq2; b.nqt = nq2; b.nkt = nk2;
+    b.stats = stats_for(2, (unsigned)nq2 * b.nh);
+    attn_traffic(b, 2.0 * HD, 2);
     LAUNCH(dq_bf16_k<HD>, dim3(nq2, b.nh), Cfg<HD>::NW * 32, dq_smem<HD>(), b);
     CU_LAUNCHED("attn_block_backward (dq)");
 }
 
-void attn_block_backward(float* dq, float* dk, float* dv,
+void own_block_backward(float* dq, float* dk, float* dv,
                          const float* dout, const float* q, const float* lse, const float* D,
                          const int* qpos, const int* qdoc, int Tq,
                          const float* k, const float* v, const int* kpos, const int* kdoc, int Tk,
@@ -1142,6 +1249,7 @@ void attn_block_backward(float* dq, float* dk, float* dv,
     if (Tq <= 0 || Tk <= 0) return;
     ensure_init();
     check_shape("attn_block_backward", nh, nkv, hd);
+    cu_anat_attention(1, Tq, Tk, nh, hd, mask == ATTN_MASK_CAUSAL);
     AttnArgs a = base_args(Tq, Tk, nh, nkv, hd, scale, mask);
     a.dq = dq; a.dk = dk; a.dv = dv; a.lse_in = lse; a.D = D; a.qpos = qpos; a.kpos = kpos;
     set_docs(&a, qdoc, kdoc);
@@ -1153,8 +1261,10 @@ void attn_block_backward(float* dq, float* dk, float* dv,
         minmax(mm, qpos, a.qdoc, Tq, FB);
         minmax(mm + a.nqt, kpos, a.kdoc, Tk, FB);
         a.qmm = mm; a.kmm = mm + a.nqt;
+        attn_traffic(a, 4.0 * hd, 1);
         LAUNCH(dkdv_f32_k, dim3(a.nkt, nkv), 256, f32_dkdv_smem(hd), a);
         CU_LAUNCHED("attn_block_backward (fp32 dk, dv)");
+        attn_traffic(a, 4.0 * hd, 2);
         LAUNCH(dq_f32_k, dim3(a.nqt, nh), 256, f32_dq_smem(hd), a);
         CU_LAUNCHED("attn_block_backward (fp32 dq)");
         return;

@@ -11,13 +11,23 @@ ifeq ($(CUDA_EMU),1)
 BD              := build/emu
 EMU_INC         := -Ibackend/cuda/emu/include
 EMU_SRC         := backend/cuda/emu/emu_runtime.cc backend/cuda/emu/emu_cublas.cc backend/cuda/emu/emu_nccl.cc
-BACKEND_SRC     := backend/cuda/backend_cuda.cu backend/cuda/attn_cuda.cu comm/data_cuda.c $(EMU_SRC)
+BACKEND_SRC     := backend/cuda/backend_cuda.cu backend/cuda/attn_cuda.cu backend/cuda/attn_engine.cu backend/cuda/cudnn_sdpa.cu backend/cuda/anatomy.cu \
+                   comm/data_cuda.c $(EMU_SRC)
 BACKEND_CFLAGS  := $(EMU_INC)
-BACKEND_LDLIBS  := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lstdc++ -ldl -rdynamic
+# -rdynamic: the emulated cuDNN (a library loaded at run time) calls the emulation's runtime in the program. The
+# programs find it beside themselves ($ORIGIN, $ORIGIN/.. for build/emu/tests/); DT_RPATH (not RUNPATH) so that it
+# comes before LD_LIBRARY_PATH, where a real libcudnn.so.9 may be.
+BACKEND_LDLIBS  := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lstdc++ -ldl -rdynamic -Wl,--disable-new-dtags \
+                   -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/..'
 EMU_CXX         := mpicxx -std=c++20 -O2 -g -fno-omit-frame-pointer -Wall -Wextra -Wno-unknown-pragmas -Werror \
                    -DCUDA_EMU -DOMPI_SKIP_MPICXX=1 -I. $(EMU_INC) -I$(BLAS_INC) -I$(H5_INC)
 PROGRAMS        := $(addprefix $(BD)/,train eval sample bench_kernels)
-TEST_BIN        := $(BD)/tests/test_cuda $(BD)/tests/emu_faults $(BD)/tests/mpi_comm
+TEST_BIN        := $(BD)/tests/test_cuda $(BD)/tests/emu_faults $(BD)/tests/mpi_comm $(BD)/libcudnn.so.9
+
+# the emulated cuDNN: loaded at run time by backend/cuda/cudnn_sdpa.cu as the real one is
+$(BD)/libcudnn.so.9: backend/cuda/emu/emu_cudnn.cc $(wildcard backend/cuda/emu/*.h backend/cuda/emu/include/*.h)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) -fPIC -shared $< -o $@
 
 # rule breakers for the emulation's own checks (tests/test_cuda_emu.sh)
 $(BD)/tests/emu_faults: $(BD)/obj/tests/gpu/emu_faults.o $(patsubst %,$(BD)/obj/%.o,$(basename $(EMU_SRC)))
@@ -34,12 +44,14 @@ BD              := build/cuda
 # portable x86 code: the binaries may run on another machine than the one that built them
 OPT             := -O3 -march=x86-64-v3
 NVCC_ARCH       ?= -gencode=arch=compute_90a,code=[sm_90a,compute_90a]
-NVCC_FLAGS      := -std=c++17 -O3 $(NVCC_ARCH) -Xptxas -warn-spills -Xcompiler -Wall,-Wextra,-march=x86-64-v3 \
+NVCC_FLAGS      := -std=c++17 -O3 $(NVCC_ARCH) -Xptxas -warn-spills,-v -Xcompiler -Wall,-Wextra,-march=x86-64-v3 \
                    -Werror all-warnings -I. -I$(CUDA_HOME)/include -I$(H5_INC)
 CUDA_LIB        := $(CUDA_HOME)/lib64
-BACKEND_SRC     := backend/cuda/backend_cuda.cu backend/cuda/attn_cuda.cu comm/data_cuda.c
+BACKEND_SRC     := backend/cuda/backend_cuda.cu backend/cuda/attn_cuda.cu backend/cuda/attn_engine.cu backend/cuda/cudnn_sdpa.cu backend/cuda/anatomy.cu \
+                   comm/data_cuda.c
 BACKEND_CFLAGS  := -I$(CUDA_HOME)/include
-BACKEND_LDLIBS  := -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+# (cuDNN is not linked: backend/cuda/cudnn_sdpa.cu loads it at run time)
+BACKEND_LDLIBS  := -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublasLt -lcublas -lnccl -lcudart -lstdc++ -ldl
 PROGRAMS        := $(addprefix $(BD)/,train eval sample bench_kernels)
 TEST_BIN        := $(BD)/tests/test_cuda
 

@@ -8,6 +8,7 @@
 // be_init returns one line instead (no device, a driver too old, a GPU that is not Hopper).
 #include "backend/cuda/cu_common.h"
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -110,6 +111,9 @@ void* cu_workspace(int slot, size_t bytes) {
     return g_ws[slot];
 }
 
+size_t cu_memory_peak_held(void) { return g_held_peak + BLAS_WS_BYTES; }
+const char* cu_device_name(void) { return g_prop.name; }
+
 // RINGLM_CUDA_MEMORY: one line at exit with the peaks (not what is left after the arenas are freed)
 static void memory_report(void) {
     if (!g_started || !getenv("RINGLM_CUDA_MEMORY")) return;
@@ -133,7 +137,7 @@ static const char* PROF_NAMES[PROF_NCLASS] = { "matmul", "attention forward", "a
                                                "norms and pointwise", "embedding", "cross-entropy", "optimizer",
                                                "copies", "communication waits" };
 static const char* g_prof_path = NULL;
-static int g_prof_depth = 0;
+static int g_cls_depth = 0, g_cls_cur = -1;   // the outermost class bracket open now (profile and anatomy)
 static double g_prof_ms[PROF_NCLASS];
 static long g_prof_calls[PROF_NCLASS];
 typedef struct { cudaEvent_t a, b; int cls; } ProfPair;
@@ -161,6 +165,10 @@ static void prof_recycle(cudaEvent_t e) {
 }
 static void prof_harvest(void) {
     if (!g_prof_n) return;
+    if (cudaEventQuery(g_prof_pend[g_prof_n - 1].b) == cudaErrorNotReady) {
+        cu_anat_sync("the profile's events (profiling on)");
+        cudaGetLastError();
+    }
     CU_CHECK(cudaEventSynchronize(g_prof_pend[g_prof_n - 1].b), "profile (a queued kernel failed)");
     for (int i = 0; i < g_prof_n; i++) {
         float ms = 0;
@@ -172,15 +180,21 @@ static void prof_harvest(void) {
     }
     g_prof_n = 0;
 }
+int cu_class_now(void) { return g_cls_cur; }
+const char* cu_class_name(int cls) { return cls >= 0 && cls < PROF_NCLASS ? PROF_NAMES[cls] : "other"; }
 void cu_prof_begin(int cls) {
-    if (!g_prof_path || !g_started || g_prof_depth++ > 0) return;
+    if (g_cls_depth++ > 0) return;
+    g_cls_cur = cls;
+    if (!g_prof_path || !g_started) return;
     g_prof_open = prof_event();
     g_prof_open_cls = cls;
     CU_CHECK(cudaEventRecord(g_prof_open, g_stream), "profile (cudaEventRecord)");
     if (!g_prof_first) g_prof_first = g_prof_open;
 }
 void cu_prof_end(void) {
-    if (!g_prof_path || !g_started || --g_prof_depth > 0) return;
+    if (--g_cls_depth > 0) return;
+    g_cls_cur = -1;
+    if (!g_prof_path || !g_started || !g_prof_open) return;
     cudaEvent_t b = prof_event();
     CU_CHECK(cudaEventRecord(b, g_stream), "profile (cudaEventRecord)");
     if (g_prof_n == g_prof_cap) {
@@ -200,6 +214,14 @@ void cu_prof_end(void) {
     }
     g_prof_pend[g_prof_n++] = ProfPair{ g_prof_open, b, g_prof_open_cls };
     g_prof_last = b;
+    g_prof_open = NULL;
+}
+// the profile's totals so far (the step anatomy's measured column); 0 when profiling is off
+int cu_prof_totals(double ms[PROF_NCLASS]) {
+    if (!g_prof_path || !g_started) return 0;
+    prof_harvest();
+    for (int c = 0; c < PROF_NCLASS; c++) ms[c] = g_prof_ms[c];
+    return 1;
 }
 extern "C" void cuda_backend_prof_comm(int begin) {
     if (begin) cu_prof_begin(PROF_COMM);
@@ -228,6 +250,10 @@ static void prof_report(void) {
                 all > 0 ? 100 * g_prof_ms[c] / all : 0.0);
     fprintf(f, "| idle (the GPU waiting for the host) | | %.2f | %.1f %% |\n", idle, all > 0 ? 100 * idle / all : 0.0);
     fprintf(f, "| total (first to last event) | | %.2f | 100 %% |\n", all);
+    long long ec[2];
+    attn_engine_counts(ec);
+    fprintf(f, "\nattention blocks (pieces of block calls): %lld on the own kernels, %lld on cuDNN\n", ec[ATTN_ENGINE_OWN],
+            ec[ATTN_ENGINE_FAST]);
     fclose(f);
 }
 
@@ -238,6 +264,7 @@ __global__ void probe_kernel(int* x) { if (x) *x = 1; }
 
 extern "C" int cuda_backend_started(void) { return g_started; }
 extern "C" void* cuda_backend_stream(void) { return (void*)g_stream; }
+int cu_sm_count(void) { return g_prop.multiProcessorCount > 0 ? g_prop.multiProcessorCount : 1; }
 extern "C" void cuda_backend_device_uuid(unsigned char uuid[16]) { memcpy(uuid, g_prop.uuid.bytes, 16); }
 
 extern "C" int cuda_backend_start(int local_rank, char* err, size_t errlen) {
@@ -316,6 +343,7 @@ double be_memory_available(int node_ranks) {
 
 void be_sync(void) {
     need_started("be_sync");
+    cu_anat_sync("be_sync");
     CU_CHECK(cudaStreamSynchronize(g_stream), "be_sync (a queued kernel or copy failed)");
     note_device_use();
 }
@@ -323,7 +351,7 @@ void be_sync(void) {
 // Rows per attention call while a ring transfer is in flight: the GPU needs no host polling (NCCL progresses
 // by itself; the host-staged transport progresses in comm_wait while queued kernels run), so whole segments.
 // LM-head chunks of 4096 rows: [4096, vocab] fp32 logits (0.5 GB at a 32K vocabulary).
-static const BeTuning TUNING = { 1 << 20, 4096 };   // ring_query_rows, head_rows
+static const BeTuning TUNING = { 1 << 20, 4096, 256 };   // ring_query_rows, head_rows, norm_groups
 const BeTuning* be_tuning(void) { return &TUNING; }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -358,8 +386,13 @@ static void ev_put(BeTimer* t, cudaEvent_t e) {
 static void timer_harvest(BeTimer* t, int wait) {
     while (t->n) {
         EvPair* p = &t->pend[t->head];
-        if (wait) CU_CHECK(cudaEventSynchronize(p->b), "be_timer_read (a queued kernel failed)");
-        else {
+        if (wait) {
+            if (cudaEventQuery(p->b) == cudaErrorNotReady) {
+                cu_anat_sync("be_timer_read (a timed region not finished)");
+                cudaGetLastError();
+            }
+            CU_CHECK(cudaEventSynchronize(p->b), "be_timer_read (a queued kernel failed)");
+        } else {
             cudaError_t e = cudaEventQuery(p->b);
             if (e == cudaErrorNotReady) return;
             CU_CHECK(e, "be_timer (a queued kernel failed)");
@@ -444,17 +477,72 @@ void be_free(void* p) {
     rec_del(p);
     CU_CHECK(cudaFree(p), "be_free (cudaFree)");
 }
+// ---- uploads: staged through a ring of pinned host memory and queued, so that the host does not wait ----
+// be_upload copies the host data into the ring and queues its copy to the device: the caller's buffer is free at once.
+// A region of the ring is written again only after the copy that read it has completed (an event per upload; waiting
+// for one is a host synchronisation, which the step anatomy counts: with 64 MiB it happens only when the host runs
+// that far ahead of the device). An upload larger than a quarter of the ring (start-up: parameters, tables) is copied
+// directly and waited for.
+static const size_t UP_RING = (size_t)64 << 20;
+static char* g_up = NULL;
+static size_t g_up_head = 0;
+typedef struct { size_t off, len; cudaEvent_t ev; } UpRec;
+enum { UP_MAX = 256 };
+static UpRec g_uprec[UP_MAX];
+static int g_nup = 0;
+static cudaEvent_t g_up_pool[UP_MAX];
+static int g_nup_pool = 0;
+
+// retire the completed uploads; wait for those overlapping [lo, hi) (all of them: hi = 0 with lo = ~0)
+static void up_retire(size_t lo, size_t hi, int all) {
+    int j = 0;
+    for (int i = 0; i < g_nup; i++) {
+        UpRec r = g_uprec[i];
+        int overlap = all || (r.off < hi && lo < r.off + r.len);
+        cudaError_t q = cudaEventQuery(r.ev);
+        if (q == cudaErrorNotReady) {
+            cudaGetLastError();
+            if (!overlap) { g_uprec[j++] = r; continue; }
+            cu_anat_sync("be_upload (its staging region still being copied)");
+            CU_CHECK(cudaEventSynchronize(r.ev), "be_upload (a queued copy failed)");
+        } else CU_CHECK(q, "be_upload (a queued copy failed)");
+        g_up_pool[g_nup_pool++] = r.ev;
+    }
+    g_nup = j;
+}
+static void upload_async(void* dst, const void* src, size_t bytes, const char* op) {
+    cu_anat_xfer(1, (double)bytes);
+    if (bytes > UP_RING / 4) {
+        CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_stream), op);
+        cu_anat_sync("be_upload (larger than the staging ring: waits)");
+        CU_CHECK(cudaStreamSynchronize(g_stream), op);
+        return;
+    }
+    if (!g_up) CU_CHECK(cudaMallocHost((void**)&g_up, UP_RING), "be_upload (cudaMallocHost of the staging ring)");
+    size_t len = (bytes + 255) / 256 * 256;
+    if (g_up_head + len > UP_RING) g_up_head = 0;
+    if (g_nup == UP_MAX) up_retire(0, 0, 1);
+    up_retire(g_up_head, g_up_head + len, 0);
+    memcpy(g_up + g_up_head, src, bytes);
+    CU_CHECK(cudaMemcpyAsync(dst, g_up + g_up_head, bytes, cudaMemcpyHostToDevice, g_stream), op);
+    cudaEvent_t ev;
+    if (g_nup_pool) ev = g_up_pool[--g_nup_pool];
+    else CU_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "be_upload (cudaEventCreate)");
+    CU_CHECK(cudaEventRecord(ev, g_stream), "be_upload (cudaEventRecord)");
+    g_uprec[g_nup++] = UpRec{ g_up_head, len, ev };
+    g_up_head += len;
+}
 void be_upload(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
     PROF(PROF_COPY);
-    CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_stream), "be_upload (cudaMemcpyAsync)");
-    CU_CHECK(cudaStreamSynchronize(g_stream), "be_upload (a queued kernel or copy failed)");
-    note_device_use();
+    upload_async(dst, src, bytes, "be_upload (cudaMemcpyAsync)");
 }
 void be_download(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
     PROF(PROF_COPY);
+    cu_anat_xfer(0, (double)bytes);
     CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_stream), "be_download (cudaMemcpyAsync)");
+    cu_anat_sync("be_download");
     CU_CHECK(cudaStreamSynchronize(g_stream), "be_download (a queued kernel or copy failed)");
     note_device_use();
 }
@@ -518,7 +606,9 @@ void be_wait_event(BeEvent* e) { CU_CHECK(cudaStreamWaitEvent(g_stream, e->e, 0)
 
 void be_zero(void* p, size_t bytes) {
     PROF(PROF_COPY);
-    if (bytes) CU_CHECK(cudaMemsetAsync(p, 0, bytes, g_stream), "be_zero (cudaMemsetAsync)");
+    if (!bytes) return;
+    cu_anat_op("cudaMemsetAsync (be_zero)", 0, (double)bytes);
+    CU_CHECK(cudaMemsetAsync(p, 0, bytes, g_stream), "be_zero (cudaMemsetAsync)");
 }
 void be_copy(void* dst, const void* src, size_t bytes) {   // memmove semantics
     if (!bytes || dst == src) return;
@@ -526,9 +616,11 @@ void be_copy(void* dst, const void* src, size_t bytes) {   // memmove semantics
     const char *d = (const char*)dst, *s = (const char*)src;
     if (d < s + bytes && s < d + bytes) {   // overlapping: through scratch
         void* tmp = cu_workspace(WS_COPY, bytes);
+        cu_anat_op("cudaMemcpyAsync (be_copy)", (double)bytes, (double)bytes);
         CU_CHECK(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, g_stream), "be_copy (cudaMemcpyAsync)");
         src = tmp;
     }
+    cu_anat_op("cudaMemcpyAsync (be_copy)", (double)bytes, (double)bytes);
     CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream), "be_copy (cudaMemcpyAsync)");
 }
 
@@ -591,25 +683,67 @@ static unsigned grid_for(size_t n) {   // grid-stride kernels: at most 8 blocks 
     return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
 }
 
+int be_has_bf16(void) { return 1; }
+
+static cudaDataType_t cuda_type(BeDtype t) { return t == BE_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
 // Row-major C = alpha op(A) op(B) + beta C is column-major C^T = alpha op(B)^T op(A)^T + beta C^T: one gemm
-// with the operands swapped and the same transposition flags and leading dimensions.
-void be_matmul(float* C, const float* A, const float* B, int m, int n, int k,
-               int transA, int transB, float alpha, float beta) {
+// with the operands swapped and the same transposition flags and leading dimensions. fp32 operands: the compute type
+// of the matmul precision (bf16 / tf32 tensor cores convert them inside cuBLAS); bf16 operands: fp32 accumulation of
+// exact bf16 products; C fp32 or bf16.
+void be_matmul_ex(void* C, BeDtype ct, int ldc, const void* A, BeDtype at, int lda, const void* B, BeDtype bt, int ldb,
+                  int m, int n, int k, int transA, int transB, float alpha, float beta) {
     PROF(PROF_MATMUL);
     if (m <= 0 || n <= 0) return;
+    if (!lda) lda = transA ? m : k;
+    if (!ldb) ldb = transB ? k : n;
+    if (!ldc) ldc = n;
+    if (at != bt || (ct == BE_BF16 && at != BE_BF16) || (at == BE_BF16 && g_prec != CU_BF16))
+        cu_die("be_matmul_ex", "operands %s x %s -> %s under the %s matmul precision: bf16 operands go with bf16 on both "
+               "sides and matmul_precision bf16", at == BE_BF16 ? "bf16" : "fp32", bt == BE_BF16 ? "bf16" : "fp32",
+               ct == BE_BF16 ? "bf16" : "fp32", g_prec == CU_BF16 ? "bf16" : g_prec == CU_TF32 ? "tf32" : "fp32");
     if (k <= 0) {
-        LAUNCH(scale_k, grid_for((size_t)m * n), 256, 0, C, (size_t)m * n, beta);
+        if (ct != BE_F32) cu_die("be_matmul_ex", "k = 0 with a bf16 result");
+        TRAFFIC(beta != 0.0f ? (double)m * n * 4 : 0, (double)m * n * 4);
+        LAUNCH(scale_k, grid_for((size_t)m * n), 256, 0, (float*)C, (size_t)m * n, beta);
         CU_LAUNCHED("be_matmul (k = 0)");
         return;
     }
-    cublasComputeType_t ct = g_prec == CU_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
-                           : g_prec == CU_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t cmp = at == BE_BF16 ? CUBLAS_COMPUTE_32F
+                            : g_prec == CU_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                            : g_prec == CU_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cu_anat_gemm(m, n, k, transA, transB, at == BE_BF16 ? CU_DT_BF16 : CU_DT_F32, bt == BE_BF16 ? CU_DT_BF16 : CU_DT_F32,
+                 ct == BE_BF16 ? CU_DT_BF16 : CU_DT_F32, at == BE_BF16 ? CU_BF16 : g_prec, beta != 0.0f);
     cublasStatus_t s = cublasGemmEx(g_blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                    n, m, k, &alpha, B, CUDA_R_32F, transB ? k : n, A, CUDA_R_32F, transA ? m : k,
-                                    &beta, C, CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT);
+                                    n, m, k, &alpha, B, cuda_type(bt), ldb, A, cuda_type(at), lda, &beta, C, cuda_type(ct), ldc,
+                                    cmp, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS)
-        cu_die("be_matmul", "cublasGemmEx (m %d, n %d, k %d, transA %d, transB %d): %s", m, n, k, transA, transB,
-               cublasGetStatusString(s));
+        cu_die("be_matmul", "cublasGemmEx (m %d, n %d, k %d, transA %d, transB %d, %s): %s", m, n, k, transA, transB,
+               at == BE_BF16 ? "bf16" : "fp32", cublasGetStatusString(s));
+}
+void be_matmul(float* C, const float* A, const float* B, int m, int n, int k,
+               int transA, int transB, float alpha, float beta) {
+    be_matmul_ex(C, BE_F32, 0, A, BE_F32, 0, B, BE_F32, 0, m, n, k, transA, transB, alpha, beta);
+}
+
+// ---- element access of activations: fp32 or bf16 in memory, fp32 in registers ----
+typedef __nv_bfloat16 bf16;
+__device__ __forceinline__ float ldv(const float* p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ldv(const bf16* p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void stv(float* p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void stv(bf16* p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+template <class T> __global__ void cast_k(T* dst, const float* src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        stv(dst, i, src[i]);
+}
+void be_cast(void* dst, BeDtype dt, const float* src, size_t n) {
+    PROF(PROF_POINTWISE);
+    if (!n) return;
+    if (dt == BE_F32) { be_copy(dst, src, n * sizeof(float)); return; }
+    TRAFFIC(4.0 * n, 2.0 * n);
+    LAUNCH(cast_k<bf16>, grid_for(n), 256, 0, (bf16*)dst, src, n);
+    CU_LAUNCHED("be_cast");
 }
 
 __global__ void add_k(float* y, const float* x, size_t n) {
@@ -619,6 +753,7 @@ __global__ void add_k(float* y, const float* x, size_t n) {
 void be_add(float* y, const float* x, size_t n) {
     PROF(PROF_POINTWISE);
     if (!n) return;
+    TRAFFIC(8.0 * n, 4.0 * n);
     LAUNCH(add_k, grid_for(n), 256, 0, y, x, n);
     CU_LAUNCHED("be_add");
 }
@@ -651,6 +786,7 @@ void be_split_cols(float* dst, const float* src, int R, int ld, int w, int P, in
     PROF(PROF_COPY);
     if (R <= 0 || w <= 0 || P <= 0) return;
     if (nb <= 0 || nb > P) cu_die("be_split_cols", "%d blocks for %d parts", nb, P);
+    TRAFFIC_BOUNDS(4.0 * R * nb * w, 4.0 * P * R * w, 4.0 * R * nb * w, 4.0 * R * ld, 4.0 * P * R * w, 4.0 * P * R * w);
     LAUNCH(split_cols_k, grid_for((size_t)P * R * w), 256, 0, dst, src, R, ld, w, P, nb);
     CU_LAUNCHED("be_split_cols");
 }
@@ -658,6 +794,8 @@ void be_merge_cols(float* dst, const float* src, int R, int ld, int w, int P, in
     PROF(PROF_COPY);
     if (R <= 0 || w <= 0 || P <= 0) return;
     if (nb <= 0 || nb > P || (!accumulate && nb != P)) cu_die("be_merge_cols", "%d blocks for %d parts (accumulate %d)", nb, P, accumulate);
+    double mrd = 4.0 * P * R * w + (accumulate ? 4.0 * R * nb * w : 0), mwr = 4.0 * R * nb * w;
+    TRAFFIC_BOUNDS(mrd, mwr, mrd, 4.0 * P * R * w + (accumulate ? 4.0 * R * ld : 0), mwr, 4.0 * R * ld);
     LAUNCH(merge_cols_k, grid_for((size_t)R * nb * w), 256, 0, dst, src, R, ld, w, P, nb, accumulate);
     CU_LAUNCHED("be_merge_cols");
 }
@@ -685,52 +823,89 @@ __global__ void sumsq_final_k(double* out, const double* part, const SqChunk* ch
     }
 }
 
-static SqChunk* g_sq_host = NULL;      // the chunk table of the last call (re-uploaded only when it changes)
-static int g_sq_n = 0, g_sq_cap = 0, g_sq_uploaded = 0;
-static SqChunk* g_sq_dev = NULL;
-
-void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment* seg, int nseg) {
-    PROF(PROF_OPTIM);
-    need_started("be_sumsq_segments");
-    for (int c = 0; c < nclass; c++) out[c] = 0;
-    if (nclass <= 0) return;
+// Segments cut into chunks of at most SUMSQ_CHUNK elements, as a table in device memory: built on the host and uploaded
+// (queued) only when it differs from the one the slot holds (the gradient norm's and AdamW's tables do not change
+// between steps). *n: the chunks.
+typedef struct { SqChunk* host; int n, cap, uploaded; SqChunk* dev; } ChunkTable;
+static const SqChunk* chunk_table(ChunkTable* t, int slot, const BeSegment* seg, int nseg, int* n_out, const char* op) {
     int n = 0;
     for (int i = 0; i < nseg; i++) n += (int)((seg[i].n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK);
-    if (n == 0) return;
-    // build the table; compare with the uploaded one
+    *n_out = n;
+    if (n == 0) return NULL;
     SqChunk* tab = (SqChunk*)malloc((size_t)n * sizeof(SqChunk));
-    if (!tab) cu_die("be_sumsq_segments", "out of host memory");
+    if (!tab) cu_die(op, "out of host memory");
     int k = 0;
-    for (int i = 0; i < nseg; i++) {
-        if (seg[i].cls < 0 || seg[i].cls >= nclass) cu_die("be_sumsq_segments", "segment %d has class %d of %d", i, seg[i].cls, nclass);
+    for (int i = 0; i < nseg; i++)
         for (size_t o = 0; o < seg[i].n; o += SUMSQ_CHUNK) {
             size_t m = seg[i].n - o < SUMSQ_CHUNK ? seg[i].n - o : SUMSQ_CHUNK;
             tab[k++] = SqChunk{ seg[i].offset + o, (int)m, seg[i].cls };
         }
-    }
-    size_t tab_bytes = (size_t)n * sizeof(SqChunk);
-    double* part = (double*)cu_workspace(WS_SUMSQ, ((size_t)n + 64) * sizeof(double));
-    SqChunk* dtab = (SqChunk*)cu_workspace(WS_SUMSQ_TAB, tab_bytes);
-    if (!g_sq_uploaded || dtab != g_sq_dev || n != g_sq_n || memcmp(tab, g_sq_host, tab_bytes)) {
-        CU_CHECK(cudaMemcpyAsync(dtab, tab, tab_bytes, cudaMemcpyHostToDevice, g_stream), "be_sumsq_segments (upload)");
-        CU_CHECK(cudaStreamSynchronize(g_stream), "be_sumsq_segments (upload)");
-        if (n > g_sq_cap) {
-            free(g_sq_host);
-            g_sq_host = (SqChunk*)malloc(tab_bytes);
-            if (!g_sq_host) cu_die("be_sumsq_segments", "out of host memory");
-            g_sq_cap = n;
+    size_t bytes = (size_t)n * sizeof(SqChunk);
+    SqChunk* dtab = (SqChunk*)cu_workspace(slot, bytes);
+    if (!t->uploaded || dtab != t->dev || n != t->n || memcmp(tab, t->host, bytes)) {
+        upload_async(dtab, tab, bytes, op);
+        if (n > t->cap) {
+            free(t->host);
+            t->host = (SqChunk*)malloc(bytes);
+            if (!t->host) cu_die(op, "out of host memory");
+            t->cap = n;
         }
-        memcpy(g_sq_host, tab, tab_bytes);
-        g_sq_n = n; g_sq_dev = dtab; g_sq_uploaded = 1;
+        memcpy(t->host, tab, bytes);
+        t->n = n; t->dev = dtab; t->uploaded = 1;
     }
     free(tab);
+    return dtab;
+}
+
+static ChunkTable g_sq_tab;
+
+void be_sumsq_segments(double* out, int nclass, const float* x, const BeSegment* seg, int nseg) {
+    PROF(PROF_OPTIM);
+    need_started("be_sumsq_segments");
+    if (nclass <= 0) return;
+    if (nclass > 64) cu_die("be_sumsq_segments", "%d classes (at most 64)", nclass);
+    for (int i = 0; i < nseg; i++)
+        if (seg[i].cls < 0 || seg[i].cls >= nclass) cu_die("be_sumsq_segments", "segment %d has class %d of %d", i, seg[i].cls, nclass);
+    int n;
+    const SqChunk* dtab = chunk_table(&g_sq_tab, WS_SUMSQ_TAB, seg, nseg, &n, "be_sumsq_segments (upload)");
+    if (n == 0) { be_zero(out, (size_t)nclass * sizeof(double)); return; }
+    size_t tab_bytes = (size_t)n * sizeof(SqChunk);
+    double* part = (double*)cu_workspace(WS_SUMSQ, (size_t)n * sizeof(double));
+    size_t nel = 0;
+    for (int i = 0; i < nseg; i++) nel += seg[i].n;
+    TRAFFIC(4.0 * nel + (double)tab_bytes, 8.0 * n);
     LAUNCH(sumsq_chunks_k, n, 256, 0, part, x, dtab);
     CU_LAUNCHED("be_sumsq_segments");
-    double* res = part + n;   // nclass <= 64 results after the partials
-    if (nclass > 64) cu_die("be_sumsq_segments", "%d classes (at most 64)", nclass);
-    LAUNCH(sumsq_final_k, 1, 256, 0, res, part, dtab, n, nclass);
+    TRAFFIC(8.0 * n + (double)tab_bytes, 8.0 * nclass);
+    LAUNCH(sumsq_final_k, 1, 256, 0, out, part, dtab, n, nclass);
     CU_LAUNCHED("be_sumsq_segments");
-    be_download(out, res, (size_t)nclass * sizeof(double));
+}
+
+// acc[0] += sum of x: one block, a fixed partition (thread i sums x[i], x[i + 1024], ...) and a fixed tree
+__global__ void sum_k(double* acc, const float* x, size_t n) {
+    double s = 0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) acc[0] += s;
+}
+void be_sum(double* acc, const float* x, size_t n) {
+    PROF(PROF_XENT);
+    TRAFFIC(4.0 * n + 8, 8);
+    LAUNCH(sum_k, 1, 1024, 0, acc, x, n);
+    CU_LAUNCHED("be_sum");
+}
+
+__global__ void clip_scale_k(float* scale, const double* sumsq, int n, float clip) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += sumsq[i];
+    double coef = clip > 0 ? clip / (sqrt(s) + 1e-6) : 1.0;
+    scale[0] = coef < 1.0 ? (float)coef : 1.0f;
+}
+void be_clip_scale(float* scale, const double* sumsq, int n, float clip) {
+    PROF(PROF_OPTIM);
+    TRAFFIC(8.0 * n, 4);
+    LAUNCH(clip_scale_k, 1, 1, 0, scale, sumsq, n, clip);
+    CU_LAUNCHED("be_clip_scale");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -747,277 +922,480 @@ __global__ void embedding_fwd_k(float* out, const int* tok, const float* wte, in
 void be_embedding_forward(float* out, const int* tok, const float* wte, int N, int C, int v0, int nv) {
     PROF(PROF_EMBED);
     if (N <= 0 || C <= 0) return;
+    TRAFFIC_BOUNDS(4.0 * N + 4.0 * N * C, 4.0 * N * C, 4.0 * N, 4.0 * N + cu_gather_hi(N, 4.0 * C), 4.0 * N * C, 4.0 * N * C);
     LAUNCH(embedding_fwd_k, grid_for((size_t)N * C), 256, 0, out, tok, wte, N, C, v0, nv);
     CU_LAUNCHED("be_embedding_forward");
 }
 
-// Deterministic without atomics, in the CPU's order: the token ids come to the host, which lists for every
-// vocabulary row its token indices in ascending order (a stable counting sort); one block per (row, column
-// range) then adds the rows of dout in that order.
-__global__ void embedding_bwd_k(float* dwte, const float* dout, const int* tab, int U, int C) {
-    const int* rows = tab;            // [U] vocabulary rows (local)
-    const int* start = tab + U;       // [U + 1]
-    const int* order = tab + 2 * U + 1;
-    int u = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float* d = dwte + (size_t)rows[u] * C + c;
-    float acc = *d;
-    for (int k = start[u]; k < start[u + 1]; k++) acc += dout[(size_t)order[k] * C + c];
-    *d = acc;
+// Deterministic without atomics, in the CPU's order, on the device and without the host: one block sorts the token
+// indices by vocabulary row with a stable radix sort (4-bit digits: per pass a histogram per thread of its contiguous
+// range of indices in shared memory, an exclusive scan in (digit, thread) order, a scatter in index order, so equal rows
+// keep ascending indices; tokens of other slices get the key nv and sort last) and lists the runs of equal rows; then
+// one block per (run, column range) adds the rows of dout in that order into the row of dwte.
+#define EMB_T 512      // threads of the sorting block
+#define EMB_BINS 16    // 4-bit digits
+// ws: keys[N], vals[N], keys2[N], vals2[N], runs[N + 2] = U, U run starts, then M (the tokens in this slice)
+__global__ void emb_sort_k(int* ws, const int* tok, int N, int v0, int nv, int passes) {
+    SHARED(int, hist, [EMB_BINS * EMB_T]);
+    SHARED(int, part, [EMB_T + 1]);
+    int t = threadIdx.x, per = (N + EMB_T - 1) / EMB_T, i0 = t * per < N ? t * per : N, i1 = i0 + per < N ? i0 + per : N;
+    int *key = ws, *val = ws + N, *key2 = ws + 2 * N, *val2 = ws + 3 * N, *runs = ws + 4 * N;
+    for (int i = i0; i < i1; i++) {
+        int r = tok[i] - v0;
+        key[i] = r >= 0 && r < nv ? r : nv;
+        val[i] = i;
+    }
+    for (int p = 0; p < passes; p++) {
+        int sh = 4 * p;
+        for (int d = 0; d < EMB_BINS; d++) hist[d * EMB_T + t] = 0;
+        for (int i = i0; i < i1; i++) hist[((key[i] >> sh) & (EMB_BINS - 1)) * EMB_T + t]++;
+        __syncthreads();
+        int s = 0;   // thread t scans the EMB_BINS consecutive entries [t EMB_BINS, (t + 1) EMB_BINS) of (digit, thread) order
+        for (int j = 0; j < EMB_BINS; j++) s += hist[t * EMB_BINS + j];
+        part[t] = s;
+        __syncthreads();
+        if (t == 0) {
+            int run = 0;
+            for (int j = 0; j < EMB_T; j++) { int x = part[j]; part[j] = run; run += x; }
+        }
+        __syncthreads();
+        s = part[t];
+        for (int j = 0; j < EMB_BINS; j++) { int x = hist[t * EMB_BINS + j]; hist[t * EMB_BINS + j] = s; s += x; }
+        __syncthreads();
+        for (int i = i0; i < i1; i++) {
+            int at = hist[((key[i] >> sh) & (EMB_BINS - 1)) * EMB_T + t]++;
+            key2[at] = key[i];
+            val2[at] = val[i];
+        }
+        __syncthreads();
+        int* x = key; key = key2; key2 = x;
+        x = val; val = val2; val2 = x;
+    }
+    // runs: a run starts where the key changes (keys of this slice only); thread t's starts after those of threads < t
+    int n = 0, m = 0;
+    for (int i = i0; i < i1; i++) {
+        m += key[i] < nv;
+        n += key[i] < nv && (i == 0 || key[i] != key[i - 1]);
+    }
+    part[t] = n;
+    hist[t] = m;
+    __syncthreads();
+    if (t == 0) {
+        int run = 0, tot = 0;
+        for (int j = 0; j < EMB_T; j++) { int x = part[j]; part[j] = run; run += x; tot += hist[j]; }
+        part[EMB_T] = run;
+        runs[0] = run;
+        runs[1 + run] = tot;
+    }
+    __syncthreads();
+    int at = part[t];
+    for (int i = i0; i < i1; i++)
+        if (key[i] < nv && (i == 0 || key[i] != key[i - 1])) runs[1 + at++] = i;
 }
-static int* g_emb_host = NULL;
-static size_t g_emb_cap = 0;
+__global__ void emb_acc_k(float* dwte, const float* dout, const int* key, const int* order, const int* runs, int C) {
+    int c = blockIdx.y * blockDim.x + threadIdx.x, U = runs[0];
+    if (c >= C) return;
+    for (int r = blockIdx.x; r < U; r += gridDim.x) {
+        int s = runs[1 + r], e = runs[2 + r];
+        float* d = dwte + (size_t)key[s] * C + c;
+        float acc = *d;
+        for (int k = s; k < e; k++) acc += dout[(size_t)order[k] * C + c];
+        *d = acc;
+    }
+}
 void be_embedding_backward(float* dwte, const float* dout, const int* tok, int N, int C, int v0, int nv) {
     PROF(PROF_EMBED);
     if (N <= 0 || C <= 0 || nv <= 0) return;
-    size_t need = (size_t)N + (size_t)nv + 2 * ((size_t)N + 1) + (size_t)N;   // tokens, counts, rows+starts, order
-    if (need > g_emb_cap) {
-        free(g_emb_host);
-        g_emb_host = (int*)malloc(need * sizeof(int));
-        if (!g_emb_host) cu_die("be_embedding_backward", "out of host memory");
-        g_emb_cap = need;
-    }
-    int* htok = g_emb_host;
-    int* cnt = htok + N;                      // [nv] counts, then running positions
-    int* tab = cnt + nv;                      // rows [U], start [U+1], order [M]
-    be_download(htok, tok, (size_t)N * sizeof(int));
-    memset(cnt, 0, (size_t)nv * sizeof(int));
-    int M = 0;
-    for (int i = 0; i < N; i++) {
-        int r = htok[i] - v0;
-        if (r >= 0 && r < nv) { cnt[r]++; M++; }
-    }
-    if (M == 0) return;
-    int U = 0;
-    for (int r = 0; r < nv; r++) U += cnt[r] > 0;
-    int *rows = tab, *start = tab + U, *order = tab + 2 * U + 1;
-    int u = 0, pos = 0;
-    for (int r = 0; r < nv; r++) {
-        if (!cnt[r]) continue;
-        rows[u] = r; start[u] = pos;
-        int c = cnt[r];
-        cnt[r] = pos;              // from here: next free slot of row r
-        pos += c; u++;
-    }
-    start[U] = pos;
-    for (int i = 0; i < N; i++) {   // ascending i: each row's list is in token order
-        int r = htok[i] - v0;
-        if (r >= 0 && r < nv) order[cnt[r]++] = i;
-    }
-    size_t bytes = (size_t)(2 * U + 1 + M) * sizeof(int);
-    int* dtab = (int*)cu_workspace(WS_EMB, bytes);
-    be_upload(dtab, tab, bytes);
-    dim3 grid(U, (C + 127) / 128);
-    LAUNCH(embedding_bwd_k, grid, 128, 0, dwte, dout, dtab, U, C);
+    int bits = 0;
+    while (bits < 31 && (1 << bits) <= nv) bits++;   // keys 0 .. nv (nv: another slice's token)
+    int passes = (bits + 3) / 4;
+    int* ws = (int*)cu_workspace(WS_EMB, ((size_t)5 * N + 2) * sizeof(int));
+    double n4 = 4.0 * N;
+    // reads tok and the buffers of the passes, writes them and the runs (4 N + 8 at most)
+    TRAFFIC_BOUNDS(n4 + 2 * n4 * (passes > 1 ? 2 : 1), 4 * n4 + n4 + 8, n4 + 2 * n4, n4 + 4 * n4, 4 * n4, 4 * n4 + n4 + 8);
+    LAUNCH(emb_sort_k, 1, EMB_T, 0, ws, tok, N, v0, nv, passes);
+    CU_LAUNCHED("be_embedding_backward (sort)");
+    const int* key = ws + (passes % 2 ? 2 * N : 0);
+    const int* order = ws + (passes % 2 ? 3 * N : N);
+    dim3 grid(N < 2048 ? N : 2048, (C + 127) / 128);
+    // the sorted keys, the order and the runs; at most N rows of dout and of dwte (a gather; rows repeat)
+    TRAFFIC_BOUNDS(3 * n4 + 8 + 4.0 * N * C + 4.0 * N * C, 4.0 * N * C, 0, 3 * n4 + 8 + cu_gather_hi(2.0 * N, 4.0 * C), 0,
+                   cu_gather_hi(N, 4.0 * C));
+    LAUNCH(emb_acc_k, grid, 128, 0, dwte, dout, key, order, ws + 4 * N, C);
     CU_LAUNCHED("be_embedding_backward");
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// RMSNorm: one warp per row
+// RMSNorm: one warp per row in the forward; the backward's dx and dw partials in one kernel per group of rows
 
-__global__ void rmsnorm_fwd_k(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
-    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const float* xi = x + (size_t)row * C;
-    float* oi = out + (size_t)row * C;
+// one row, by one warp: rstd = (mean(x^2) + eps)^-1/2, o = x rstd w in T. Every forward norm runs exactly this code
+// (not inlined: the fused residual add's norm gives the bits a recomputation gives)
+template <class T>
+__device__ __noinline__ void norm_row(T* o, float* rstd, const float* x, const float* w, int C, float eps, int lane) {
     float ss = 0.0f;
-    for (int c = lane; c < C; c += 32) ss += xi[c] * xi[c];
+    for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
     ss = warp_sum(ss);
     float r = 1.0f / sqrtf(ss / C + eps);
-    if (lane == 0) rstd[row] = r;
-    for (int c = lane; c < C; c += 32) oi[c] = xi[c] * r * w[c];
+    if (lane == 0) *rstd = r;
+    for (int c = lane; c < C; c += 32) stv(o, c, x[c] * r * w[c]);
 }
-void be_rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
-    PROF(PROF_POINTWISE);
-    if (N <= 0 || C <= 0) return;
-    LAUNCH(rmsnorm_fwd_k, (N + 7) / 8, 256, 0, out, rstd, x, w, N, C, eps);
-    CU_LAUNCHED("be_rmsnorm_forward");
-}
-
-// dx = r (w dy) - x r^3/C sum_c(w dy x)
-__global__ void rmsnorm_bwd_dx_k(float* dx, const float* dout, const float* x, const float* w, const float* rstd,
-                                 int N, int C) {
+template <class T>
+__global__ void rmsnorm_fwd_k(T* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float* xi = x + (size_t)row * C;
-    const float* gi = dout + (size_t)row * C;
-    float* di = dx + (size_t)row * C;
-    float r = rstd[row], dot = 0.0f;
-    for (int c = lane; c < C; c += 32) dot += gi[c] * w[c] * xi[c];
-    dot = warp_sum(dot);
-    float k = dot * r * r * r / C;
-    for (int c = lane; c < C; c += 32) di[c] += gi[c] * w[c] * r - xi[c] * k;
+    norm_row(out + (size_t)row * C, rstd + row, x + (size_t)row * C, w, C, eps, lane);
 }
-// dw partials: block (32 columns x 8 row lanes) sums rows [g * per, (g+1) * per) of its columns
-__global__ void rmsnorm_bwd_dw_part_k(float* part, const float* dout, const float* x, const float* rstd,
-                                      int N, int C, int per) {
-    SHARED(float, sh, [8][33]);
-    int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-    int c = blockIdx.x * 32 + tx, g = blockIdx.y;
-    int r0 = g * per, r1 = r0 + per < N ? r0 + per : N;
-    float acc = 0.0f;
-    if (c < C)
-        for (int i = r0 + ty; i < r1; i += 8) acc += dout[(size_t)i * C + c] * x[(size_t)i * C + c] * rstd[i];
-    sh[ty][tx] = acc;
-    __syncthreads();
-    if (ty == 0 && c < C) {
-        float s = 0.0f;
-        for (int j = 0; j < 8; j++) s += sh[j][tx];
-        part[(size_t)g * C + c] = s;
+// y = x + r, then the norm of y (read back: each lane reads the columns it wrote). round_y: the measurement of a
+// residual stream stored in bf16 (RINGLM_EXP_RESIDUAL_BF16, an experiment: y rounded to bf16 values, kept in fp32)
+template <class T>
+__global__ void residual_rmsnorm_k(float* y, T* out, float* rstd, const float* x, const float* r, const float* w, int N,
+                                   int C, float eps, int round_y) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    size_t o = (size_t)row * C;
+    for (int c = lane; c < C; c += 32) {
+        float v = x[o + c] + r[o + c];
+        y[o + c] = round_y ? __bfloat162float(__float2bfloat16_rn(v)) : v;
     }
+    __syncwarp();
+    norm_row(out + o, rstd + row, y + o, w, C, eps, lane);
 }
-__global__ void rmsnorm_bwd_dw_sum_k(float* dw, const float* part, int G, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float s = 0.0f;
-    for (int g = 0; g < G; g++) s += part[(size_t)g * C + c];
-    dw[c] += s;
-}
-void be_rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                         const float* rstd, int N, int C) {
+void be_rmsnorm_forward(void* out, BeDtype dt, float* rstd, const float* x, const float* w, int N, int C, float eps) {
     PROF(PROF_POINTWISE);
     if (N <= 0 || C <= 0) return;
-    LAUNCH(rmsnorm_bwd_dx_k, (N + 7) / 8, 256, 0, dx, dout, x, w, rstd, N, C);
-    CU_LAUNCHED("be_rmsnorm_backward (dx)");
-    int G = (N + 63) / 64;
-    if (G > 256) G = 256;
-    int per = (N + G - 1) / G;
-    G = (N + per - 1) / per;
-    float* part = (float*)cu_workspace(WS_RMS_DW, (size_t)G * C * sizeof(float));
-    LAUNCH(rmsnorm_bwd_dw_part_k, dim3((C + 31) / 32, G), 256, 0, part, dout, x, rstd, N, C, per);
-    CU_LAUNCHED("be_rmsnorm_backward (dw partials)");
-    LAUNCH(rmsnorm_bwd_dw_sum_k, (C + 255) / 256, 256, 0, dw, part, G, C);
-    CU_LAUNCHED("be_rmsnorm_backward (dw)");
+    TRAFFIC(4.0 * N * C + 4.0 * C, (double)be_dtype_size(dt) * N * C + 4.0 * N);
+    if (dt == BE_BF16) LAUNCH(rmsnorm_fwd_k<bf16>, (N + 7) / 8, 256, 0, (bf16*)out, rstd, x, w, N, C, eps);
+    else LAUNCH(rmsnorm_fwd_k<float>, (N + 7) / 8, 256, 0, (float*)out, rstd, x, w, N, C, eps);
+    CU_LAUNCHED("be_rmsnorm_forward");
+}
+void be_residual_rmsnorm(float* y, void* out, BeDtype dt, float* rstd, const float* x, const float* r, const float* w,
+                         int N, int C, float eps) {
+    PROF(PROF_POINTWISE);
+    if (N <= 0 || C <= 0) return;
+    static int round_y = -1;   // the experiment's switch, read once
+    if (round_y < 0) round_y = getenv("RINGLM_EXP_RESIDUAL_BF16") && atoi(getenv("RINGLM_EXP_RESIDUAL_BF16")) == 1;
+    TRAFFIC(8.0 * N * C + 4.0 * C, 4.0 * N * C + (double)be_dtype_size(dt) * N * C + 4.0 * N);
+    if (dt == BE_BF16) LAUNCH(residual_rmsnorm_k<bf16>, (N + 7) / 8, 256, 0, y, (bf16*)out, rstd, x, r, w, N, C, eps, round_y);
+    else LAUNCH(residual_rmsnorm_k<float>, (N + 7) / 8, 256, 0, y, (float*)out, rstd, x, r, w, N, C, eps, round_y);
+    CU_LAUNCHED("be_residual_rmsnorm");
+}
+
+// Backward of rows [g per, (g + 1) per), one block: first each warp computes its rows' k = r^3/C sum_c(w dy x) (shared
+// memory), then each thread walks its columns down the rows: dx += dy w r - x k (and its copy in T), and the column's
+// dw partial sum_rows dy x r, in row order.
+template <class T>
+__global__ void rmsnorm_bwd_k(float* dx, T* dxt, float* part, const float* dout, const float* x, const float* w,
+                              const float* rstd, int N, int C, int per) {
+    DYN_SMEM(float, kr);   // [per]
+    int g = blockIdx.x, r0 = g * per, r1 = r0 + per < N ? r0 + per : N;
+    int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int i = r0 + wp; i < r1; i += nw) {
+        const float *xi = x + (size_t)i * C, *gi = dout + (size_t)i * C;
+        float dot = 0.0f;
+        for (int c = lane; c < C; c += 32) dot += gi[c] * w[c] * xi[c];
+        dot = warp_sum(dot);
+        float r = rstd[i];
+        if (lane == 0) kr[i - r0] = dot * r * r * r / C;
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = 0.0f, wc = w[c];
+        for (int i = r0; i < r1; i++) {
+            size_t at = (size_t)i * C + c;
+            float gi = dout[at], xi = x[at], r = rstd[i];
+            float d = dx[at] + (gi * wc * r - xi * kr[i - r0]);
+            dx[at] = d;
+            if (dxt) stv(dxt, at, d);
+            acc += gi * xi * r;
+        }
+        part[(size_t)g * C + c] = acc;
+    }
+}
+void be_rmsnorm_backward(float* dx, void* dx_dt, BeDtype dt, float* dw_part, const float* dout, const float* x,
+                         const float* w, const float* rstd, int N, int C) {
+    PROF(PROF_POINTWISE);
+    if (N <= 0 || C <= 0) return;
+    int G = be_norm_groups(N), per = (N + G - 1) / G;
+    size_t smem = (size_t)per * sizeof(float);
+    if (smem > 48 * 1024) cu_die("be_rmsnorm_backward", "%d rows in %d groups: %d rows a group exceed the kernel's 12288", N, G, per);
+    double a = dx_dt ? (double)be_dtype_size(dt) * N * C : 0;
+    TRAFFIC(12.0 * N * C + 4.0 * C + 4.0 * N, 4.0 * N * C + a + 4.0 * G * C);
+    if (dt == BE_BF16) LAUNCH(rmsnorm_bwd_k<bf16>, G, 256, smem, dx, (bf16*)dx_dt, dw_part, dout, x, w, rstd, N, C, per);
+    else LAUNCH(rmsnorm_bwd_k<float>, G, 256, smem, dx, (float*)dx_dt, dw_part, dout, x, w, rstd, N, C, per);
+    CU_LAUNCHED("be_rmsnorm_backward");
+}
+__global__ void rmsnorm_dw_k(float* base, const long long* off, const float* part, int G, int C, int accumulate) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    if (c >= C) return;
+    float s = 0.0f;
+    for (int g = 0; g < G; g++) s += part[((size_t)i * G + g) * C + c];
+    float* d = base + off[i] + c;
+    *d = accumulate ? *d + s : s;
+}
+void be_rmsnorm_dw(float* base, const long long* off, const float* part, int n, int G, int C, int accumulate) {
+    PROF(PROF_POINTWISE);
+    if (n <= 0 || C <= 0) return;
+    double rows = 4.0 * n * C;
+    TRAFFIC_BOUNDS(rows * G + 8.0 * n + (accumulate ? rows : 0), rows, rows * G + 8.0 * n,
+                   rows * G + 8.0 * n + (accumulate ? cu_gather_hi(n, 4.0 * C) : 0), rows, cu_gather_hi(n, 4.0 * C));
+    LAUNCH(rmsnorm_dw_k, dim3((C + 255) / 256, n), 256, 0, base, off, part, G, C, accumulate);
+    CU_LAUNCHED("be_rmsnorm_dw");
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// RoPE (rotate_half): pair (x_i, x_{i+h}), h = hd/2, rotated by the angle of position pos[t]
+// q, k, v from one matmul's output, RoPE (rotate_half: pair (x_i, x_{i+h}), h = hd/2, rotated by the angle of position
+// pos[t]) applied as they are written; the backward packs RoPE^T dq, RoPE^T dk, dv into one matmul operand.
+// One thread per pair of a q or k head (an odd head_dim's last element goes along unrotated) and per element of v.
 
-__global__ void rope_k(float* x, const int* pos, const float* cs, int N, int nh, int hd, float sgn) {
-    int h = hd / 2;
-    size_t n = (size_t)N * nh * h;
+__device__ __forceinline__ void rope_pair(float& a, float& b, float c, float s) {
+    float x = a, y = b;
+    a = x * c - y * s;
+    b = y * c + x * s;
+}
+template <class T>
+__global__ void qkv_rope_k(float* q, float* k, float* v, const T* qkv, const int* pos, const float* cs, int N, int nh,
+                           int nkv, int hd) {
+    int h = hd / 2, W = (nh + 2 * nkv) * hd;
+    size_t nq = (size_t)N * nh * h, nk = (size_t)N * nkv * h, nv = (size_t)N * nkv * hd, n = nq + nk + nv;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n; idx += (size_t)gridDim.x * blockDim.x) {
-        int i = (int)(idx % h);
-        size_t th = idx / h;                 // t * nh + head
-        int t = (int)(th / nh);
+        if (idx >= nq + nk) {   // v: a copy
+            size_t e = idx - nq - nk;
+            size_t t = e / ((size_t)nkv * hd), j = e % ((size_t)nkv * hd);
+            v[e] = ldv(qkv, t * W + (size_t)(nh + nkv) * hd + j);
+            continue;
+        }
+        int isk = idx >= nq, nhx = isk ? nkv : nh;
+        size_t e = isk ? idx - nq : idx;
+        int i = (int)(e % h);
+        size_t th = e / h;              // t * nhx + head
+        size_t t = th / nhx;
+        int head = (int)(th % nhx) + (isk ? nh : 0);
         const float* c = cs + (size_t)pos[t] * hd;
-        float* xh = x + th * hd;
-        float a = xh[i], b = xh[i + h], sn = sgn * c[h + i];
-        xh[i] = a * c[i] - b * sn;
-        xh[i + h] = b * c[i] + a * sn;
+        const size_t src = t * W + (size_t)head * hd;
+        float a = ldv(qkv, src + i), b = ldv(qkv, src + i + h);
+        rope_pair(a, b, c[i], c[h + i]);
+        float* dst = (isk ? k : q) + th * hd;
+        dst[i] = a;
+        dst[i + h] = b;
+        if ((hd & 1) && i == 0) dst[hd - 1] = ldv(qkv, src + hd - 1);
     }
 }
-void be_rope_forward(float* x, const int* pos, const float* cs, int N, int nh, int hd) {
-    PROF(PROF_POINTWISE);
-    if (N <= 0 || nh <= 0 || hd < 2) return;
-    LAUNCH(rope_k, grid_for((size_t)N * nh * (hd / 2)), 256, 0, x, pos, cs, N, nh, hd, 1.0f);
-    CU_LAUNCHED("be_rope_forward");
+template <class T>
+__global__ void qkv_rope_bwd_k(T* dqkv, const float* dq, const float* dk, const float* dv, const int* pos, const float* cs,
+                               int N, int nh, int nkv, int hd) {
+    int h = hd / 2, W = (nh + 2 * nkv) * hd;
+    size_t nq = (size_t)N * nh * h, nk = (size_t)N * nkv * h, nv = (size_t)N * nkv * hd, n = nq + nk + nv;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n; idx += (size_t)gridDim.x * blockDim.x) {
+        if (idx >= nq + nk) {
+            size_t e = idx - nq - nk;
+            size_t t = e / ((size_t)nkv * hd), j = e % ((size_t)nkv * hd);
+            stv(dqkv, t * W + (size_t)(nh + nkv) * hd + j, dv[e]);
+            continue;
+        }
+        int isk = idx >= nq, nhx = isk ? nkv : nh;
+        size_t e = isk ? idx - nq : idx;
+        int i = (int)(e % h);
+        size_t th = e / h;
+        size_t t = th / nhx;
+        int head = (int)(th % nhx) + (isk ? nh : 0);
+        const float* c = cs + (size_t)pos[t] * hd;
+        const float* src = (isk ? dk : dq) + th * hd;
+        float a = src[i], b = src[i + h];
+        rope_pair(a, b, c[i], -c[h + i]);   // the transpose: the same map with the sine negated
+        size_t dst = t * W + (size_t)head * hd;
+        stv(dqkv, dst + i, a);
+        stv(dqkv, dst + i + h, b);
+        if ((hd & 1) && i == 0) stv(dqkv, dst + hd - 1, src[hd - 1]);
+    }
 }
-void be_rope_backward(float* dx, const int* pos, const float* cs, int N, int nh, int hd) {
+// the traffic of both: the packed side (a bytes per element) once, q, k, v once, positions, the cos|sin rows gathered
+static void qkv_rope_traffic(int N, int nh, int nkv, int hd, double a, int backward) {
+    double W = (double)(nh + 2 * nkv) * hd, packed = a * N * W, split = 4.0 * N * W, p = 4.0 * N;
+    double in = backward ? split : packed, out = backward ? packed : split;
+    TRAFFIC_BOUNDS(in + p + 4.0 * N * hd, out, in + p, in + p + cu_gather_hi(N, 4.0 * hd), out, out);
+}
+void be_qkv_rope(float* q, float* k, float* v, const void* qkv, BeDtype dt, const int* pos, const float* cs, int N,
+                 int nh, int nkv, int hd) {
     PROF(PROF_POINTWISE);
-    if (N <= 0 || nh <= 0 || hd < 2) return;
-    LAUNCH(rope_k, grid_for((size_t)N * nh * (hd / 2)), 256, 0, dx, pos, cs, N, nh, hd, -1.0f);
-    CU_LAUNCHED("be_rope_backward");
+    if (N <= 0 || hd <= 0) return;
+    size_t n = (size_t)N * (nh + nkv) * (hd / 2) + (size_t)N * nkv * hd;
+    qkv_rope_traffic(N, nh, nkv, hd, (double)be_dtype_size(dt), 0);
+    if (dt == BE_BF16) LAUNCH(qkv_rope_k<bf16>, grid_for(n), 256, 0, q, k, v, (const bf16*)qkv, pos, cs, N, nh, nkv, hd);
+    else LAUNCH(qkv_rope_k<float>, grid_for(n), 256, 0, q, k, v, (const float*)qkv, pos, cs, N, nh, nkv, hd);
+    CU_LAUNCHED("be_qkv_rope");
+}
+void be_qkv_rope_backward(void* dqkv, BeDtype dt, const float* dq, const float* dk, const float* dv, const int* pos,
+                          const float* cs, int N, int nh, int nkv, int hd) {
+    PROF(PROF_POINTWISE);
+    if (N <= 0 || hd <= 0) return;
+    size_t n = (size_t)N * (nh + nkv) * (hd / 2) + (size_t)N * nkv * hd;
+    qkv_rope_traffic(N, nh, nkv, hd, (double)be_dtype_size(dt), 1);
+    if (dt == BE_BF16) LAUNCH(qkv_rope_bwd_k<bf16>, grid_for(n), 256, 0, (bf16*)dqkv, dq, dk, dv, pos, cs, N, nh, nkv, hd);
+    else LAUNCH(qkv_rope_bwd_k<float>, grid_for(n), 256, 0, (float*)dqkv, dq, dk, dv, pos, cs, N, nh, nkv, hd);
+    CU_LAUNCHED("be_qkv_rope_backward");
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// SwiGLU
+// SwiGLU on [g | u] rows of one matmul's output
 
-__global__ void swiglu_fwd_k(float* h, const float* g, const float* u, size_t n) {
+template <class T> __global__ void swiglu_fwd_k(T* h, const T* gu, int N, int F) {
+    size_t n = (size_t)N * F;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float sg = 1.0f / (1.0f + expf(-g[i]));
-        h[i] = g[i] * sg * u[i];
+        size_t t = i / F, j = i % F, at = t * 2 * F + j;
+        float g = ldv(gu, at), u = ldv(gu, at + F);
+        float sg = 1.0f / (1.0f + expf(-g));
+        stv(h, i, g * sg * u);
     }
 }
-__global__ void swiglu_bwd_k(float* dg, float* du, const float* dh, const float* g, const float* u, size_t n) {
+template <class T> __global__ void swiglu_bwd_k(T* dgu, T* h, const T* dh, const T* gu, int N, int F) {
+    size_t n = (size_t)N * F;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float gi = g[i], s = 1.0f / (1.0f + expf(-gi));
-        float silu = gi * s, dhi = dh[i];
-        dg[i] = dhi * u[i] * s * (1.0f + gi * (1.0f - s));
-        du[i] = dhi * silu;
+        size_t t = i / F, j = i % F, at = t * 2 * F + j;
+        float g = ldv(gu, at), u = ldv(gu, at + F), d = ldv(dh, i);
+        float s = 1.0f / (1.0f + expf(-g)), silu = g * s;
+        if (h) stv(h, i, silu * u);
+        stv(dgu, at, d * u * s * (1.0f + g * (1.0f - s)));
+        stv(dgu, at + F, d * silu);
     }
 }
-void be_swiglu_forward(float* h, const float* g, const float* u, size_t n) {
+void be_swiglu_forward(void* h, const void* gu, BeDtype dt, int N, int F) {
     PROF(PROF_POINTWISE);
+    size_t n = (size_t)N * F;
     if (!n) return;
-    LAUNCH(swiglu_fwd_k, grid_for(n), 256, 0, h, g, u, n);
+    double a = (double)be_dtype_size(dt);
+    TRAFFIC(2 * a * n, a * n);
+    if (dt == BE_BF16) LAUNCH(swiglu_fwd_k<bf16>, grid_for(n), 256, 0, (bf16*)h, (const bf16*)gu, N, F);
+    else LAUNCH(swiglu_fwd_k<float>, grid_for(n), 256, 0, (float*)h, (const float*)gu, N, F);
     CU_LAUNCHED("be_swiglu_forward");
 }
-void be_swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, size_t n) {
+void be_swiglu_backward(void* dgu, void* h, const void* dh, const void* gu, BeDtype dt, int N, int F) {
     PROF(PROF_POINTWISE);
+    size_t n = (size_t)N * F;
     if (!n) return;
-    LAUNCH(swiglu_bwd_k, grid_for(n), 256, 0, dg, du, dh, g, u, n);
+    double a = (double)be_dtype_size(dt);
+    TRAFFIC(3 * a * n, 2 * a * n + (h ? a * n : 0));
+    if (dt == BE_BF16) LAUNCH(swiglu_bwd_k<bf16>, grid_for(n), 256, 0, (bf16*)dgu, (bf16*)h, (const bf16*)dh, (const bf16*)gu, N, F);
+    else LAUNCH(swiglu_bwd_k<float>, grid_for(n), 256, 0, (float*)dgu, (float*)h, (const float*)dh, (const float*)gu, N, F);
     CU_LAUNCHED("be_swiglu_backward");
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// cross-entropy over a vocabulary slice: one block per row for the row-wise pieces
+// the attention output's row dots (out in T): one warp per (row, head)
 
-__global__ void xent_lse_k(float* lse, const float* logits, int ld, int nv) {
-    const float* x = logits + (size_t)blockIdx.x * ld;
+template <class T> __global__ void rowdot_k(float* D, const float* dout, const T* out, long n, int hd) {
+    long r = blockIdx.x * (long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (r >= n) return;
+    float acc = 0.0f;
+    for (int d = lane; d < hd; d += 32) acc += dout[r * hd + d] * ldv(out, (size_t)r * hd + d);
+    acc = warp_sum(acc);
+    if (lane == 0) D[r] = acc;
+}
+void be_attn_rowdot(float* D, const float* dout, const void* out, BeDtype dt, int N, int nh, int hd) {
+    PROF(PROF_ATTN_BWD);
+    long n = (long)N * nh;
+    if (n <= 0) return;
+    TRAFFIC((4.0 + be_dtype_size(dt)) * n * hd, 4.0 * n);
+    if (dt == BE_BF16) LAUNCH(rowdot_k<bf16>, (unsigned)((n + 7) / 8), 256, 0, D, dout, (const bf16*)out, n, hd);
+    else LAUNCH(rowdot_k<float>, (unsigned)((n + 7) / 8), 256, 0, D, dout, (const float*)out, n, hd);
+    CU_LAUNCHED("be_attn_rowdot");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// cross-entropy over a vocabulary slice: one block per row. The statistics in one read of the row: each thread keeps a
+// running max and a sum of expf(x - max) in double (rescaled when its max grows), then the block combines them in a
+// fixed tree. The gradient pass reads the row again (from cache) and writes scale (softmax - onehot) in T over the row:
+// in fp32 in place; in bf16 over the row's first half, a chunk of the block's width at a time, each chunk read before
+// a barrier and written after it (a chunk's bf16 values land in fp32 elements of chunks already read).
+
+__device__ void row_stats(float* lse_out, float* tl_out, const float* x, int target, int nv, int v0) {
     float m = -INFINITY;
-    for (int j = threadIdx.x; j < nv; j += blockDim.x) m = fmaxf(m, x[j]);
-    m = block_max(m);
     double s = 0;
-    for (int j = threadIdx.x; j < nv; j += blockDim.x) s += (double)expf(x[j] - m);
-    s = block_sum_d(s);
-    if (threadIdx.x == 0) lse[blockIdx.x] = nv > 0 ? m + (float)log(s) : -INFINITY;
-}
-void be_xent_lse(float* lse, const float* logits, int N, int ld, int nv) {
-    PROF(PROF_XENT);
-    if (N <= 0) return;
-    LAUNCH(xent_lse_k, N, 256, 0, lse, logits, ld, nv);
-    CU_LAUNCHED("be_xent_lse");
-}
-
-__global__ void xent_tl_k(float* tl, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) return;
-    int t = targets[i] - v0;
-    tl[i] = (targets[i] >= 0 && t >= 0 && t < nv) ? logits[(size_t)i * ld + t] : 0.0f;
-}
-void be_xent_target_logit(float* tl, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
-    PROF(PROF_XENT);
-    if (N <= 0) return;
-    LAUNCH(xent_tl_k, cu_blocks(N, 256), 256, 0, tl, logits, targets, N, ld, nv, v0);
-    CU_LAUNCHED("be_xent_target_logit");
-}
-
-__global__ void xent_loss_k(float* losses, const float* lse, const float* tl, const int* targets, int N) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < N) losses[i] = targets[i] >= 0 ? lse[i] - tl[i] : 0.0f;
-}
-void be_xent_loss(float* losses, const float* lse, const float* tl, const int* targets, int N) {
-    PROF(PROF_XENT);
-    if (N <= 0) return;
-    LAUNCH(xent_loss_k, cu_blocks(N, 256), 256, 0, losses, lse, tl, targets, N);
-    CU_LAUNCHED("be_xent_loss");
-}
-
-__global__ void xent_bwd_k(float* logits, const float* lse, const int* targets, int ld, int nv, int v0, float scale) {
-    int i = blockIdx.x;
-    float* x = logits + (size_t)i * ld;
-    int tg = targets[i];
-    if (tg < 0) {
-        for (int j = threadIdx.x; j < ld; j += blockDim.x) x[j] = 0.0f;
-        return;
+    for (int j = threadIdx.x; j < nv; j += blockDim.x) {
+        float v = x[j];
+        if (v > m) { s = m == -INFINITY ? 0.0 : s * (double)expf(m - v); m = v; }
+        s += (double)expf(v - m);
     }
-    float l = lse[i];
-    int t = tg - v0;
-    for (int j = threadIdx.x; j < ld; j += blockDim.x) {
+    float M = block_max(m);
+    s = m == -INFINITY ? 0.0 : s * (double)expf(m - M);
+    s = block_sum_d(s);
+    int t = target - v0;
+    if (threadIdx.x == 0) {
+        *lse_out = nv > 0 ? M + (float)log(s) : -INFINITY;
+        *tl_out = (target >= 0 && t >= 0 && t < nv) ? x[t] : 0.0f;
+    }
+}
+template <class T>
+__device__ void row_grad(float* x, float lse, int target, int ld, int nv, int v0, float scale) {
+    T* y = (T*)x;
+    int t = target - v0;
+    for (int base = 0; base < ld; base += blockDim.x) {
+        int j = base + threadIdx.x;
         float v = 0.0f;
-        if (j < nv) {
-            v = scale * expf(x[j] - l);
+        if (j < ld && target >= 0 && j < nv) {
+            v = scale * expf(x[j] - lse);
             if (j == t) v -= scale;
         }
-        x[j] = v;
+        if (sizeof(T) != sizeof(float)) __syncthreads();   // the chunk read before any of it is overwritten
+        if (j < ld) stv(y, j, v);
+        if (sizeof(T) != sizeof(float)) __syncthreads();
     }
 }
-void be_xent_backward(float* logits, const float* lse, const int* targets, int N, int ld, int nv, int v0, float scale) {
+__global__ void xent_stats_k(float* lse, float* tl, const float* logits, const int* targets, int ld, int nv, int v0) {
+    int i = blockIdx.x;
+    row_stats(lse + i, tl + i, logits + (size_t)i * ld, targets[i], nv, v0);
+}
+template <class T>
+__global__ void xent_finish_k(float* losses, float* logits, const float* lse, const float* tl, const int* targets, int ld,
+                              int nv, int v0, float scale) {
+    int i = blockIdx.x, tg = targets[i];
+    if (threadIdx.x == 0) losses[i] = tg >= 0 ? lse[i] - tl[i] : 0.0f;
+    if (scale != 0.0f) row_grad<T>(logits + (size_t)i * ld, lse[i], tg, ld, nv, v0, scale);
+}
+template <class T>
+__global__ void xent_fused_k(float* losses, float* lse, float* logits, const int* targets, int ld, int nv, int v0, float scale) {
+    SHARED(float, st, [2]);
+    int i = blockIdx.x, tg = targets[i];
+    float* x = logits + (size_t)i * ld;
+    row_stats(&st[0], &st[1], x, tg, nv, v0);
+    __syncthreads();
+    float l = st[0];
+    if (threadIdx.x == 0) { lse[i] = l; losses[i] = tg >= 0 ? l - st[1] : 0.0f; }
+    if (scale != 0.0f) row_grad<T>(x, l, tg, ld, nv, v0, scale);
+}
+void be_xent_stats(float* lse, float* tl, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
     PROF(PROF_XENT);
     if (N <= 0) return;
-    LAUNCH(xent_bwd_k, N, 256, 0, logits, lse, targets, ld, nv, v0, scale);
-    CU_LAUNCHED("be_xent_backward");
+    TRAFFIC_BOUNDS(4.0 * N * nv + 4.0 * N, 8.0 * N, 4.0 * N * nv + 4.0 * N, 4.0 * N * ld + 4.0 * N, 8.0 * N, 8.0 * N);
+    LAUNCH(xent_stats_k, N, 256, 0, lse, tl, logits, targets, ld, nv, v0);
+    CU_LAUNCHED("be_xent_stats");
+}
+// the gradient's traffic: the rows read (when written) and written in dt (a bf16 row: its first half, whose pages may
+// be all of the rows' pages)
+static void xent_grad_traffic(int N, int ld, int nv, BeDtype dt, float scale, double rd0, double wr0) {
+    double g = scale != 0.0f ? (double)be_dtype_size(dt) * N * ld : 0, rd = scale != 0.0f ? 4.0 * N * nv : 0;
+    TRAFFIC_BOUNDS(rd0 + rd, wr0 + g, rd0, rd0 + (scale != 0.0f ? 4.0 * N * ld : 0), wr0, wr0 + (g ? 4.0 * N * ld : 0));
+}
+void be_xent_finish(float* losses, float* logits, BeDtype dt, const float* lse, const float* tl, const int* targets,
+                    int N, int ld, int nv, int v0, float scale) {
+    PROF(PROF_XENT);
+    if (N <= 0) return;
+    xent_grad_traffic(N, ld, nv, dt, scale, 12.0 * N, 4.0 * N);
+    if (dt == BE_BF16) LAUNCH(xent_finish_k<bf16>, N, 256, 0, losses, logits, lse, tl, targets, ld, nv, v0, scale);
+    else LAUNCH(xent_finish_k<float>, N, 256, 0, losses, logits, lse, tl, targets, ld, nv, v0, scale);
+    CU_LAUNCHED("be_xent_finish");
+}
+void be_xent_fused(float* losses, float* lse, float* logits, BeDtype dt, const int* targets, int N, int ld, int nv,
+                   int v0, float scale) {
+    PROF(PROF_XENT);
+    if (N <= 0) return;
+    // the statistics read each row once; the gradient reads it again from cache (not counted twice)
+    double g = scale != 0.0f ? (double)be_dtype_size(dt) * N * ld : 0;
+    TRAFFIC_BOUNDS(4.0 * N * nv + 4.0 * N, 8.0 * N + g, 4.0 * N * nv + 4.0 * N, 4.0 * N * ld + 4.0 * N, 8.0 * N,
+                   8.0 * N + (g ? 4.0 * N * ld : 0));
+    if (dt == BE_BF16) LAUNCH(xent_fused_k<bf16>, N, 256, 0, losses, lse, logits, targets, ld, nv, v0, scale);
+    else LAUNCH(xent_fused_k<float>, N, 256, 0, losses, lse, logits, targets, ld, nv, v0, scale);
+    CU_LAUNCHED("be_xent_fused");
 }
 
 __global__ void row_max_k(float* mx, const float* logits, const int* targets, int ld, int nv, int v0) {
@@ -1031,6 +1409,7 @@ __global__ void row_max_k(float* mx, const float* logits, const int* targets, in
 void be_row_max(float* mx, const float* logits, const int* targets, int N, int ld, int nv, int v0) {
     PROF(PROF_XENT);
     if (N <= 0) return;
+    TRAFFIC_BOUNDS(4.0 * N * nv + 4.0 * N, 4.0 * N, 4.0 * N * nv + 4.0 * N, 4.0 * N * ld + 4.0 * N, 4.0 * N, 4.0 * N);
     LAUNCH(row_max_k, N, 256, 0, mx, logits, targets, ld, nv, v0);
     CU_LAUNCHED("be_row_max");
 }
@@ -1042,6 +1421,7 @@ __global__ void argmax_hit_k(float* hit, const float* mx, const float* tl, const
 void be_argmax_hit(float* hit, const float* mx, const float* tl, const int* targets, int N) {
     PROF(PROF_XENT);
     if (N <= 0) return;
+    TRAFFIC(12.0 * N, 4.0 * N);
     LAUNCH(argmax_hit_k, cu_blocks(N, 256), 256, 0, hit, mx, tl, targets, N);
     CU_LAUNCHED("be_argmax_hit");
 }
@@ -1053,6 +1433,7 @@ __global__ void exp_sub_k(float* x, const float* m, int N) {
 void be_exp_sub(float* x, const float* m, int N) {
     PROF(PROF_XENT);
     if (N <= 0) return;
+    TRAFFIC(8.0 * N, 4.0 * N);
     LAUNCH(exp_sub_k, cu_blocks(N, 256), 256, 0, x, m, N);
     CU_LAUNCHED("be_exp_sub");
 }
@@ -1064,6 +1445,7 @@ __global__ void log_add_k(float* lse, const float* s, const float* m, int N) {
 void be_log_add(float* lse, const float* s, const float* m, int N) {
     PROF(PROF_XENT);
     if (N <= 0) return;
+    TRAFFIC(8.0 * N, 4.0 * N);
     LAUNCH(log_add_k, cu_blocks(N, 256), 256, 0, lse, s, m, N);
     CU_LAUNCHED("be_log_add");
 }
@@ -1071,20 +1453,29 @@ void be_log_add(float* lse, const float* s, const float* m, int N) {
 // ---------------------------------------------------------------------------------------------------------
 // AdamW
 
-__global__ void adamw_k(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
-                        float eps, float wd, float bc1, float bc2, float gscale) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float gi = g[i] * gscale;
+// one block per chunk of a segment (the chunk's class: decayed or not)
+__global__ void adamw_k(float* p, const float* g, float* m, float* v, const SqChunk* ch, float lr, float b1, float b2,
+                        float eps, float wd, float bc1, float bc2, const float* gscale) {
+    SqChunk c = ch[blockIdx.x];
+    float gs = gscale[0], w = c.cls ? wd : 0.0f;
+    for (size_t i = c.off + threadIdx.x; i < c.off + c.n; i += blockDim.x) {
+        float gi = g[i] * gs;
         float mi = b1 * m[i] + (1.0f - b1) * gi;
         float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
         m[i] = mi; v[i] = vi;
-        p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i]);
+        p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + w * p[i]);
     }
 }
-void be_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
-              float eps, float wd, float bc1, float bc2, float gscale) {
+static ChunkTable g_adam_tab;
+void be_adamw(float* p, const float* g, float* m, float* v, const BeSegment* seg, int nseg, float lr, float b1, float b2,
+              float eps, float wd, float bc1, float bc2, const float* gscale) {
     PROF(PROF_OPTIM);
-    if (!n) return;
-    LAUNCH(adamw_k, grid_for(n), 256, 0, p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, gscale);
+    int n;
+    const SqChunk* dtab = chunk_table(&g_adam_tab, WS_ADAM_TAB, seg, nseg, &n, "be_adamw (upload)");
+    if (n == 0) return;
+    size_t nel = 0;
+    for (int i = 0; i < nseg; i++) nel += seg[i].n;
+    TRAFFIC(16.0 * nel + 4 + (double)n * sizeof(SqChunk), 12.0 * nel);
+    LAUNCH(adamw_k, n, 256, 0, p, g, m, v, dtab, lr, b1, b2, eps, wd, bc1, bc2, gscale);
     CU_LAUNCHED("be_adamw");
 }

@@ -12,26 +12,29 @@
 #
 #   HOSTFILE=hosts.txt NODES=2 RANKS_PER_NODE=8 TP=4 CP=4 bash configs/launch/mpirun_cpu.sh [more train keys]
 #   NODES=1 RANKS_PER_NODE=4 TP=1 CP=4 CONFIG=configs/tiny.conf bash configs/launch/mpirun_cpu.sh  (one machine)
+trap 'LAUNCH_STOP=1' TERM INT HUP USR1   # first of all: a stop during start-up is kept (configs/launch/common.sh)
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+case $0 in */*) cd "${0%/*}/../..";; *) cd ../..;; esac
 source configs/launch/common.sh
 CONFIG=${CONFIG:-configs/llama_125m_128k.conf}
 DATA=${DATA:-data}                     # directory with train_*.bin / val_*.bin (and meta.json)
-OUT_DIR=${OUT_DIR:-out/$(basename "$CONFIG" .conf)}
+NAME=${CONFIG##*/}; OUT_DIR=${OUT_DIR:-out/${NAME%.conf}}
 NODES=${NODES:-2}
 RANKS_PER_NODE=${RANKS_PER_NODE:-8}
 TP=${TP:-4}                            # within a node
 CP=${CP:-4}                            # ring size
 CKPT_EVERY=${CKPT_EVERY:-100}
 THREADS=${THREADS:-1}                  # OpenMP threads per rank
+for v in NODES RANKS_PER_NODE TP CP THREADS; do launch_int "$v" 1; done
+launch_int CKPT_EVERY 0
 WORLD=$((NODES * RANKS_PER_NODE))
 launch_grid "$WORLD" "$TP" "$CP"
 launch_resume "$OUT_DIR"
 HOSTS=()
 if [ -n "${HOSTFILE:-}" ]; then HOSTS=(--hostfile "$HOSTFILE")
 elif (( NODES > 1 )); then echo "launch: set HOSTFILE to an Open MPI hostfile (one line per node: 'host slots=N')" >&2; exit 1; fi
-MPI=(mpirun -q -np "$WORLD" "${HOSTS[@]}" --map-by "ppr:$RANKS_PER_NODE:node" --bind-to none -x OMP_NUM_THREADS -x HDF5_USE_FILE_LOCKING)
-[ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+MPI=(mpirun -np "$WORLD" "${HOSTS[@]}" --map-by "ppr:$RANKS_PER_NODE:node" --bind-to none -x OMP_NUM_THREADS -x HDF5_USE_FILE_LOCKING)
+(( EUID == 0 )) && MPI+=(--allow-run-as-root)
 (( NODES == 1 && RANKS_PER_NODE > $(nproc) )) && MPI+=(--oversubscribe)
 export OMP_NUM_THREADS=$THREADS HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}
 launch_run tools/preemptible "${MPI[@]}" \
@@ -41,5 +44,5 @@ launch_run tools/preemptible "${MPI[@]}" \
 launch_unfinished "$OUT_DIR" && { echo "launch: stopped before max_steps; run this script again to continue"; exit 0; }
 
 # perplexity by position of the final checkpoint, log-spaced buckets
-"${MPI[@]}" build/eval --ckpt "$OUT_DIR" --data "$DATA/val_*.bin" --log_buckets --tp "$TP" --cp "$CP" \
+tools/preemptible "${MPI[@]}" build/eval --ckpt "$OUT_DIR" --data "$DATA/val_*.bin" --log_buckets --tp "$TP" --cp "$CP" \
   --seq_len "$(launch_key "$OUT_DIR" seq_len)" --out "$OUT_DIR/eval" --force

@@ -10,13 +10,14 @@
 # NCCL / UCX settings: configs/launch/gpu_env.sh (defaults; the environment wins).
 #
 #   HOSTFILE=hosts.txt NODES=4 GPUS_PER_NODE=8 TP=2 CP=16 bash configs/launch/mpirun_gpu.sh [more train keys]
+trap 'LAUNCH_STOP=1' TERM INT HUP USR1   # first of all: a stop during start-up is kept (configs/launch/common.sh)
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+case $0 in */*) cd "${0%/*}/../..";; *) cd ../..;; esac
 source configs/launch/common.sh
 source configs/launch/gpu_env.sh
 CONFIG=${CONFIG:-configs/llama_1b_128k.conf}
 DATA=${DATA:-data}                     # directory with train_*.bin / val_*.bin (and meta.json)
-OUT_DIR=${OUT_DIR:-out/$(basename "$CONFIG" .conf)}
+NAME=${CONFIG##*/}; OUT_DIR=${OUT_DIR:-out/${NAME%.conf}}
 NODES=${NODES:-1}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 TP=${TP:-2}                            # within a node
@@ -24,15 +25,17 @@ CP=${CP:-4}                            # ring / all-to-all size
 CKPT_EVERY=${CKPT_EVERY:-100}
 TRAIN=${TRAIN:-build/cuda/train}
 [ -x "$TRAIN" ] || { echo "launch: $TRAIN is not built (run: make cuda)" >&2; exit 1; }
+for v in NODES GPUS_PER_NODE TP CP; do launch_int "$v" 1; done
+launch_int CKPT_EVERY 0
 WORLD=$((NODES * GPUS_PER_NODE))
 launch_grid "$WORLD" "$TP" "$CP"
 launch_resume "$OUT_DIR"
 HOSTS=()
 if [ -n "${HOSTFILE:-}" ]; then HOSTS=(--hostfile "$HOSTFILE")
 elif (( NODES > 1 )); then echo "launch: set HOSTFILE to an Open MPI hostfile (one line per node: 'host slots=GPUS')" >&2; exit 1; fi
-MPI=(mpirun -q -np "$WORLD" "${HOSTS[@]}" --map-by "ppr:$GPUS_PER_NODE:node" --bind-to none)
+MPI=(mpirun -np "$WORLD" "${HOSTS[@]}" --map-by "ppr:$GPUS_PER_NODE:node" --bind-to none)
 for v in "${GPU_ENV_NAMES[@]}"; do MPI+=(-x "$v"); done
-[ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+(( EUID == 0 )) && MPI+=(--allow-run-as-root)
 (( NODES == 1 && GPUS_PER_NODE > $(nproc) )) && MPI+=(--oversubscribe)
 launch_run tools/preemptible "${MPI[@]}" \
   "$TRAIN" -c "$CONFIG" --train_data "$DATA/train_*.bin" --val_data "$DATA/val_*.bin" \
@@ -41,5 +44,5 @@ launch_run tools/preemptible "${MPI[@]}" \
 launch_unfinished "$OUT_DIR" && { echo "launch: stopped before max_steps; run this script again to continue"; exit 0; }
 
 # perplexity by position of the final checkpoint, log-spaced buckets
-"${MPI[@]}" "${TRAIN%/train}/eval" --ckpt "$OUT_DIR" --data "$DATA/val_*.bin" --log_buckets --tp "$TP" --cp "$CP" \
+tools/preemptible "${MPI[@]}" "${TRAIN%/train}/eval" --ckpt "$OUT_DIR" --data "$DATA/val_*.bin" --log_buckets --tp "$TP" --cp "$CP" \
   --seq_len "$(launch_key "$OUT_DIR" seq_len)" --out "$OUT_DIR/eval" --force

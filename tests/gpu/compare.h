@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 // ---- roundings (the values the tensor cores multiply) ----
@@ -90,6 +91,49 @@ static inline CmpRes cmp_lse_abs(const float* a, const float* r, size_t n) {
         if (res.row < 0 || e > res.err) { res.err = e; res.row = (long)i; }
     }
     return res;
+}
+
+// The conditioning of attention's dq and dk: dS = P (dP - D) cancels where D is close to dP (a query that sees one
+// key has dS = 0 exactly), and there any implementation is only accurate to the size of the terms dP and D are summed
+// from. Per row of dq (query i, head h) the floor of cmp_rows_ex's denominator is kappa * max_d sqrt(sum_j (scale P_ij
+// (sum_e |dO_ie v_je| + sum_e |dO_ie O_ie|) k_jd)^2), the size of the rounding errors of dS that reach dq (errors
+// of independent terms add like a random walk); dk alike with q in place of k. q, dout, o [Tq, nh*hd], k, v
+// [Tk, nkv*hd], l [Tq, nh] (natural log); the keys query i sees: vlist[voff[i] .. voff[i+1]). In double.
+static inline void cmp_attn_floors(double* fq, double* fk, int Tq, int Tk, int nh, int nkv, int hd, const float* q,
+                                   const float* k, const float* v, const float* dout, const float* o, const float* l,
+                                   const size_t* voff, const int* vlist, float sc, double kappa) {
+    int grp = nh / nkv;
+    double* mq = (double*)calloc((size_t)Tq * nh * hd, sizeof(double));
+    double* mk = (double*)calloc((size_t)Tk * nkv * hd, sizeof(double));
+    for (int i = 0; i < Tq; i++)
+        for (int h = 0; h < nh; h++) {
+            size_t r = (size_t)i * nh + h;
+            if (l[r] == -INFINITY) continue;
+            int g = h / grp;
+            const float *qi = q + r * hd, *gi = dout + r * hd, *oi = o + r * hd;
+            double dsz = 0;
+            for (int d = 0; d < hd; d++) dsz += fabs((double)gi[d] * oi[d]);
+            for (size_t e = voff[i]; e < voff[i + 1]; e++) {
+                int j = vlist[e];
+                const float *kj = k + ((size_t)j * nkv + g) * hd, *vj = v + ((size_t)j * nkv + g) * hd;
+                double s = 0, dpsz = 0;
+                for (int d = 0; d < hd; d++) { s += (double)qi[d] * kj[d]; dpsz += fabs((double)gi[d] * vj[d]); }
+                double t = sc * exp(sc * s - l[r]) * (dpsz + dsz);
+                double *mqi = mq + r * hd, *mkj = mk + ((size_t)j * nkv + g) * hd;
+                for (int d = 0; d < hd; d++) { mqi[d] += t * t * kj[d] * kj[d]; mkj[d] += t * t * qi[d] * qi[d]; }
+            }
+        }
+    for (size_t r = 0; r < (size_t)Tq * nh; r++) {
+        double m = 0;
+        for (int d = 0; d < hd; d++) m = fmax(m, mq[r * hd + d]);
+        fq[r] = kappa * sqrt(m);
+    }
+    for (size_t r = 0; r < (size_t)Tk * nkv; r++) {
+        double m = 0;
+        for (int d = 0; d < hd; d++) m = fmax(m, mk[r * hd + d]);
+        fk[r] = kappa * sqrt(m);
+    }
+    free(mq); free(mk);
 }
 
 // bit-for-bit equality of two arrays (NaN payloads included)

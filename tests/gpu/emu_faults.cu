@@ -4,7 +4,7 @@
 // GPU would fault, hang or silently compute garbage. `ok` is the control: correct code of the same shapes runs.
 //   emu_faults CASE      (CASE: ok, host_read, oob, use_after_free, host_arg, block_limit, smem_optin, smem_oob,
 //                         race, race_kernel, divergent_barrier, deadlock, shfl_exited, memcpy_range, memcpy_kind,
-//                         double_free)
+//                         double_free; traffic, with RINGLM_EMU_TRAFFIC=1: the page counts of the step anatomy)
 #include "backend/cuda/cu_common.h"
 #include <cstdio>
 #include <cstring>
@@ -12,6 +12,9 @@
 // what cu_common.h's LAUNCH needs: the compute stream of this test
 static cudaStream_t g_s;
 cudaStream_t cu_stream(void) { return g_s; }
+int cu_anat_on = 0;   // and the step anatomy's switch (never on here)
+void cu_anat_launch_(const char*) {}
+void cu_anat_launched_(void) {}
 
 __global__ void fill_k(float* x, int n, float v) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -86,6 +89,30 @@ int main(int argc, char** argv) {
             return 1;
         }
         printf("ok: sum %g, shared %g, copied %g\n", r[0], r[1], h[n - 1]);
+        return 0;
+    }
+    if (!strcmp(c, "traffic")) {   // RINGLM_EMU_TRAFFIC=1: the pages each kernel read and wrote, counted exactly
+        const int m = 20480;           // 80 KiB: 20 whole pages (the allocation ends at a page boundary)
+        float* big;
+        if (check(cudaMalloc((void**)&big, m * sizeof(float)), "cudaMalloc")) return 1;
+        double r[3], w[3];
+        int np[3];
+        LAUNCH(fill_k, (m + 255) / 256, 256, 0, big, m, 1.0f);              // writes 20 pages, reads none
+        int ok0 = emu_traffic_last(&r[0], &w[0], &np[0]);
+        LAUNCH(fill_k, (5000 + 255) / 256, 256, 0, big, 5000, 2.0f);        // 20000 bytes: 5 pages written
+        int ok1 = emu_traffic_last(&r[1], &w[1], &np[1]);
+        LAUNCH(sum_k, 1, 256, 0, out, big, m);                              // reads 20 pages, writes 1 (out)
+        int ok2 = emu_traffic_last(&r[2], &w[2], &np[2]);
+        float sum;
+        cudaMemcpyAsync(&sum, out, sizeof sum, cudaMemcpyDeviceToHost, g_s);
+        cudaStreamSynchronize(g_s);
+        if (!ok0 || !ok1 || !ok2 || r[0] != 0 || w[0] != 20 * 4096.0 || r[1] != 0 || w[1] != 5 * 4096.0 ||
+            r[2] != 20 * 4096.0 || w[2] != 4096.0 || np[2] != 2 || sum != 5000 * 2.0f + (m - 5000) * 1.0f) {
+            fprintf(stderr, "traffic counted: %d %d %d, pages read/written %g/%g %g/%g %g/%g, pointers %d, sum %g\n", ok0, ok1,
+                    ok2, r[0] / 4096, w[0] / 4096, r[1] / 4096, w[1] / 4096, r[2] / 4096, w[2] / 4096, np[2], sum);
+            return 1;
+        }
+        printf("ok: pages read/written by fill (80 KiB) 0/20, fill (20000 bytes) 0/5, sum 20/1, results right\n");
         return 0;
     }
     if (!strcmp(c, "host_read")) { printf("%g\n", d[3]); return 0; }                  // no cudaMemcpy

@@ -18,7 +18,11 @@
 // kernels' own arithmetic in their own order; a correct GPU differs from it only by its libm (expf, exp2f, log1pf
 // within 2 ulp), nvcc's FMA contraction and cuBLAS's accumulation order, all ~1e-7 relative.
 //   exact (bit-identical): add (one IEEE add), copy, zero, embedding forward (a row copy) and backward (the CPU's
-//     token order), target logit, row max, argmax hit, matmul with k = 0 (C = beta C).
+//     token order, sorted on the device), target logit, row max, argmax hit, matmul with k = 0 (C = beta C), the
+//     norms' weight-gradient reduction (the same sums in the same order), the fp32 -> bf16 cast (to nearest even).
+//   bf16 activations (act_dtype): the layer kernels run in fp32 and bf16; a bf16 output is compared with the CPU's
+//     fp32 output from the same (bf16) inputs within TOL_BF16 = 4e-3 per row (its rounding: 2^-8 of each element) and
+//     must exceed the fp32 tolerance (the bf16 path ran); see the section above test_rmsnorm_shape.
 //   1e-6: adamw, rope (a few flops per element; measured 0, a GPU differs by an ulp or two of FMA contraction).
 //   1e-5: swiglu, exp_sub, xent backward (expf: 2 ulp on a GPU, measured 0).
 //   2e-5: rmsnorm out, rstd, dx, dw (measured <= 4.6e-6: dw sums 17000 rows in 254 groups, the CPU in another
@@ -51,7 +55,7 @@
 //     mostly in short documents; each message counts them).
 //
 // Coverage beyond the kernels' contracts: grid-stride loops run several passes (grid_for caps the grid at 132 x 16
-// blocks of 256 = 540672 threads: add, swiglu, adamw at 3.01 passes, rope 2.46, embedding forward 2.16, matmul
+// blocks of 256 = 540672 threads: add and swiglu at 3.01 passes, qkv_rope 3.94, embedding forward 2.16, matmul
 // k = 0 2.40; the fill of attn_forward_begin and the bf16 conversion of attention inputs at more than the 65536
 // blocks of 256 of grid_n); be_sumsq_segments with 313 chunks (> the 256 threads of its final pass), segments of
 // up to 5 chunks + 17, a 1e-6 class and empty classes; rmsnorm dw over 17000 rows (254 row groups); xent rows of
@@ -178,29 +182,24 @@ static void test_elementwise(void) {
     cpu->be_add(y, x, n); be_add(dy, dx, n);
     CHECK(same_dev(dy, y, n), "add n %zu (%.2f grid passes): bit-identical to the CPU (one IEEE add)", n, (double)n / GRID_PASS);
 
-    float *g = rnd(n, 4), *u = rnd(n, 2), *dh = rnd(n, 1);
-    scale_rows(u, R, L, 7, 3, SMALL); scale_rows(dh, R, L, 5, 1, SMALL);
-    float *h = malloc(n * 4), *dg = malloc(n * 4), *du = malloc(n * 4);
-    float *Dg = up(g, n * 4), *Du = up(u, n * 4), *Ddh = up(dh, n * 4), *Dh = be_alloc(n * 4), *Ddg = be_alloc(n * 4), *Ddu = be_alloc(n * 4);
-    cpu->be_swiglu_forward(h, g, u, n); be_swiglu_forward(Dh, Dg, Du, n);
-    cpu->be_swiglu_backward(dg, du, dh, g, u, n); be_swiglu_backward(Ddg, Ddu, Ddh, Dg, Du, n);
-    CmpRes e1 = cmpd(Dh, h, R, L, FLOOR_REL), e2 = cmpd(Ddg, dg, R, L, FLOOR_REL), e3 = cmpd(Ddu, du, R, L, FLOOR_REL);
-    CHECK(e1.err <= TOL_EW_EXP && e2.err <= TOL_EW_EXP && e3.err <= TOL_EW_EXP,
-          "swiglu n %zu (%.2f grid passes), per row of %zu: h %.2e, dg %.2e, du %.2e (tol %g)", n, (double)n / GRID_PASS, L,
-          e1.err, e2.err, e3.err, TOL_EW_EXP);
-
     // AdamW with clipping scale and weight decay
     float *p = rnd(n, 1), *gr = rnd(n, 1), *mo = rnd(n, 0.1f), *v = rnd(n, 0.1f);
     for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
     scale_rows(gr, R, L, 7, 3, SMALL); scale_rows(mo, R, L, 7, 3, SMALL); scale_rows(v, R, L, 7, 3, SMALL * SMALL);
     scale_rows(p, R, L, 5, 2, SMALL);
-    float *Dp = up(p, n * 4), *Dgr = up(gr, n * 4), *Dm = up(mo, n * 4), *Dv = up(v, n * 4);
-    cpu->be_adamw(p, gr, mo, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.271f, 0.0975f, 0.6f);
-    be_adamw(Dp, Dgr, Dm, Dv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.271f, 0.0975f, 0.6f);
-    e1 = cmpd(Dp, p, R, L, FLOOR_REL); e2 = cmpd(Dm, mo, R, L, FLOOR_REL); e3 = cmpd(Dv, v, R, L, FLOOR_REL);
-    CHECK(e1.err <= TOL_EW && e2.err <= TOL_EW && e3.err <= TOL_EW,
-          "adamw n %zu (%.2f grid passes), per row of %zu: p %.2e, m %.2e, v %.2e (tol %g)", n, (double)n / GRID_PASS, L,
-          e1.err, e2.err, e3.err, TOL_EW);
+    float *Dp = up(p, n * 4), *Dgr = up(gr, n * 4), *Dm = up(mo, n * 4), *Dv = up(v, n * 4), gs = 0.6f;
+    float* Dgs = up(&gs, 4);   // the clipping factor lives on the device
+    // segments: decayed and not, a gap left alone, chunks (65536) cut inside segments
+    BeSegment seg[4] = { { 0, 300000, 1 }, { 300000, 1001, 0 }, { 301001, 900000, 1 }, { 1201101, n - 1201101, 0 } };
+    float* p_gap = dup(p + 1201001, 100);   // [1201001, 1201101): in no segment
+    cpu->be_adamw(p, gr, mo, v, seg, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.271f, 0.0975f, &gs);
+    be_adamw(Dp, Dgr, Dm, Dv, seg, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.271f, 0.0975f, Dgs);
+    int gap_ok = !memcmp(p_gap, p + 1201001, 100 * 4);
+    free(p_gap);
+    CmpRes e1 = cmpd(Dp, p, R, L, FLOOR_REL), e2 = cmpd(Dm, mo, R, L, FLOOR_REL), e3 = cmpd(Dv, v, R, L, FLOOR_REL);
+    CHECK(e1.err <= TOL_EW && e2.err <= TOL_EW && e3.err <= TOL_EW && gap_ok,
+          "adamw n %zu in 4 segments (decayed or not, a gap left alone), per row of %zu: p %.2e, m %.2e, v %.2e (tol %g)",
+          n, L, e1.err, e2.err, e3.err, TOL_EW);
 
     // copy with overlap both ways (memmove) and zero
     be_copy(Dp + 3, Dp, 500 * 4);          memmove(p + 3, p, 500 * 4);
@@ -208,9 +207,45 @@ static void test_elementwise(void) {
     be_copy(Dp + 600000, Dp, 700000 * 4);  memmove(p + 600000, p, 700000 * 4);
     be_zero(Dp + 700, 100 * 4);            memset(p + 700, 0, 100 * 4);
     CHECK(same_dev(Dp, p, n), "copy (overlapping forward and backward, 2.8 MB) and zero are exact");
-    free(y); free(x); free(g); free(u); free(dh); free(h); free(dg); free(du); free(p); free(gr); free(mo); free(v);
-    void* all[] = { dy, dx, Dg, Du, Ddh, Dh, Ddg, Ddu, Dp, Dgr, Dm, Dv };
+    free(y); free(x); free(p); free(gr); free(mo); free(v);
+    void* all[] = { dy, dx, Dp, Dgr, Dm, Dv, Dgs };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be_free(all[i]);
+}
+
+// the step's scalars on the device: the loss sum (be_sum accumulates; a fixed order: repeats bit for bit) and the
+// clipping factor (be_clip_scale: torch's rule in double, then float; 1 without clipping or under the limit)
+static void test_scalars(void) {
+    size_t n = 70001;
+    float* x = rnd(n, 3);
+    float* dx = up(x, n * 4);
+    double acc0 = 0.25, h = 0.25, *dacc = up(&acc0, 8), g1, g2;
+    long double ref = 0.25;
+    for (size_t i = 0; i < n; i++) ref += x[i];
+    be_sum(dacc, dx, n);
+    cpu->be_sum(&h, x, n);
+    be_download(&g1, dacc, 8);
+    be_upload(dacc, &acc0, 8);
+    be_sum(dacc, dx, n);
+    be_download(&g2, dacc, 8);
+    double e = fabs((double)(g1 - ref)) / fabsl(ref), ec = fabs((double)(h - ref)) / fabsl(ref);
+    CHECK(e <= TOL_SUMSQ && ec <= TOL_SUMSQ && g1 == g2, "sum n %zu into 0.25 (double): rel err vs long double %.2e "
+          "(CPU %.2e, tol %g), repeats bit for bit: %s", n, e, ec, TOL_SUMSQ, g1 == g2 ? "yes" : "NO");
+    double ss[3][2] = { { 2.5, 1.5 }, { 0.3, 0.2 }, { 7.0, 9.0 } };   // norm 2 (clip 1: 0.5), 0.707 (1: none), 4 (clip 0)
+    float clip[3] = { 1.0f, 1.0f, 0.0f };
+    int ok_all = 1;
+    double* dss = be_alloc(2 * sizeof(double));
+    float* dsc = be_alloc(sizeof(float));
+    for (int i = 0; i < 3; i++) {
+        float a, b;
+        be_upload(dss, ss[i], sizeof ss[i]);
+        be_clip_scale(dsc, dss, 2, clip[i]);
+        be_download(&a, dsc, 4);
+        cpu->be_clip_scale(&b, ss[i], 2, clip[i]);
+        double want = clip[i] > 0 ? fmin(1.0, clip[i] / (sqrt(ss[i][0] + ss[i][1]) + 1e-6)) : 1.0;
+        ok_all &= a == b && a == (float)want;
+    }
+    CHECK(ok_all, "clip_scale: norms 2, 0.707 and 4 with clip 1, 1, off give 0.5, 1, 1 as torch's rule, on both backends");
+    free(x); be_free(dx); be_free(dacc); be_free(dss); be_free(dsc);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -317,8 +352,10 @@ static void test_sumsq(void) {
         for (size_t j = 0; j < seg[i].n; j++) ref[seg[i].cls] += (long double)x[seg[i].offset + j] * x[seg[i].offset + j];
     double a[NCLASS], b[NCLASS], b2[NCLASS], b3[NCLASS], c2[NCLASS];
     float* dx = up(x, n * 4);
+    double* dout = be_alloc(NCLASS * sizeof(double));   // the sums stay on the device
     cpu->be_sumsq_segments(a, NCLASS, x, seg, ns);
-    be_sumsq_segments(b, NCLASS, dx, seg, ns);
+    be_sumsq_segments(dout, NCLASS, dx, seg, ns);
+    be_download(b, dout, sizeof b);
     double e = 0, ec = 0;
     for (int c = 0; c < 5; c++) {
         e = fmax(e, fabs((double)(b[c] - ref[c])) / (double)ref[c]);
@@ -330,9 +367,9 @@ static void test_sumsq(void) {
           "class, two empty: rel err per class vs long double host %.2e (CPU backend %.2e, tol %g), empty classes 0: %s",
           ns, nchunk, SUMSQ_CHUNK, NCLASS, e, ec, TOL_SUMSQ, empty_ok ? "yes" : "NO");
     // bit for bit: again, then a different segment table (re-uploaded), then the first again
-    be_sumsq_segments(b2, NCLASS, dx, seg, ns);
-    be_sumsq_segments(c2, NCLASS, dx, seg + 6, ns - 6);
-    be_sumsq_segments(b3, NCLASS, dx, seg, ns);
+    be_sumsq_segments(dout, NCLASS, dx, seg, ns); be_download(b2, dout, sizeof b2);
+    be_sumsq_segments(dout, NCLASS, dx, seg + 6, ns - 6); be_download(c2, dout, sizeof c2);
+    be_sumsq_segments(dout, NCLASS, dx, seg, ns); be_download(b3, dout, sizeof b3);
     double es = 0;
     for (int c = 0; c < 5; c++) {
         long double r = 0;
@@ -341,15 +378,16 @@ static void test_sumsq(void) {
     }
     CHECK(!memcmp(b, b2, sizeof b) && !memcmp(b, b3, sizeof b) && es <= TOL_SUMSQ,
           "sumsq_segments repeats bit for bit (also after another segment table, which gives rel err %.2e)", es);
-    free(x); be_free(dx);
+    free(x); be_free(dx); be_free(dout);
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // embedding: forward beyond two grid passes (a row copy: exact), backward with many repeated tokens (the CPU's
 // token order: exact)
 
-static void test_embedding(void) {
-    int N = 1500, C = 777, v0 = 100, nv = 3000;
+// backward on the device: a stable radix sort of 4-bit digits (nv 3000: 3 passes; 70000: 5, the result in the other
+// buffer), repeated tokens, tokens of other slices, more tokens than the sorting block's 512 threads
+static void test_embedding(int N, int C, int v0, int nv) {
     int* tok = malloc(N * sizeof(int));
     for (int i = 0; i < N; i++)   // half from 20 ids (about 37 repeats each), half anywhere, some outside the slice
         tok[i] = urand() < 0.5 ? v0 + 5 + 7 * (int)(urand() * 20) : (int)(urand() * (v0 + nv + 200));
@@ -362,7 +400,7 @@ static void test_embedding(void) {
     cpu->be_embedding_backward(dw, dout, tok, N, C, v0, nv); be_embedding_backward(Ddw, Ddout, dtok, N, C, v0, nv);
     int f = same_dev(Dout, out, no), b = same_dev(Ddw, dw, nw);
     CHECK(f && b, "embedding N %d C %d (%.2f grid passes) slice [%d, %d): forward exact %s, backward += (repeats, token "
-          "order) exact %s", N, C, (double)no / GRID_PASS, v0, v0 + nv, f ? "yes" : "NO", b ? "yes" : "NO");
+          "order; sorted on the device) exact %s", N, C, (double)no / GRID_PASS, v0, v0 + nv, f ? "yes" : "NO", b ? "yes" : "NO");
     be_embedding_backward(Ddw, Ddout, dtok, N, C, v0, nv);
     be_embedding_backward(Ddw, Ddout, dtok, N, C, v0, nv);
     cpu->be_embedding_backward(dw, dout, tok, N, C, v0, nv);
@@ -373,75 +411,243 @@ static void test_embedding(void) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// RMSNorm: per row; dw of many rows (partials over at most 256 row groups)
+// Activations in fp32 or bf16 (act_dtype). With bf16 both sides start from the same values: the inputs are rounded to
+// bf16 on the host (the CPU, which computes fp32 only, gets them exactly), the CUDA kernel reads them as bf16, and its
+// bf16 outputs are compared with the CPU's fp32 result: a correct kernel differs by its output's rounding, at most half
+// a bf16 ulp of each element — 2^-8 of the element (bf16 keeps 8 significant bits) —, so per row at most 2^-8 of the
+// row's largest |value|, plus the fp32 arithmetic's ~1e-6: TOL_BF16 = 4e-3. Each bf16 check also requires an error
+// above the fp32 tolerance: the bf16 path ran.
 
-static void test_rmsnorm_shape(int N, int C) {
+#define TOL_BF16 4e-3   // 2^-8 = 3.906e-3 and fp32's rounding
+static const char* DTN[2] = { "fp32", "bf16" };
+static uint16_t bf_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return (uint16_t)(u >> 16); }   // x already bf16
+static float bf_val(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
+// device copy of x[n] in dt (bf16: x must hold bf16 values — round_all(x, n, round_bf16) first)
+static void* up_dt(const float* x, size_t n, BeDtype dt) {
+    if (dt == BE_F32) return up(x, n * 4);
+    uint16_t* h = malloc((n ? n : 1) * 2);
+    for (size_t i = 0; i < n; i++) h[i] = bf_bits(x[i]);
+    void* d = up(h, n * 2);
+    free(h);
+    return d;
+}
+// host fp32 copy of a device array of n elements in dt, rows of len elements at a stride of ld elements
+static float* down_dt(const void* d, size_t rows, size_t len, size_t ld, BeDtype dt) {
+    size_t esz = be_dtype_size(dt), n = rows ? (rows - 1) * ld + len : 0;
+    unsigned char* raw = malloc((n ? n : 1) * esz);
+    be_download(raw, d, n * esz);
+    float* out = malloc((rows * len > 0 ? rows * len : 1) * 4);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < len; j++) {
+            size_t at = r * ld + j;
+            out[r * len + j] = dt == BE_F32 ? ((float*)raw)[at] : bf_val(((uint16_t*)raw)[at]);
+        }
+    free(raw);
+    return out;
+}
+static void* down_bytes(const void* d, size_t bytes) { void* h = malloc(bytes ? bytes : 1); be_download(h, d, bytes); return h; }
+static CmpRes cmpd_dt(const void* d, const float* h, size_t rows, size_t len, BeDtype dt) {
+    float* g = down_dt(d, rows, len, len, dt);
+    CmpRes e = cmp_rows(g, h, rows, len, FLOOR_REL);
+    free(g);
+    return e;
+}
+// a bf16 result must be within TOL_BF16 and beyond the fp32 tolerance `tf`; an fp32 one within tf
+static int ok_dt(double e, BeDtype dt, double tf) { return dt == BE_F32 ? e <= tf : e <= TOL_BF16 && e > tf; }
+
+// RMSNorm: per row; the residual add + norm gives the bits of a norm of its sum; the backward's dx (and its copy in dt)
+// and weight-gradient partials over row groups, summed by be_rmsnorm_dw
+
+static void test_rmsnorm_shape(int N, int C, BeDtype dt) {
     size_t n = (size_t)N * C;
-    float *x = rnd(n, 2), *w = rnd(C, 1), *dout = rnd(n, 1), *out = malloc(n * 4), *rstd = malloc(N * 4);
+    float *x = rnd(n, 2), *r = rnd(n, 1), *w = rnd(C, 1), *dout = rnd(n, 1), *out = malloc(n * 4), *rstd = malloc(N * 4);
     scale_rows(x, N, C, 7, 3, SMALL);      // rstd 1e3 larger
+    scale_rows(r, N, C, 7, 3, SMALL);
     scale_rows(dout, N, C, 5, 1, SMALL);   // dx rows 1e-3 smaller
+    float *y = malloc(n * 4), *out2 = malloc(n * 4), *rstd2 = malloc(N * 4);
+    cpu->be_rmsnorm_forward(out, BE_F32, rstd, x, w, N, C, 1e-5f);
+    cpu->be_residual_rmsnorm(y, out2, BE_F32, rstd2, x, r, w, N, C, 1e-5f);
+    float *Dx = up(x, n * 4), *Dr = up(r, n * 4), *Dw = up(w, C * 4), *Dout = be_alloc(n * 4), *Drstd = be_alloc(N * 4);
+    float *Dy = be_alloc(n * 4), *Dout2 = be_alloc(n * 4), *Drstd2 = be_alloc(N * 4), *Dout3 = be_alloc(n * 4), *Drstd3 = be_alloc(N * 4);
+    be_rmsnorm_forward(Dout, dt, Drstd, Dx, Dw, N, C, 1e-5f);
+    be_residual_rmsnorm(Dy, Dout2, dt, Drstd2, Dx, Dr, Dw, N, C, 1e-5f);
+    be_rmsnorm_forward(Dout3, dt, Drstd3, Dy, Dw, N, C, 1e-5f);   // a recomputation of the second norm from y
+    CmpRes e1 = cmpd_dt(Dout, out, N, C, dt), e2 = cmpd(Drstd, rstd, N, 1, FLOOR_REL);
+    CmpRes e3 = cmpd(Dy, y, N, C, FLOOR_REL), e4 = cmpd_dt(Dout2, out2, N, C, dt), e5 = cmpd(Drstd2, rstd2, N, 1, FLOOR_REL);
+    void *g2 = down_bytes(Dout2, n * be_dtype_size(dt)), *g3 = down_bytes(Dout3, n * be_dtype_size(dt));
+    float* r2 = down(Drstd2, N);
+    int same = !memcmp(g2, g3, n * be_dtype_size(dt)) && same_dev(Drstd3, r2, N);
+    free(r2);
+    CHECK(ok_dt(e1.err, dt, TOL_ROW) && e2.err <= TOL_ROW && e3.err <= TOL_EW && ok_dt(e4.err, dt, TOL_ROW) && e5.err <= TOL_ROW && same,
+          "rmsnorm N %d C %d out %s, per row: out %.2e rstd %.2e; residual + norm: y %.2e out %.2e rstd %.2e; its norm "
+          "repeated from y bit-identical: %s (tol %s %g, rstd %g)", N, C, DTN[dt], e1.err, e2.err, e3.err, e4.err, e5.err,
+          same ? "yes" : "NO", DTN[dt], dt == BE_F32 ? TOL_ROW : TOL_BF16, TOL_ROW);
+    free(g2); free(g3);
+    // backward: dx += (from per-row random values), dx in dt, dw from the partials (+= into random values)
     float *dxc = zeros(n), *dwc = zeros(C);
-    cpu->be_rmsnorm_forward(out, rstd, x, w, N, C, 1e-5f);
-    cpu->be_rmsnorm_backward(dxc, dwc, dout, x, w, rstd, N, C);
+    cpu->be_rmsnorm_backward(dxc, NULL, BE_F32, dwc, dout, x, w, rstd, N, C);   // the CPU: one group, from zero
     float *dx0 = acc_init(dxc, N, C), *dw0 = acc_init(dwc, 1, C);
-    float *Dx = up(x, n * 4), *Dw = up(w, C * 4), *Ddout = up(dout, n * 4), *Dout = be_alloc(n * 4), *Drstd = be_alloc(N * 4);
-    float *Ddx = up(dx0, n * 4), *Ddw = up(dw0, C * 4);
-    be_rmsnorm_forward(Dout, Drstd, Dx, Dw, N, C, 1e-5f);
+    int G = be_norm_groups(N);
+    float *Ddout = up(dout, n * 4), *Ddx = up(dx0, n * 4), *Dpart = be_alloc((size_t)G * C * 4), *Ddw = up(dw0, C * 4);
+    void* Ddxt = be_alloc(n * be_dtype_size(dt));
+    long long off0 = 0, *Doff = up(&off0, sizeof off0);
     be_upload(Drstd, rstd, N * 4);   // the backward from the CPU's rstd
-    be_rmsnorm_backward(Ddx, Ddw, Ddout, Dx, Dw, Drstd, N, C);
+    be_rmsnorm_backward(Ddx, Ddxt, dt, Dpart, Ddout, Dx, Dw, Drstd, N, C);
+    be_rmsnorm_dw(Ddw, Doff, Dpart, 1, G, C, 1);
     float *gdx = down(Ddx, n), *gdw = down(Ddw, C);
+    CmpRes e7 = cmp_rows(gdx, dx0, N, C, FLOOR_REL);   // (the new dx in dt: against dx as it is now)
+    float* dxt = down_dt(Ddxt, N, C, C, dt);
+    CmpRes e8 = cmp_rows(dxt, gdx, N, C, FLOOR_REL);
     sub(gdx, dx0, n); sub(gdw, dw0, C);
-    CmpRes e1 = cmpd(Dout, out, N, C, FLOOR_REL), e2 = cmpd(Drstd, rstd, N, 1, FLOOR_REL);
-    CmpRes e3 = cmp_rows(gdx, dxc, N, C, FLOOR_REL), e4 = cmp_rows(gdw, dwc, 1, C, FLOOR_REL);
-    CHECK(e1.err <= TOL_ROW && e2.err <= TOL_ROW && e3.err <= TOL_ROW && e4.err <= TOL_ROW,
-          "rmsnorm N %d C %d, per row: out %.2e rstd %.2e dx += %.2e dw += %.2e (tol %g)", N, C, e1.err, e2.err, e3.err,
-          e4.err, TOL_ROW);
-    // the dw reduction repeats bit for bit
+    CmpRes e6 = cmp_rows(gdx, dxc, N, C, FLOOR_REL), e9 = cmp_rows(gdw, dwc, 1, C, FLOOR_REL);
+    CHECK(e6.err <= TOL_ROW && e9.err <= TOL_ROW && (dt == BE_F32 ? e8.err == 0 : e8.err <= TOL_BF16) && e7.err > 0,
+          "rmsnorm backward N %d C %d, per row: dx += %.2e, dw += %.2e over %d row groups (tol %g); dx in %s vs dx %.2e",
+          N, C, e6.err, e9.err, G, TOL_ROW, DTN[dt], e8.err);
+    // the dw partials repeat bit for bit
     be_upload(Ddw, dw0, C * 4);
-    be_rmsnorm_backward(Ddx, Ddw, Ddout, Dx, Dw, Drstd, N, C);
+    be_rmsnorm_backward(Ddx, Ddxt, dt, Dpart, Ddout, Dx, Dw, Drstd, N, C);
+    be_rmsnorm_dw(Ddw, Doff, Dpart, 1, G, C, 1);
     float* gdw2 = down(Ddw, C);
     sub(gdw2, dw0, C);
-    int G = (N + 63) / 64, per;   // the backend's row groups of the dw partial sums
-    if (G > 256) G = 256;
-    per = (N + G - 1) / G; G = (N + per - 1) / per;
-    CHECK(cmp_same_bits(gdw, gdw2, C * 4), "rmsnorm N %d C %d: dw (%d row groups of %d) repeats bit for bit", N, C, G, per);
-    free(x); free(w); free(dout); free(out); free(rstd); free(dxc); free(dwc); free(dx0); free(dw0); free(gdx); free(gdw); free(gdw2);
-    void* all[] = { Dx, Dw, Ddout, Dout, Drstd, Ddx, Ddw };
+    CHECK(cmp_same_bits(gdw, gdw2, C * 4), "rmsnorm N %d C %d: dw (%d row groups) repeats bit for bit", N, C, G);
+    free(x); free(r); free(w); free(dout); free(out); free(rstd); free(y); free(out2); free(rstd2); free(dxc); free(dwc);
+    free(dx0); free(dw0); free(gdx); free(gdw); free(gdw2); free(dxt);
+    void* all[] = { Dx, Dr, Dw, Dout, Drstd, Dy, Dout2, Drstd2, Dout3, Drstd3, Ddout, Ddx, Dpart, Ddw, Ddxt, Doff };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be_free(all[i]);
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// RoPE: per (row, head)
+// the norms' weight gradients: several norms at scattered offsets, = and +=
+static void test_rmsnorm_dw(void) {
+    int n = 5, G = 7, C = 333;
+    float *part = rnd((size_t)n * G * C, 1), *base = rnd(4000, 1), *cbase = dup(base, 4000);
+    long long off[5] = { 3, 700, 1200, 2000, 3600 };
+    float *Dpart = up(part, (size_t)n * G * C * 4), *Dbase = up(base, 4000 * 4);
+    long long* Doff = up(off, sizeof off);
+    cpu->be_rmsnorm_dw(cbase, off, part, n, G, C, 1); be_rmsnorm_dw(Dbase, Doff, Dpart, n, G, C, 1);
+    int a = same_dev(Dbase, cbase, 4000);
+    cpu->be_rmsnorm_dw(cbase, off, part, n, G, C, 0); be_rmsnorm_dw(Dbase, Doff, Dpart, n, G, C, 0);
+    int b = same_dev(Dbase, cbase, 4000);
+    CHECK(a && b, "rmsnorm_dw: 5 norms' partials over 7 groups into scattered rows, += and =, bit-identical to the CPU "
+          "(g in order): %s %s", a ? "yes" : "NO", b ? "yes" : "NO");
+    free(part); free(base); free(cbase); be_free(Dpart); be_free(Dbase); be_free(Doff);
+}
 
-static void test_rope_shape(int N, int nh, int hd) {
-    int maxpos = 8192;
-    size_t n = (size_t)N * nh * hd;
-    float *x = rnd(n, 1), *dx = rnd(n, 1), *cs = malloc((size_t)maxpos * hd * 4);
+// ---------------------------------------------------------------------------------------------------------
+// q, k, v from one matmul's output with RoPE, and the backward's packing: per (row, head)
+
+static float* rope_table_host(int maxpos, int hd) {
+    float* cs = malloc((size_t)maxpos * hd * 4);
     for (int p = 0; p < maxpos; p++)
         for (int i = 0; i < hd / 2; i++) {
             double th = p * pow(10000.0, -2.0 * i / hd);
             cs[(size_t)p * hd + i] = (float)(1.1 * cos(th));
             cs[(size_t)p * hd + hd / 2 + i] = (float)(1.1 * sin(th));
         }
-    scale_rows(x, (size_t)N * nh, hd, 7, 3, SMALL); scale_rows(dx, (size_t)N * nh, hd, 5, 1, SMALL);
+    return cs;
+}
+static void test_qkv_rope_shape(int N, int nh, int nkv, int hd, BeDtype dt) {
+    int maxpos = 8192, W = (nh + 2 * nkv) * hd;
+    size_t n = (size_t)N * W, nq = (size_t)N * nh * hd, nk = (size_t)N * nkv * hd;
+    float *qkv = rnd(n, 1), *cs = rope_table_host(maxpos, hd), *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nk, 1);
+    scale_rows(qkv, (size_t)N * (nh + 2 * nkv), hd, 7, 3, SMALL);
+    scale_rows(dq, (size_t)N * nh, hd, 5, 1, SMALL); scale_rows(dk, (size_t)N * nkv, hd, 5, 2, SMALL);
+    if (dt == BE_BF16) round_all(qkv, n, round_bf16);
     int* pos = malloc(N * sizeof(int));
     for (int i = 0; i < N; i++) pos[i] = (int)(urand() * maxpos);
-    float *Dx = up(x, n * 4), *Ddx = up(dx, n * 4), *Dcs = up(cs, (size_t)maxpos * hd * 4);
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *dqkv = malloc(n * 4);
+    cpu->be_qkv_rope(q, k, v, qkv, BE_F32, pos, cs, N, nh, nkv, hd);
+    cpu->be_qkv_rope_backward(dqkv, BE_F32, dq, dk, dv, pos, cs, N, nh, nkv, hd);
+    void* Dqkv = up_dt(qkv, n, dt);
+    float *Dcs = up(cs, (size_t)maxpos * hd * 4), *Dq = be_alloc(nq * 4), *Dk = be_alloc(nk * 4), *Dv = be_alloc(nk * 4);
+    float *Ddq = up(dq, nq * 4), *Ddk = up(dk, nk * 4), *Ddv = up(dv, nk * 4);
     int* Dpos = up(pos, N * sizeof(int));
-    cpu->be_rope_forward(x, pos, cs, N, nh, hd); be_rope_forward(Dx, Dpos, Dcs, N, nh, hd);
-    cpu->be_rope_backward(dx, pos, cs, N, nh, hd); be_rope_backward(Ddx, Dpos, Dcs, N, nh, hd);
-    CmpRes e1 = cmpd(Dx, x, (size_t)N * nh, hd, FLOOR_REL), e2 = cmpd(Ddx, dx, (size_t)N * nh, hd, FLOOR_REL);
-    size_t pairs = (size_t)N * nh * (hd / 2);
-    CHECK(e1.err <= TOL_EW && e2.err <= TOL_EW, "rope N %d nh %d hd %d (%zu pairs = %.2f grid passes, random positions), "
-          "per (row, head): forward %.2e backward %.2e (tol %g)", N, nh, hd, pairs, (double)pairs / GRID_PASS, e1.err,
-          e2.err, TOL_EW);
-    free(x); free(dx); free(cs); free(pos); be_free(Dx); be_free(Ddx); be_free(Dcs); be_free(Dpos);
+    void* Ddqkv = be_alloc(n * be_dtype_size(dt));
+    be_qkv_rope(Dq, Dk, Dv, Dqkv, dt, Dpos, Dcs, N, nh, nkv, hd);
+    be_qkv_rope_backward(Ddqkv, dt, Ddq, Ddk, Ddv, Dpos, Dcs, N, nh, nkv, hd);
+    CmpRes e1 = cmpd(Dq, q, (size_t)N * nh, hd, FLOOR_REL), e2 = cmpd(Dk, k, (size_t)N * nkv, hd, FLOOR_REL);
+    int vs = same_dev(Dv, v, nk);
+    CmpRes e3 = cmpd_dt(Ddqkv, dqkv, (size_t)N * (nh + 2 * nkv), hd, dt);
+    CHECK(e1.err <= TOL_EW && e2.err <= TOL_EW && vs && ok_dt(e3.err, dt, TOL_EW),
+          "qkv_rope N %d nh %d nkv %d hd %d from %s (random positions), per (row, head): q %.2e k %.2e (tol %g), v exact %s; "
+          "backward packed into %s %.2e (tol %g)", N, nh, nkv, hd, DTN[dt], e1.err, e2.err, TOL_EW, vs ? "yes" : "NO",
+          DTN[dt], e3.err, dt == BE_F32 ? TOL_EW : TOL_BF16);
+    free(qkv); free(cs); free(dq); free(dk); free(dv); free(pos); free(q); free(k); free(v); free(dqkv);
+    void* all[] = { Dqkv, Dcs, Dq, Dk, Dv, Ddq, Ddk, Ddv, Dpos, Ddqkv };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) be_free(all[i]);
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// cross-entropy pieces: per row
+// SwiGLU on [g | u] rows: forward; backward with h recomputed; sized beyond three passes of the grid-stride loops
 
-static void test_xent_shape(int N, int ld, int nv, int v0) {
+static void test_swiglu_shape(int N, int F, BeDtype dt) {
+    size_t n = (size_t)N * F;
+    float *gu = rnd(2 * n, 4), *dh = rnd(n, 1);
+    for (int t = 0; t < N; t++) if (t % 7 == 3) for (int j = F; j < 2 * F; j++) gu[(size_t)t * 2 * F + j] *= SMALL;   // small u rows
+    scale_rows(dh, N, F, 5, 1, SMALL);
+    if (dt == BE_BF16) { round_all(gu, 2 * n, round_bf16); round_all(dh, n, round_bf16); }
+    float *h = malloc(n * 4), *dgu = malloc(2 * n * 4), *h2 = malloc(n * 4);
+    cpu->be_swiglu_forward(h, gu, BE_F32, N, F);
+    cpu->be_swiglu_backward(dgu, h2, dh, gu, BE_F32, N, F);
+    void *Dgu = up_dt(gu, 2 * n, dt), *Ddh = up_dt(dh, n, dt), *Dh = be_alloc(n * be_dtype_size(dt));
+    void *Ddgu = be_alloc(2 * n * be_dtype_size(dt)), *Dh2 = be_alloc(n * be_dtype_size(dt));
+    be_swiglu_forward(Dh, Dgu, dt, N, F);
+    be_swiglu_backward(Ddgu, Dh2, Ddh, Dgu, dt, N, F);
+    CmpRes e1 = cmpd_dt(Dh, h, N, F, dt), e2 = cmpd_dt(Ddgu, dgu, N, 2 * F, dt), e3 = cmpd_dt(Dh2, h2, N, F, dt);
+    void *a = down_bytes(Dh, n * be_dtype_size(dt)), *b = down_bytes(Dh2, n * be_dtype_size(dt));
+    int same = !memcmp(a, b, n * be_dtype_size(dt));
+    CHECK(ok_dt(e1.err, dt, TOL_EW_EXP) && ok_dt(e2.err, dt, TOL_EW_EXP) && ok_dt(e3.err, dt, TOL_EW_EXP) && same,
+          "swiglu N %d F %d in %s (%.2f grid passes), per row: h %.2e, dg|du %.2e, h again in the backward %.2e, "
+          "bit-identical to the forward's %s (tol %g)", N, F, DTN[dt], (double)n / GRID_PASS, e1.err, e2.err, e3.err,
+          same ? "yes" : "NO", dt == BE_F32 ? TOL_EW_EXP : TOL_BF16);
+    free(gu); free(dh); free(h); free(dgu); free(h2); free(a); free(b);
+    be_free(Dgu); be_free(Ddh); be_free(Dh); be_free(Ddgu); be_free(Dh2);
+}
+
+// attention's row dots from an output stored in dt
+static void test_rowdot(int N, int nh, int hd, BeDtype dt) {
+    size_t n = (size_t)N * nh * hd;
+    float *dout = rnd(n, 1), *out = rnd(n, 1), *D = malloc((size_t)N * nh * 4);
+    scale_rows(out, (size_t)N * nh, hd, 7, 3, SMALL);
+    if (dt == BE_BF16) round_all(out, n, round_bf16);
+    cpu->be_attn_rowdot(D, dout, out, BE_F32, N, nh, hd);
+    float *Ddout = up(dout, n * 4), *DD = be_alloc((size_t)N * nh * 4);
+    void* Dout = up_dt(out, n, dt);
+    be_attn_rowdot(DD, Ddout, Dout, dt, N, nh, hd);
+    float* g = down(DD, (size_t)N * nh);
+    double e = 0;   // relative to the row's sum |dout * out| (a dot product's own scale)
+    for (size_t r = 0; r < (size_t)N * nh; r++) {
+        double sc = 0;
+        for (int d = 0; d < hd; d++) sc += fabs((double)dout[r * hd + d] * out[r * hd + d]);
+        if (sc > 0) e = fmax(e, fabs((double)g[r] - D[r]) / sc);
+    }
+    CHECK(e <= TOL_D, "attn_rowdot N %d nh %d hd %d, out in %s: %.2e of sum |dout out| (tol %g)", N, nh, hd, DTN[dt], e, TOL_D);
+    free(dout); free(out); free(D); free(g); be_free(Ddout); be_free(DD); be_free(Dout);
+}
+
+// fp32 -> bf16, to nearest even (ties, NaN, inf, subnormals among the values)
+static void test_cast(void) {
+    size_t n = 70001;
+    float* x = rnd(n, 100);
+    uint32_t special[] = { 0x3f808000u, 0x3f818000u, 0x7f800000u, 0xff800000u, 0x00000001u, 0x80000000u, 0x7fc00001u, 0x7f7fffffu };
+    for (int i = 0; i < 8; i++) memcpy(&x[i * 1000], &special[i], 4);
+    float* Dx = up(x, n * 4);
+    void* Db = be_alloc(n * 2);
+    be_cast(Db, BE_BF16, Dx, n);
+    float* g = down_dt(Db, 1, n, n, BE_BF16);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float w = round_bf16(x[i]);
+        if (!(isnan(w) ? isnan(g[i]) : cmp_same_bits(&w, &g[i], 4))) bad++;
+    }
+    CHECK(bad == 0, "cast fp32 -> bf16 n %zu (ties to even, inf, NaN, subnormal, the largest float): %zu differ from "
+          "round-to-nearest-even", n, bad);
+    free(x); free(g); be_free(Dx); be_free(Db);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// cross-entropy: statistics, loss and gradient per row; the fused kernel against the two-kernel path; gradients in dt
+
+static void test_xent_shape(int N, int ld, int nv, int v0, BeDtype dt) {
     size_t n = (size_t)N * ld;
     float* lg = rnd(n, 4);
     int* tg = malloc(N * sizeof(int));
@@ -449,33 +655,41 @@ static void test_xent_shape(int N, int ld, int nv, int v0) {
     tg[2] = -1; tg[N - 1] = -1;
     for (int j = 0; j < ld; j++) lg[(size_t)ld + j] = 0.5f;   // row 1: every logit tied, the target among them
     if (nv > 0) tg[1] = v0 + nv / 2;
-    float *Dlg = up(lg, n * 4);
+    float *Dlg = up(lg, n * 4), *Dlg2 = up(lg, n * 4);
     int* Dtg = up(tg, N * sizeof(int));
     float *lse = malloc(N * 4), *tl = malloc(N * 4), *loss = malloc(N * 4), *mx = malloc(N * 4), *hit = malloc(N * 4);
     float *Dlse = be_alloc(N * 4), *Dtl = be_alloc(N * 4), *Dloss = be_alloc(N * 4), *Dmx = be_alloc(N * 4), *Dhit = be_alloc(N * 4);
-    cpu->be_xent_lse(lse, lg, N, ld, nv); be_xent_lse(Dlse, Dlg, N, ld, nv);
-    cpu->be_xent_target_logit(tl, lg, tg, N, ld, nv, v0); be_xent_target_logit(Dtl, Dlg, Dtg, N, ld, nv, v0);
-    cpu->be_xent_loss(loss, lse, tl, tg, N); be_xent_loss(Dloss, Dlse, Dtl, Dtg, N);
+    float *Dlse2 = be_alloc(N * 4), *Dloss2 = be_alloc(N * 4);
+    cpu->be_xent_stats(lse, tl, lg, tg, N, ld, nv, v0); be_xent_stats(Dlse, Dtl, Dlg, Dtg, N, ld, nv, v0);
     cpu->be_row_max(mx, lg, tg, N, ld, nv, v0); be_row_max(Dmx, Dlg, Dtg, N, ld, nv, v0);
     cpu->be_argmax_hit(hit, mx, tl, tg, N); be_argmax_hit(Dhit, Dmx, Dtl, Dtg, N);
     float* glse = down(Dlse, N);
-    float* gloss = down(Dloss, N);
-    CmpRes e1 = cmp_lse_abs(glse, lse, N), e3 = cmp_lse_abs(gloss, loss, N);   // the loss is a difference of logs too
+    CmpRes e1 = cmp_lse_abs(glse, lse, N);
     int tl_ok = same_dev(Dtl, tl, N), mx_ok = same_dev(Dmx, mx, N), hit_ok = same_dev(Dhit, hit, N) && hit[1] == 0.0f;
-    CHECK(e1.err <= TOL_LSE_ABS && e3.err <= TOL_LSE_ABS && tl_ok && mx_ok && hit_ok,
-          "xent N %d ld %d nv %d v0 %d: lse |diff| %.2e, loss |diff| %.2e (tol %g); target logit, row max, hit "
-          "(a tied row is no hit) exact: %s %s %s", N, ld, nv, v0, e1.err, e3.err, TOL_LSE_ABS, tl_ok ? "yes" : "NO",
-          mx_ok ? "yes" : "NO", hit_ok ? "yes" : "NO");
-    // repeats bit for bit (block reductions in a fixed order)
-    be_xent_lse(Dlse, Dlg, N, ld, nv);
-    CHECK(same_dev(Dlse, glse, N), "xent lse N %d nv %d repeats bit for bit", N, nv);
-    be_upload(Dlse, lse, N * 4);   // the backward from the CPU's lse
-    cpu->be_xent_backward(lg, lse, tg, N, ld, nv, v0, 0.37f); be_xent_backward(Dlg, Dlse, Dtg, N, ld, nv, v0, 0.37f);
-    CmpRes e4 = cmpd(Dlg, lg, N, ld, FLOOR_REL);
-    CHECK(e4.err <= TOL_EW_EXP, "xent backward N %d ld %d nv %d (padding columns, ignored rows), per row: %.2e (tol %g)",
-          N, ld, nv, e4.err, TOL_EW_EXP);
-    free(lg); free(tg); free(lse); free(tl); free(loss); free(mx); free(hit); free(glse); free(gloss);
-    void* all[] = { Dlg, Dtg, Dlse, Dtl, Dloss, Dmx, Dhit };
+    be_xent_stats(Dlse, Dtl, Dlg, Dtg, N, ld, nv, v0);
+    int rep = same_dev(Dlse, glse, N);
+    CHECK(e1.err <= TOL_LSE_ABS && tl_ok && mx_ok && hit_ok && rep,
+          "xent stats N %d ld %d nv %d v0 %d: lse |diff| %.2e (tol %g); target logit, row max, hit (a tied row is no hit) "
+          "exact: %s %s %s; repeats bit for bit: %s", N, ld, nv, v0, e1.err, TOL_LSE_ABS, tl_ok ? "yes" : "NO",
+          mx_ok ? "yes" : "NO", hit_ok ? "yes" : "NO", rep ? "yes" : "NO");
+    // finish from the CPU's lse and tl; the fused kernel from scratch
+    be_upload(Dlse, lse, N * 4); be_upload(Dtl, tl, N * 4);
+    float* ref = dup(lg, n);
+    cpu->be_xent_finish(loss, ref, BE_F32, lse, tl, tg, N, ld, nv, v0, 0.37f);
+    be_xent_finish(Dloss, Dlg, dt, Dlse, Dtl, Dtg, N, ld, nv, v0, 0.37f);
+    be_xent_fused(Dloss2, Dlse2, Dlg2, dt, Dtg, N, ld, nv, v0, 0.37f);
+    size_t ldg = dt == BE_BF16 ? 2 * (size_t)ld : (size_t)ld;   // a bf16 gradient row over the fp32 row's first half
+    float *g1 = down_dt(Dlg, N, ld, ldg, dt), *g2 = down_dt(Dlg2, N, ld, ldg, dt), *gl = down(Dloss, N), *gl2 = down(Dloss2, N);
+    CmpRes e2 = cmp_rows(g1, ref, N, ld, FLOOR_REL), e3 = cmp_rows(g2, ref, N, ld, FLOOR_REL);
+    CmpRes e4 = cmp_lse_abs(gl, loss, N), e5 = cmp_lse_abs(gl2, loss, N), e6 = cmpd(Dlse2, lse, N, 1, FLOOR_REL);
+    CHECK(ok_dt(e2.err, dt, TOL_EW_EXP) && ok_dt(e3.err, dt, TOL_EW_EXP) && e4.err <= TOL_LSE_ABS && e5.err <= TOL_LSE_ABS &&
+          e6.err <= TOL_LSE_ABS,
+          "xent finish / fused N %d ld %d nv %d (padding columns, ignored rows), gradient in %s per row: %.2e / %.2e "
+          "(tol %g); loss |diff| %.2e / %.2e, fused lse %.2e (tol %g)", N, ld, nv, DTN[dt], e2.err, e3.err,
+          dt == BE_F32 ? TOL_EW_EXP : TOL_BF16, e4.err, e5.err, e6.err, TOL_LSE_ABS);
+    free(lg); free(tg); free(lse); free(tl); free(loss); free(mx); free(hit); free(glse); free(ref); free(g1); free(g2);
+    free(gl); free(gl2);
+    void* all[] = { Dlg, Dlg2, Dtg, Dlse, Dtl, Dloss, Dmx, Dhit, Dlse2, Dloss2 };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be_free(all[i]);
 }
 
@@ -602,6 +816,43 @@ static void test_matmul(int mode) {
 }
 
 // k = 0: C = beta C by the backend's own grid-stride kernel (m n > one grid pass)
+// bf16 operands (both), fp32 accumulation, the result in fp32 or bf16, leading dimensions beyond the rows: against
+// the CPU GEMM of the same (bf16) values — fp32 result within TOL_MM, bf16 result within TOL_BF16 (its rounding)
+static void test_matmul_bf16(void) {
+    static const MmShape shapes[] = { { 37, 53, 71, 0, 1, 1.0f, 0.0f }, { 37, 53, 71, 1, 0, 0.75f, 0.5f },
+                                      { 64, 96, 128, 0, 0, 1.0f, 1.0f }, { 29, 31, 17, 1, 1, 1.0f, 0.0f } };
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const MmShape* s = &shapes[si];
+        int m = s->m, n = s->n, k = s->k, ar = s->ta ? k : m, ac = s->ta ? m : k, br = s->tb ? n : k, bc = s->tb ? k : n;
+        int lda = ac + 3, ldb = bc + 5, ldc = n + 2;   // padded rows: the leading dimensions are used
+        float *A = rnd((size_t)ar * lda, 1), *B = rnd((size_t)br * ldb, 1), *C0 = rnd((size_t)m * ldc, 1);
+        round_all(A, (size_t)ar * lda, round_bf16); round_all(B, (size_t)br * ldb, round_bf16); round_all(C0, (size_t)m * ldc, round_bf16);
+        scale_rows(C0, m, ldc, 7, 3, SMALL);
+        round_all(C0, (size_t)m * ldc, round_bf16);
+        // the CPU reference on packed copies
+        float *pa = malloc((size_t)ar * ac * 4), *pb = malloc((size_t)br * bc * 4), *ref = malloc((size_t)m * n * 4);
+        for (int r = 0; r < ar; r++) memcpy(pa + (size_t)r * ac, A + (size_t)r * lda, ac * 4);
+        for (int r = 0; r < br; r++) memcpy(pb + (size_t)r * bc, B + (size_t)r * ldb, bc * 4);
+        for (int r = 0; r < m; r++) memcpy(ref + (size_t)r * n, C0 + (size_t)r * ldc, n * 4);
+        cpu->be_matmul(ref, pa, pb, m, n, k, s->ta, s->tb, s->alpha, s->beta);
+        void *dA = up_dt(A, (size_t)ar * lda, BE_BF16), *dB = up_dt(B, (size_t)br * ldb, BE_BF16);
+        void *dC = up_dt(C0, (size_t)m * ldc, BE_F32), *dC16 = up_dt(C0, (size_t)m * ldc, BE_BF16);
+        be_matmul_ex(dC, BE_F32, ldc, dA, BE_BF16, lda, dB, BE_BF16, ldb, m, n, k, s->ta, s->tb, s->alpha, s->beta);
+        be_matmul_ex(dC16, BE_BF16, ldc, dA, BE_BF16, lda, dB, BE_BF16, ldb, m, n, k, s->ta, s->tb, s->alpha, s->beta);
+        float *g = down_dt(dC, m, n, ldc, BE_F32), *g16 = down_dt(dC16, m, n, ldc, BE_BF16);
+        float *gall = down_dt(dC, m, ldc, ldc, BE_F32);
+        int pad_ok = 1;   // the padding columns of C are left alone
+        for (int r = 0; r < m; r++) for (int j = n; j < ldc; j++) pad_ok &= gall[(size_t)r * ldc + j] == C0[(size_t)r * ldc + j];
+        CmpRes e = cmp_rows(g, ref, m, n, FLOOR_REL), e16 = cmp_rows(g16, ref, m, n, FLOOR_REL);
+        CHECK(e.err <= TOL_MM && e16.err <= TOL_BF16 && pad_ok,
+              "matmul bf16 x bf16 m %d n %d k %d transA %d transB %d alpha %g beta %g, lda/ldb/ldc padded: fp32 result %.2e "
+              "(tol %g), bf16 result %.2e (tol %g), padding untouched %s", m, n, k, s->ta, s->tb, s->alpha, s->beta, e.err,
+              TOL_MM, e16.err, TOL_BF16, pad_ok ? "yes" : "NO");
+        free(A); free(B); free(C0); free(pa); free(pb); free(ref); free(g); free(g16); free(gall);
+        be_free(dA); be_free(dB); be_free(dC); be_free(dC16);
+    }
+}
+
 static void test_matmul_k0(void) {
     int m = 1000, n = 1300;
     size_t nc = (size_t)m * n;
@@ -626,7 +877,7 @@ enum { POS_SAME, POS_CHUNKS, POS_SHUFFLED, POS_LATER };
 // at each document; 3 also query rows of a document that has no key (lse stays -inf); 4 documents of varied
 // lengths (1 .. 180) over the whole sequence; 5 every query in document 1, the last 600 keys too, the keys before
 // them in document 0
-enum { F_REPEAT = 1, F_BF16 = 2 };   // flags: run twice, compare bits; bf16 kernels only
+enum { F_REPEAT = 1, F_BF16 = 2, F_ENGINE = 4 };   // flags: run twice, compare bits; bf16 kernels only; also on the cuDNN engine
 typedef struct { const char* name; int Tq, Tk, nh, nkv, hd, mask, pos, docs, split, flags; } Case;
 static int doc_of(int p, int* start) {
     static const int st[] = { 0, 7, 16, 32, 33, 64, 100, 128, 129, 150 };
@@ -642,45 +893,11 @@ static int doc_of_long(int p) {
     return d;
 }
 
-// The conditioning of dq and dk (see the header): per row of dq (query i, head h), the floor of the denominator is
-// KAPPA * max_d sqrt(sum_j (scale P_ij (sum_e |dO_ie v_je| + sum_e |dO_ie O_ie|) k_jd)^2), the size of the
-// rounding errors of dS = P (dP - D) that reach dq (errors of independent terms add like a random walk); dk alike
-// with q in place of k. Computed in double over the visible pairs.
+// The conditioning of dq and dk (see the header): compare.h's cmp_attn_floors with KAPPA.
 #define KAPPA 0.05
 static void attn_floors(double* fq, double* fk, const Case* c, const float* q, const float* k, const float* v,
                         const float* dout, const float* o, const float* l, const size_t* voff, const int* vlist, float sc) {
-    int Tq = c->Tq, Tk = c->Tk, nh = c->nh, nkv = c->nkv, hd = c->hd, grp = nh / nkv;
-    double* mq = calloc((size_t)Tq * nh * hd, sizeof(double));
-    double* mk = calloc((size_t)Tk * nkv * hd, sizeof(double));
-    for (int i = 0; i < Tq; i++)
-        for (int h = 0; h < nh; h++) {
-            size_t r = (size_t)i * nh + h;
-            if (l[r] == -INFINITY) continue;
-            int g = h / grp;
-            const float *qi = q + r * hd, *gi = dout + r * hd, *oi = o + r * hd;
-            double dsz = 0;
-            for (int d = 0; d < hd; d++) dsz += fabs((double)gi[d] * oi[d]);
-            for (size_t e = voff[i]; e < voff[i + 1]; e++) {
-                int j = vlist[e];
-                const float *kj = k + ((size_t)j * nkv + g) * hd, *vj = v + ((size_t)j * nkv + g) * hd;
-                double s = 0, dpsz = 0;
-                for (int d = 0; d < hd; d++) { s += (double)qi[d] * kj[d]; dpsz += fabs((double)gi[d] * vj[d]); }
-                double t = sc * exp(sc * s - l[r]) * (dpsz + dsz);
-                double *mqi = mq + r * hd, *mkj = mk + ((size_t)j * nkv + g) * hd;
-                for (int d = 0; d < hd; d++) { mqi[d] += t * t * kj[d] * kj[d]; mkj[d] += t * t * qi[d] * qi[d]; }
-            }
-        }
-    for (size_t r = 0; r < (size_t)Tq * nh; r++) {
-        double m = 0;
-        for (int d = 0; d < hd; d++) m = fmax(m, mq[r * hd + d]);
-        fq[r] = KAPPA * sqrt(m);
-    }
-    for (size_t r = 0; r < (size_t)Tk * nkv; r++) {
-        double m = 0;
-        for (int d = 0; d < hd; d++) m = fmax(m, mk[r * hd + d]);
-        fk[r] = KAPPA * sqrt(m);
-    }
-    free(mq); free(mk);
+    cmp_attn_floors(fq, fk, c->Tq, c->Tk, c->nh, c->nkv, c->hd, q, k, v, dout, o, l, voff, vlist, sc, KAPPA);
 }
 // rows whose floor exceeds their own largest |ref| (the cancelling ones)
 static int count_floored(const float* r, const double* fl, size_t nrows, int len) {
@@ -690,11 +907,17 @@ static int count_floored(const float* r, const double* fl, size_t nrows, int len
 }
 
 typedef struct { double out, lse, D, dq, dk, dv; } AttnErr;
-static AttnErr worst[2];   // per kernel family (0 fp32, 1 bf16): the largest errors seen, for the summary line
+static AttnErr worst[3];   // per kernel family (0 fp32, 1 bf16, 2 cuDNN): the largest errors seen, for the summary line
+
+// The engine pass (g_engine = 1): the bf16 cases again with the fast engine (cuDNN, emulated: its interpreter of
+// cudnn_sdpa.cu's graphs) enabled for both classes and the positions mirrored on the host; which engine computed the
+// block is checked (cuDNN where the block can go to it: no document boundary inside, positions in few runs).
+static int g_engine = 0;
+int emu_pointer_kind(const void* p) __attribute__((weak));   // defined by the emulation only
 
 static void test_attention(const Case* c, int bf16) {
     double t0 = now_s();
-    const char* fam = bf16 ? "bf16" : "fp32";
+    const char* fam = g_engine ? "cuDNN engine (bf16)" : bf16 ? "bf16" : "fp32";
     double tol_o = bf16 ? TOL_ABF_OUT : TOL_A32, tol_l = bf16 ? TOL_ABF_LSE : TOL_A32, tol_g = bf16 ? TOL_ABF_GRAD : TOL_A32_GRAD;
     int Tq = c->Tq, Tk = c->Tk, nh = c->nh, nkv = c->nkv, hd = c->hd;
     size_t nq = (size_t)Tq * nh * hd, nk = (size_t)Tk * nkv * hd, nl = (size_t)Tq * nh, nkr = (size_t)Tk * nkv;
@@ -748,6 +971,12 @@ static void test_attention(const Case* c, int bf16) {
     int *Dqp = up(qp, Tq * sizeof(int)), *Dkp = up(kp, Tk * sizeof(int));
     int *Dqd = up(qd, Tq * sizeof(int)), *Dkd = up(kd, Tk * sizeof(int));
     const int *hqd = c->docs ? qd : NULL, *Dqd_ = c->docs ? Dqd : NULL;   // query document ids (host, device) or none
+    long long cnt0[2];
+    attn_engine_counts(cnt0);
+    if (g_engine) {
+        attn_host_mirror(Dqp, qp, Tq); attn_host_mirror(Dkp, kp, Tk);
+        attn_host_mirror(Dqd, qd, Tq); attn_host_mirror(Dkd, kd, Tk);
+    }
     // key blocks: [h1, Tk) first, then [0, h1) (split), or one block
     int h1 = c->split ? Tk / 2 : 0, nb = c->split ? 2 : 1, j0s[2] = { h1, 0 }, ns[2] = { Tk - h1, h1 };
     float *o = malloc(nq * 4), *l = malloc(nl * 4), *Do = be_alloc(nq * 4), *Dl = be_alloc(nl * 4);
@@ -844,7 +1073,17 @@ static void test_attention(const Case* c, int bf16) {
           eD, TOL_D, eq.err, eq.row / nh, ek.err, ek.row / nkv, ev.err, ev.row / nkv, tol_g, none, nfq, nfk, KAPPA,
           bad_untouched ? "NO" : "yes", nan_b ? "YES" : "no",
           (c->flags & F_REPEAT) ? (rep_b ? "; repeat bit-identical" : "; repeat DIFFERS") : "", now_s() - t0);
-    AttnErr* w = &worst[bf16];
+    if (g_engine) {   // cuDNN computed the blocks, or (documents inside, scattered positions) the own kernels did
+        long long cnt1[2];
+        attn_engine_counts(cnt1);
+        int want_fast = !c->docs && c->pos != POS_SHUFFLED;
+        long long nf = cnt1[ATTN_ENGINE_FAST] - cnt0[ATTN_ENGINE_FAST], no = cnt1[ATTN_ENGINE_OWN] - cnt0[ATTN_ENGINE_OWN];
+        CHECK(want_fast ? nf > 0 && no == 0 : nf == 0 && no > 0, "attention %s %s: %lld pieces on cuDNN, %lld blocks on the own "
+              "kernels (expected: %s)", fam, c->name, nf, no, want_fast ? "cuDNN only" : "the own kernels only");
+        attn_host_mirror(Dqp, NULL, 0); attn_host_mirror(Dkp, NULL, 0);   // (freed below)
+        attn_host_mirror(Dqd, NULL, 0); attn_host_mirror(Dkd, NULL, 0);
+    }
+    AttnErr* w = &worst[g_engine ? 2 : bf16];
     w->out = fmax(w->out, eo.err); w->lse = fmax(w->lse, el.err); w->D = fmax(w->D, eD);
     w->dq = fmax(w->dq, eq.err); w->dk = fmax(w->dk, ek.err); w->dv = fmax(w->dv, ev.err);
 
@@ -904,6 +1143,99 @@ static void test_attention_tf32(void) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be_free(all[i]);
 }
 
+// The fast engine (cuDNN; under the emulation its interpreter of the graphs): the self-check passes and enables both
+// classes; every bf16 case with head dim 64 or 128 runs again on it against the CPU, with the tolerances of the bf16
+// kernels; faults of the emulated library (RINGLM_EMU_CUDNN) end in the own kernels, or (attn_engine = cudnn) an error.
+static void test_engine(const Case* cases, size_t n) {
+    double t0 = now_s();
+    be_set_matmul_precision("bf16");
+    AttnRunShape rs = { 4, 2, 64, 0 };
+    unsigned fast = 0;
+    char rep[4096], err[1024];
+    int rc = attn_engine_select("auto", &rs, &fast, rep, sizeof rep, err, sizeof err);
+    CHECK(rc == 0 && fast == 3 && strstr(rep, "unmasked blocks") && strstr(rep, "causal blocks") && !strstr(rep, ": own kernels"),
+          "attn_engine = auto: the self-check puts both classes on cuDNN (fast %u): %s", fast, rc ? err : rep);
+    if (rc || fast != 3) { printf("%s\n", rep); return; }
+    printf("%s\n", rep);
+    attn_engine_use(fast);
+    g_engine = 1;
+    for (size_t i = 0; i < n; i++)
+        if (cases[i].flags & F_ENGINE) test_attention(&cases[i], 1);
+    g_engine = 0;
+    attn_engine_use(0);
+    // faults: the emulated library reads RINGLM_EMU_CUDNN at each call (on a GPU, with the real cuDNN: not these)
+    if (!emu_pointer_kind) { printf("(cuDNN engine: %.1f s; the fault cases need the emulated cuDNN)\n", now_s() - t0); return; }
+    static const struct { const char* fault; unsigned want; const char* says; } F[] = {
+        { "wrong:bwd", 0, "dq differs" }, { "unsupported:causal", 1, "no engine" },
+        { "fail:unmasked", 2, "CUDNN_STATUS_EXECUTION_FAILED" },
+    };
+    for (size_t i = 0; i < sizeof F / sizeof *F; i++) {
+        setenv("RINGLM_EMU_CUDNN", F[i].fault, 1);
+        rc = attn_engine_select("auto", &rs, &fast, rep, sizeof rep, err, sizeof err);
+        CHECK(rc == 0 && fast == F[i].want && strstr(rep, F[i].says), "RINGLM_EMU_CUDNN=%s, attn_engine = auto: cuDNN for "
+              "classes %u (want %u), the report names the reason (%s): %s", F[i].fault, fast, F[i].want, F[i].says, rep);
+        if (i) continue;   // (attn_engine = cudnn: once)
+        rc = attn_engine_select("cudnn", &rs, &fast, rep, sizeof rep, err, sizeof err);
+        CHECK(rc == 1 && strstr(err, F[i].says), "RINGLM_EMU_CUDNN=%s, attn_engine = cudnn: an error naming it: %s", F[i].fault,
+              rc ? err : "none");
+    }
+    unsetenv("RINGLM_EMU_CUDNN");
+    rc = attn_engine_select("own", &rs, &fast, rep, sizeof rep, err, sizeof err);
+    CHECK(rc == 0 && fast == 0 && strstr(rep, "attn_engine = own"), "attn_engine = own: no class on cuDNN: %s", rep);
+    rc = attn_engine_select("fast", &rs, &fast, rep, sizeof rep, err, sizeof err);
+    CHECK(rc == 1 && strstr(err, "must be auto, cudnn or own"), "an unknown attn_engine is refused: %s", rc ? err : "accepted");
+    printf("(cuDNN engine: %.1f s)\n", now_s() - t0);
+}
+
+// The work of the bf16 attention kernels, from their per-block statistics (tiles computed, visibility steps):
+// - the scan for the next visible tile takes 32 candidates per step (a ballot), so no block spends more steps than
+//   tiles computed + 1 + candidates / 32 (a serial scan takes one step per candidate: 4 steps for the forward's first
+//   query tile here, against a bound of 3);
+// - the dK/dV kernel splits each group of query heads over several blocks when (key tile, KV head) blocks are too few
+//   to fill the device, so that no block computes more tiles than the causal minimum (the query tiles one head's
+//   first key tile sees); one block per (key tile, KV head) over the whole group takes grp times that.
+void cuda_attn_stats_enable(int on);
+int cuda_attn_stats(int kind, int* out, int cap);
+static void test_attention_work(void) {
+    int T = 256, nh = 8, nkv = 2, hd = 64, grp = nh / nkv, bm = 64;   // bf16 hd 64 tiles: 64 rows everywhere
+    size_t nq = (size_t)T * nh * hd, nk = (size_t)T * nkv * hd, nl = (size_t)T * nh;
+    be_set_matmul_precision("bf16");
+    float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *g = rnd(nq, 1);
+    int* pos = malloc(T * sizeof(int));
+    for (int i = 0; i < T; i++) pos[i] = i;
+    float *Dq = up(q, nq * 4), *Dk = up(k, nk * 4), *Dv = up(v, nk * 4), *Dg = up(g, nq * 4);
+    int* Dp = up(pos, T * sizeof(int));
+    float *Do = be_alloc(nq * 4), *Dl = be_alloc(nl * 4), *DD = be_alloc(nl * 4), *Ddq = be_alloc(nq * 4), *Ddk = be_alloc(nk * 4),
+          *Ddv = be_alloc(nk * 4);
+    cuda_attn_stats_enable(1);
+    attn_forward_begin(Do, Dl, T, nh, hd);
+    attn_block_forward(Do, Dl, Dq, Dp, NULL, T, Dk, Dv, Dp, NULL, T, nh, nkv, hd, 0.125f, ATTN_MASK_CAUSAL);
+    attn_backward_begin(DD, Dg, Do, T, nh, hd);
+    attn_block_backward(Ddq, Ddk, Ddv, Dg, Dq, Dl, DD, Dp, NULL, T, Dk, Dv, Dp, NULL, T, nh, nkv, hd, 0.125f, ATTN_MASK_CAUSAL);
+    static const char* KIND[3] = { "forward", "dK/dV", "dQ" };
+    int st[2 * 4096], nt = T / bm, worst_tiles = 0, nb[3];
+    for (int kind = 0; kind < 3; kind++) {
+        int n = nb[kind] = cuda_attn_stats(kind, st, 4096), bad = 0, worst = 0;
+        // candidates per block: key tiles (forward, dQ), or query tiles of the block's heads (dK/dV)
+        int cand = kind == 1 ? (n > 0 ? grp * nt * (nt * nkv) / n : 0) : nt;
+        for (int b = 0; b < n; b++) {
+            int tiles = st[2 * b], steps = st[2 * b + 1];
+            bad += steps > tiles + 1 + (cand + 31) / 32;
+            if (steps > worst) worst = steps;
+            if (kind == 1 && tiles > worst_tiles) worst_tiles = tiles;
+        }
+        CHECK(n > 0 && !bad, "attention bf16 %s kernel: %d blocks, each within tiles + 1 + %d / 32 visibility steps (%d blocks "
+              "over; the most steps %d)", KIND[kind], n, cand, bad, worst);
+    }
+    CHECK(nb[1] == nt * nkv * grp && worst_tiles == nt, "attention bf16 dK/dV kernel, causal T %d, GQA %d/%d: %d blocks "
+          "(%d key tiles x %d KV heads x %d: the head group split), the longest computes %d tiles (the causal minimum: %d; "
+          "a block per key tile over the whole group: %d)", T, nh, nkv, nb[1], nt, nkv, grp, worst_tiles, nt, grp * nt);
+    cuda_attn_stats_enable(0);
+    free(q); free(k); free(v); free(g); free(pos);
+    void* all[] = { Dq, Dk, Dv, Dg, Dp, Do, Dl, DD, Ddq, Ddk, Ddv };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) be_free(all[i]);
+}
+
 int main(void) {
     char err[512];
     if (be_init(0, err, sizeof err)) {
@@ -923,13 +1255,26 @@ int main(void) {
     test_split_merge_shape(4099, 2 * 64, 64, 4, 2);          // KV: 2 heads for 4 parts (each head to 2 parts)
     test_split_merge_shape(7000, 4 * 50, 50, 8, 4);          // 8 parts, 4 blocks, > 2 grid passes
     test_sumsq();
-    test_embedding();
-    test_rmsnorm_shape(37, 1000);
-    test_rmsnorm_shape(17000, 40);
-    test_rope_shape(29, 3, 18);
-    test_rope_shape(4099, 5, 130);
-    test_xent_shape(33, 53, 50, 7);
-    test_xent_shape(9, 1003, 1000, 3);
+    test_scalars();
+    test_embedding(1500, 777, 100, 3000);
+    test_embedding(1300, 40, 5000, 70000);
+    for (int d = 0; d < 2; d++) {   // fp32 and bf16 activations
+        BeDtype dt = d ? BE_BF16 : BE_F32;
+        test_rmsnorm_shape(37, 1000, dt);
+        test_rmsnorm_shape(17000, 40, dt);
+        test_rmsnorm_shape(5, 7, dt);
+        test_qkv_rope_shape(29, 3, 1, 18, dt);
+        test_qkv_rope_shape(4099, 5, 1, 130, dt);   // > 2 grid passes
+        test_qkv_rope_shape(13, 4, 2, 9, dt);       // an odd head_dim: its last element goes along unrotated
+        test_swiglu_shape(1589, 1024, dt);          // > 3 grid passes
+        test_swiglu_shape(7, 33, dt);
+        test_rowdot(333, 3, 20, dt);
+        test_xent_shape(33, 53, 50, 7, dt);
+        test_xent_shape(9, 1003, 1000, 3, dt);
+        test_xent_shape(5, 701, 700, 0, dt);        // an odd ld: a bf16 gradient row ends mid-float
+    }
+    test_rmsnorm_dw();
+    test_cast();
     test_exp_log();
     test_merge();
     test_attn_begin_big();
@@ -938,22 +1283,22 @@ int main(void) {
     printf("(fp32 kernels: %.1f s)\n", now_s() - t0);
     static const Case cases[] = {
         // name                                                   Tq     Tk   nh nkv  hd  mask              pos           docs split flags
-        { "hd 64 GQA 4/2 causal T 100",                           100,   100,  4, 2,  64, ATTN_MASK_CAUSAL, POS_SAME,     0, 1, 0 },
+        { "hd 64 GQA 4/2 causal T 100",                           100,   100,  4, 2,  64, ATTN_MASK_CAUSAL, POS_SAME,     0, 1, F_ENGINE },
         { "hd 64 MHA 2/2 causal T 128 (tile multiple)",           128,   128,  2, 2,  64, ATTN_MASK_CAUSAL, POS_SAME,     0, 0, 0 },
         { "hd 128 GQA 4/2 causal T 256 (tile multiple)",          256,   256,  4, 2, 128, ATTN_MASK_CAUSAL, POS_SAME,     0, 1, 0 },
-        { "hd 128 MQA 2/1 causal Tq 70 Tk 150 chunks",            70,    150,  2, 1, 128, ATTN_MASK_CAUSAL, POS_CHUNKS,   0, 1, 0 },
-        { "hd 64 MHA 2/2 causal shuffled Tq 45 Tk 90",            45,    90,   2, 2,  64, ATTN_MASK_CAUSAL, POS_SHUFFLED, 0, 1, 0 },
+        { "hd 128 MQA 2/1 causal Tq 70 Tk 150 chunks",            70,    150,  2, 1, 128, ATTN_MASK_CAUSAL, POS_CHUNKS,   0, 1, F_ENGINE },
+        { "hd 64 MHA 2/2 causal shuffled Tq 45 Tk 90",            45,    90,   2, 2,  64, ATTN_MASK_CAUSAL, POS_SHUFFLED, 0, 1, F_ENGINE },
         { "hd 24 MHA 3/3 unmasked Tq 33 Tk 47",                   33,    47,   3, 3,  24, ATTN_MASK_NONE,   POS_SAME,     0, 1, 0 },
         { "hd 100 GQA 4/2 causal shuffled Tq 40 Tk 75",           40,    75,   4, 2, 100, ATTN_MASK_CAUSAL, POS_SHUFFLED, 0, 1, 0 },
         { "hd 128 GQA 8/2 causal T 300",                          300,   300,  8, 2, 128, ATTN_MASK_CAUSAL, POS_SAME,     0, 1, 0 },
-        { "ring off-diagonal hd 128 GQA 4/2 unmasked T 192 (tile multiple)", 192, 192, 4, 2, 128, ATTN_MASK_NONE, POS_LATER, 0, 0, F_REPEAT },
+        { "ring off-diagonal hd 128 GQA 4/2 unmasked T 192 (tile multiple)", 192, 192, 4, 2, 128, ATTN_MASK_NONE, POS_LATER, 0, 0, F_REPEAT | F_ENGINE },
         { "ring off-diagonal hd 128 MQA 4/1 unmasked Tq 200 Tk 136", 200, 136, 4, 1, 128, ATTN_MASK_NONE, POS_LATER,    0, 1, 0 },
-        { "ring off-diagonal hd 64 GQA 4/2 unmasked Tq 300 Tk 100", 300, 100,  4, 2,  64, ATTN_MASK_NONE,   POS_LATER,    0, 0, 0 },
+        { "ring off-diagonal hd 64 GQA 4/2 unmasked Tq 300 Tk 100", 300, 100,  4, 2,  64, ATTN_MASK_NONE,   POS_LATER,    0, 0, F_ENGINE },
         { "multi-wave hd 64 MHA 8/8 causal docs T 1100",          1100,  1100, 8, 8,  64, ATTN_MASK_CAUSAL, POS_SAME,     4, 0, F_REPEAT },
         { "multi-wave hd 128 MHA 8/8 causal docs T 1100",         1100,  1100, 8, 8, 128, ATTN_MASK_CAUSAL, POS_SAME,     4, 0, 0 },
         { "multi-wave ring off-diagonal hd 128 GQA 28/4 unmasked Tq 320 Tk 80", 320, 80, 28, 4, 128, ATTN_MASK_NONE, POS_LATER, 0, 0, F_REPEAT },
         { "multi-wave hd 64 GQA 16/4 causal docs T 600",          600,   600, 16, 4,  64, ATTN_MASK_CAUSAL, POS_SAME,     4, 1, 0 },
-        { "docs hd 64 GQA 4/2 causal T 160",                      160,   160,  4, 2,  64, ATTN_MASK_CAUSAL, POS_SAME,     1, 1, 0 },
+        { "docs hd 64 GQA 4/2 causal T 160",                      160,   160,  4, 2,  64, ATTN_MASK_CAUSAL, POS_SAME,     1, 1, F_ENGINE },
         { "docs hd 128 MQA 2/1 causal Tq 70 Tk 150 chunks",       70,    150,  2, 1, 128, ATTN_MASK_CAUSAL, POS_CHUNKS,   1, 1, 0 },
         { "docs restarted positions hd 64 MHA 2/2 causal T 140",  140,   140,  2, 2,  64, ATTN_MASK_CAUSAL, POS_SAME,     2, 1, 0 },
         { "docs unmasked hd 24 MHA 3/3 Tq 70 Tk 90",              70,    90,   3, 3,  24, ATTN_MASK_NONE,   POS_SAME,     1, 1, 0 },
@@ -967,13 +1312,17 @@ int main(void) {
         if (be_set_matmul_precision(MODE[mode])) { CHECK(0, "be_set_matmul_precision(%s)", MODE[mode]); continue; }
         double t1 = now_s();
         test_matmul(mode);
+        if (mode == M_BF16) test_matmul_bf16();
         if (mode == M_TF32) { test_attention_tf32(); continue; }   // tf32 attention runs the bf16 kernels
         for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
             if (mode == M_BF16 || !(cases[i].flags & F_BF16)) test_attention(&cases[i], mode == M_BF16);
         printf("(%s: %.1f s)\n", MODE[mode], now_s() - t1);
     }
-    for (int b = 0; b < 2; b++)
-        printf("worst attention errors, %s kernels: out %.2e lse %.2e D %.2e dq %.2e dk %.2e dv %.2e\n", b ? "bf16" : "fp32",
+    test_attention_work();
+    test_engine(cases, sizeof cases / sizeof *cases);
+    for (int b = 0; b < 3; b++)
+        printf("worst attention errors, %s: out %.2e lse %.2e D %.2e dq %.2e dk %.2e dv %.2e\n",
+               b == 2 ? "cuDNN engine" : b ? "bf16 kernels" : "fp32 kernels",
                worst[b].out, worst[b].lse, worst[b].D, worst[b].dq, worst[b].dk, worst[b].dv);
     CHECK(be_set_matmul_precision("fp16") != 0, "an unknown precision is refused");
     printf("(total %.1f s)\n", now_s() - t0);

@@ -91,6 +91,7 @@ static void bench(Bench* b, int chunk, int reps, const float* ga, const float* g
 }
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     Bench b;
     b.T = argc > 1 ? atoi(argv[1]) : 4096;
     b.nh = argc > 2 ? atoi(argv[2]) : 8;

@@ -2,9 +2,10 @@
 // clock (be_timer: CUDA events on a GPU). Backend-neutral: built for every backend (build/bench_kernels,
 // build/cuda/bench_kernels).
 //   bench_kernels [--precision bf16|tf32|fp32] [--gemm N] [--T 8192,16384] [--hd 64,128] [--heads NH] [--kv NKV]
-//                 [--reps R]
+//                 [--reps R] [--engine own|cudnn|auto]
 // Prints one line "matmul N^3 <precision>: X TFLOP/s" (median of R), then a markdown table: per head_dim and T,
-// causal attention of one sequence as one block call, forward and backward TFLOP/s (median of R).
+// causal attention of one sequence as one block call, forward and backward TFLOP/s (median of R), on the block
+// engine asked for (attention.h: attn_engine_select; its lines are printed before the table; own by default).
 // FLOPs counted causally: forward 4 * T^2/2 * hd * nh, backward 2.5 x forward (FlashAttention's convention).
 #include "backend/attention.h"
 #include "backend/backend.h"
@@ -39,7 +40,8 @@ static int parse_list(const char* s, int* out, int max) {
 static double timed_region(BeTimer* t) { BeTimes r = be_timer_read(t); return r.wall_s; }
 
 int main(int argc, char** argv) {
-    const char* prec = "bf16";
+    stdout_lines();   // each line appears when printed, also into a file or pipe
+    const char* prec = "bf16", *engine = "own";
     int gemm = 8192, reps = 5, nh = 16, nkv = 4, Ts[16] = { 8192, 16384, 32768, 65536 }, nT = 4, hds[4] = { 64, 128 }, nhd = 2;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(a, "--reps")) reps = atoi(v);
         else if (!strcmp(a, "--heads")) nh = atoi(v);
         else if (!strcmp(a, "--kv")) nkv = atoi(v);
+        else if (!strcmp(a, "--engine")) engine = v;
         else if (!strcmp(a, "--T")) { if ((nT = parse_list(v, Ts, 16)) <= 0) { fprintf(stderr, "bench_kernels: --T '%s' must be a list of sizes\n", v); return 1; } }
         else if (!strcmp(a, "--hd")) { if ((nhd = parse_list(v, hds, 4)) <= 0) { fprintf(stderr, "bench_kernels: --hd '%s' must be a list of sizes\n", v); return 1; } }
         else { fprintf(stderr, "bench_kernels: unknown option '%s'\n", a); return 1; }
@@ -90,6 +93,18 @@ int main(int argc, char** argv) {
             for (int i = 0; i < T; i++) hp[i] = i;
             int* pos = be_alloc((size_t)T * sizeof(int));
             be_upload(pos, hp, (size_t)T * sizeof(int));
+            if (ti == 0) {   // the engine for this head dim (its self-check runs once per head dim)
+                AttnRunShape rs = { nh, nkv, hd, 0 };
+                unsigned fast = 0;
+                char rep[2048];
+                if (attn_engine_select(engine, &rs, &fast, rep, sizeof rep, err, sizeof err)) {
+                    fprintf(stderr, "bench_kernels: %s\n", err);
+                    return 1;
+                }
+                attn_engine_use(fast);
+                fprintf(stderr, "%s\n", rep);
+            }
+            attn_host_mirror(pos, hp, (size_t)T);
             float sc = 1.0f / sqrtf((float)hd);
             double* tb = malloc((size_t)reps * sizeof(double));
             for (int r = 0; r <= reps; r++) {   // the first round warms up
@@ -109,6 +124,7 @@ int main(int argc, char** argv) {
             printf("| %d | %d | %d (%d) | %.2f | %.3g | %.2f | %.3g |\n", hd, T, nh, nkv, sf * 1e3, fl / sf / 1e12, sb * 1e3,
                    2.5 * fl / sb / 1e12);
             fflush(stdout);
+            attn_host_mirror(pos, NULL, 0);
             free(hp); free(tb);
             void* all[] = { q, k, v, dout, out, lse, D, dq, dk, dv, pos };
             for (size_t i = 0; i < sizeof all / sizeof *all; i++) be_free(all[i]);

@@ -6,8 +6,8 @@
 # Assumptions (build/plan's defaults unless given here): device memory 73 GiB (80 GB) and 130 GiB (141 GB) — the
 # device's bytes less ~1 GiB of CUDA context; pinned host memory 224 GiB per GPU (a node of 8 GPUs with 2 TiB, less
 # room for the OS); 8 GPUs: cp 8 (zigzag ring), one node; one sequence per micro-batch, 8 per step; MFU 0.4 of
-# 989 TFLOP/s and PCIe 5 at 55 GB/s per direction for the offload verdict; fp32 weights, gradients, moments and
-# activations (the CUDA backend's storage today).
+# 989 TFLOP/s and PCIe 5 at 55 GB/s per direction for the offload verdict; fp32 weights, gradients and moments with a
+# bf16 copy of the weights, and bf16 activations where the CUDA backend stores them (act_dtype = bf16).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 make -s build/plan

@@ -7,6 +7,7 @@
 #include "common/util.h"
 
 int main(int argc, char** argv) {
+    stdout_lines();   // each line appears when printed, also into a file or pipe
     int n = argc > 1 ? atoi(argv[1]) : 2048, reps = argc > 2 ? atoi(argv[2]) : 7;
     if (n <= 0 || reps <= 0 || reps > 100) { fprintf(stderr, "usage: sgemm_peak [N>0] [repeats 1..100]\n"); return 1; }
     float *a = malloc((size_t)n * n * 4), *b = malloc((size_t)n * n * 4), *c = malloc((size_t)n * n * 4);

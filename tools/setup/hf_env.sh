@@ -11,7 +11,9 @@
 # refreshes it when missing or stale, without a download (so an environment made before it gets it by running this
 # again); the environment counts as complete only once generate()'s imports work.
 # Prints the environment's python on stdout. On failure: one line on stderr, exit status 2 when PyPI cannot be
-# reached, 1 otherwise. Nothing is downloaded once the environment is complete.
+# reached, 1 otherwise. Nothing is downloaded once the environment is complete. A new environment is made in
+# ENV.new.PID and renamed to ENV only once complete, so that ENV is never seen half-made (the wrappers use it as
+# soon as it exists); an interrupted install leaves no ENV, and the next run starts over.
 set -u
 cd "$(dirname "$0")/../.."
 ENV=${RINGLM_HFENV:-build/hfenv}
@@ -29,32 +31,52 @@ if ready && shim_ok; then echo "$PY"; exit 0; fi
 mkdir -p "$(dirname "$ENV")" || { echo "hf_env: cannot create $(dirname "$ENV")" >&2; exit 1; }
 exec 9>"$ENV.lock"; flock 9                         # one installer at a time
 if ready && shim_ok; then echo "$PY"; exit 0; fi
-if ! ready; then                                    # (when only the shim is missing or stale: no pip, no download)
-  if [ ! -x "$PY" ]; then
-    out=$(/usr/bin/python3 -m venv --system-site-packages "$ENV" 2>&1) || {
-      rm -rf "$ENV"
-      echo "hf_env: cannot create the virtual environment $ENV (is python3-venv installed? tools/setup/install_deps.sh installs it): $(echo "$out" | tail -n 1)" >&2
-      exit 1; }
-  fi
-  out=$("$PY" -m pip install --disable-pip-version-check --no-input -q --retries 1 --timeout 20 "$PIN" 2>&1)
-  rc=$?
-  if [ $rc -ne 0 ]; then
-    if echo "$out" | grep -qE 'from versions: none|NewConnectionError|Failed to establish|Temporary failure in name resolution|Network is unreachable|ConnectTimeout|ReadTimeout|ProxyError|SSLError'; then
-      echo "hf_env: PyPI is not reachable: cannot install $PIN into $ENV" >&2; exit 2
-    fi
-    echo "hf_env: pip install $PIN into $ENV failed: $(echo "$out" | grep -m1 -E '^ERROR' || echo "$out" | tail -n 1)" >&2
-    exit 1
-  fi
-fi
-SITE=$(site) && [ -d "$SITE" ] || { echo "hf_env: cannot find the site-packages directory of $ENV" >&2; exit 1; }
-cp "$SHIM" "$SITE/ringlm_torch_py311.py.tmp" && mv "$SITE/ringlm_torch_py311.py.tmp" "$SITE/ringlm_torch_py311.py" \
-  && echo "import ringlm_torch_py311" > "$SITE/ringlm_torch_py311.pth" \
-  || { echo "hf_env: cannot install $SHIM into $SITE" >&2; exit 1; }
-# what generate() imports (transformers.integrations.fsdp imports torch.distributed.fsdp)
-out=$("$PY" -c 'import transformers, tokenizers, safetensors, torch
+# install_shim PYTHON: the start-up fix into that environment's site-packages
+install_shim() {
+  local site; site=$("$1" -c 'import sysconfig; print(sysconfig.get_path("purelib"))' 2>/dev/null) && [ -d "$site" ] \
+    || { echo "hf_env: cannot find the site-packages directory of $(dirname "$(dirname "$1")")" >&2; return 1; }
+  cp "$SHIM" "$site/ringlm_torch_py311.py.tmp" && mv "$site/ringlm_torch_py311.py.tmp" "$site/ringlm_torch_py311.py" \
+    && echo "import ringlm_torch_py311" > "$site/ringlm_torch_py311.pth" \
+    || { echo "hf_env: cannot install $SHIM into $site" >&2; return 1; }
+}
+# gen_ok PYTHON: what generate() imports works (transformers.integrations.fsdp imports torch.distributed.fsdp)
+gen_ok() {
+  out=$("$1" -c 'import transformers, tokenizers, safetensors, torch
 from transformers.integrations.fsdp import is_fsdp_managed_module
 is_fsdp_managed_module(torch.nn.Linear(1, 1))' 2>&1) || {
-  rm -f "$ENV/.ringlm-$PIN"
-  echo "hf_env: $PIN installed into $ENV but importing transformers, tokenizers, safetensors and what model.generate() needs fails: $(echo "$out" | tail -n 1)" >&2; exit 1; }
-touch "$ENV/.ringlm-$PIN"
+    echo "hf_env: $PIN installed but importing transformers, tokenizers, safetensors and what model.generate() needs fails: $(echo "$out" | tail -n 1)" >&2
+    return 1; }
+}
+if ready; then                                      # complete: only the shim is missing or stale (no pip, no download)
+  install_shim "$PY" && gen_ok "$PY" || exit 1
+  echo "$PY"; exit 0
+fi
+# A new environment is made in a temporary folder beside ENV and renamed to ENV only when it is complete (stamp
+# included): the wrappers (tools/hf_export, ...) take ENV's python whenever ENV exists, so ENV must never be seen
+# half-made. (A venv works from its new name: its python finds its prefix from pyvenv.cfg beside it; only the
+# console scripts' #! lines keep the temporary path, and nothing here runs them.)
+NEW="$ENV.new.$$"
+rm -rf "$ENV".new.* 2>/dev/null                     # what an interrupted install left (under the lock: none runs)
+trap 'rm -rf "$NEW"' EXIT
+out=$(/usr/bin/python3 -m venv --system-site-packages "$NEW" 2>&1) || {
+  echo "hf_env: cannot create the virtual environment $NEW (is python3-venv installed? tools/setup/install_deps.sh installs it): $(echo "$out" | tail -n 1)" >&2
+  exit 1; }
+out=$("$NEW/bin/python" -m pip install --disable-pip-version-check --no-input -q --retries 1 --timeout 20 "$PIN" 2>&1)
+rc=$?
+if [ $rc -ne 0 ]; then
+  if echo "$out" | grep -qE 'from versions: none|NewConnectionError|Failed to establish|Temporary failure in name resolution|Network is unreachable|ConnectTimeout|ReadTimeout|ProxyError|SSLError|Connection refused'; then
+    echo "hf_env: PyPI is not reachable: cannot install $PIN into $ENV" >&2; exit 2
+  fi
+  echo "hf_env: pip install $PIN into $ENV failed: $(echo "$out" | grep -m1 -E '^ERROR' || echo "$out" | tail -n 1)" >&2
+  exit 1
+fi
+install_shim "$NEW/bin/python" && gen_ok "$NEW/bin/python" || exit 1
+touch "$NEW/.ringlm-$PIN" || exit 1
+# the swap: an older ENV (incomplete, or of another pin) aside, the new one in, the old one removed last
+OLD="$ENV.old.$$"
+if [ -e "$ENV" ]; then mv "$ENV" "$OLD" || { echo "hf_env: cannot move the old $ENV aside" >&2; exit 1; }; fi
+mv "$NEW" "$ENV" || { echo "hf_env: cannot rename $NEW to $ENV" >&2; [ -e "$OLD" ] && mv "$OLD" "$ENV"; exit 1; }
+trap - EXIT
+rm -rf "$OLD"
+ready || { echo "hf_env: $ENV is not usable after the rename" >&2; exit 1; }
 echo "$PY"

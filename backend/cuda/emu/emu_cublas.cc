@@ -5,6 +5,8 @@
 // nearest even), CUBLAS_COMPUTE_32F_FAST_TF32 to tf32 (10-bit mantissa, to nearest, ties away from zero, as
 // cvt.rna.tf32.f32), CUBLAS_COMPUTE_32F keeps them; products of the rounded inputs are exact in fp32 and summed in
 // fp32 (by OpenBLAS's sgemm on the rounded copies). beta = 0 means C is not read (NaN in C does not propagate).
+// Types: A and B both fp32 (CUDA_R_32F, any of the three compute types) or both bf16 (CUDA_R_16BF, CUBLAS_COMPUTE_32F:
+// exact in fp32); C fp32 or bf16 (the fp32 result rounded to nearest even), as cuBLAS supports them.
 // Runs in stream order on the handle's stream, and counts for the race checks like any operation.
 #include "emu_internal.h"
 #include "cublas_v2.h"
@@ -21,14 +23,6 @@ struct EmuBlas {
 };
 
 namespace {
-float round_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
-    u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
 float round_tf32(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
@@ -37,13 +31,26 @@ float round_tf32(float x) {
     memcpy(&x, &u, 4);
     return x;
 }
-// a rows x cols column-major matrix with leading dimension ld, packed (ld = rows) and rounded
-void pack(std::vector<float>& out, const float* src, int rows, int cols, int ld, int compute) {
+float bf16_to_f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+uint16_t f_to_bf16(float x) {   // to nearest even; NaN stays NaN
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+// a rows x cols column-major matrix (fp32 or bf16) with leading dimension ld, packed (ld = rows) and rounded
+void pack(std::vector<float>& out, const void* src, bool bf, int rows, int cols, int ld, int compute) {
     out.resize((size_t)rows * cols);
     for (int c = 0; c < cols; c++)
         for (int r = 0; r < rows; r++) {
-            float v = src[(size_t)c * ld + r];
-            out[(size_t)c * rows + r] = compute == CUBLAS_COMPUTE_32F_FAST_16BF ? round_bf16(v)
+            size_t at = (size_t)c * ld + r;
+            float v = bf ? bf16_to_f(((const uint16_t*)src)[at]) : ((const float*)src)[at];
+            out[(size_t)c * rows + r] = compute == CUBLAS_COMPUTE_32F_FAST_16BF ? emu::round_bf16(v)
                                       : compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? round_tf32(v) : v;
         }
 }
@@ -105,9 +112,13 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             cublasGemmAlgo_t algo) {
     (void)algo;
     if (!h || h->dead) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    bool abf = at == CUDA_R_16BF, cbf = ct == CUDA_R_16BF;
+    if (at != bt || (at != CUDA_R_32F && at != CUDA_R_16BF) || (ct != CUDA_R_32F && ct != CUDA_R_16BF) ||
+        (abf && compute != CUBLAS_COMPUTE_32F) || (!abf && cbf))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     if (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF && compute != CUBLAS_COMPUTE_32F_FAST_TF32)
         return CUBLAS_STATUS_NOT_SUPPORTED;
+    size_t ea = abf ? 2 : 4, ec = cbf ? 2 : 4;
     if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T)) return CUBLAS_STATUS_INVALID_VALUE;
     int ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;   // A as stored
     int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
@@ -119,35 +130,49 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     memcpy(&al, alpha, 4);   // the pointer mode is host (cuBLAS's default)
     memcpy(&be, beta, 4);
     const char* op = "cublasGemmEx";
-    size_t cbytes = ((size_t)(n - 1) * ldc + m) * 4;
+    size_t cbytes = ((size_t)(n - 1) * ldc + m) * ec;
     emu::need_device(op, "C", C, cbytes);
     bool use_ab = k > 0 && al != 0.0f;
     if (use_ab) {
-        emu::need_device(op, "A", A, ((size_t)(ac - 1) * lda + ar) * 4);
-        emu::need_device(op, "B", B, ((size_t)(bc - 1) * ldb + br) * 4);
+        emu::need_device(op, "A", A, ((size_t)(ac - 1) * lda + ar) * ea);
+        emu::need_device(op, "B", B, ((size_t)(bc - 1) * ldb + br) * ea);
     }
     emu::Stream* s = emu::stream_of(h->stream);
     uint64_t t = emu::begin_op(s, op);
     if (use_ab) {
-        emu::access(s, t, op, A, ((size_t)(ac - 1) * lda + ar) * 4, false);
-        emu::access(s, t, op, B, ((size_t)(bc - 1) * ldb + br) * 4, false);
+        emu::access(s, t, op, A, ((size_t)(ac - 1) * lda + ar) * ea, false);
+        emu::access(s, t, op, B, ((size_t)(bc - 1) * ldb + br) * ea, false);
     }
     emu::access(s, t, op, C, cbytes, true);
+    if (emu::dry()) return CUBLAS_STATUS_SUCCESS;
     emu::DeviceAccess da;
+    // C in fp32 (a bf16 C through a packed fp32 copy, rounded to bf16 at the end)
+    static std::vector<float> pc;
     float* c = (float*)C;
-    if (be == 0.0f)
+    int cld = ldc;
+    if (cbf) {
+        pc.assign((size_t)m * n, 0.0f);
+        if (be != 0.0f)
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++) pc[(size_t)j * m + i] = bf16_to_f(((const uint16_t*)C)[(size_t)j * ldc + i]);
+        c = pc.data();
+        cld = m > 1 ? m : 1;
+    } else if (be == 0.0f)
         for (int j = 0; j < n; j++) memset(c + (size_t)j * ldc, 0, (size_t)m * 4);
     if (!use_ab) {
         if (be != 0.0f && be != 1.0f)
             for (int j = 0; j < n; j++)
-                for (int i = 0; i < m; i++) c[(size_t)j * ldc + i] *= be;
-        return CUBLAS_STATUS_SUCCESS;
+                for (int i = 0; i < m; i++) c[(size_t)j * cld + i] *= be;
+    } else {
+        static std::vector<float> pa, pb;
+        pack(pa, A, abf, ar, ac, lda, compute);
+        pack(pb, B, abf, br, bc, ldb, compute);
+        cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                    m, n, k, al, pa.data(), ar > 1 ? ar : 1, pb.data(), br > 1 ? br : 1, be == 0.0f ? 0.0f : be, c, cld);
     }
-    static std::vector<float> pa, pb;
-    pack(pa, (const float*)A, ar, ac, lda, compute);
-    pack(pb, (const float*)B, br, bc, ldb, compute);
-    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                m, n, k, al, pa.data(), ar > 1 ? ar : 1, pb.data(), br > 1 ? br : 1, be == 0.0f ? 0.0f : be, c, ldc);
+    if (cbf)
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) ((uint16_t*)C)[(size_t)j * ldc + i] = f_to_bf16(pc[(size_t)j * m + i]);
     return CUBLAS_STATUS_SUCCESS;
 }
 

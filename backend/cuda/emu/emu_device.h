@@ -32,6 +32,7 @@ using std::min;
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 // a static __shared__ variable cannot be emulated: kernels declare them with SHARED(type, name, dims)
@@ -54,13 +55,14 @@ extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 
 namespace emu {
-enum { K_SYNCWARP = 1, K_SHFL, K_LDMATRIX, K_MMA, K_LDMATRIX_T };
+enum { K_SYNCWARP = 1, K_SHFL, K_LDMATRIX, K_MMA, K_LDMATRIX_T, K_BALLOT };
 int lane(void);
 void block_barrier(void);
 // the calling lane arrives at a collective of `kind` over the lanes in mask; returns once every lane of mask
 // that is still running has arrived. Returns the mask of the lanes that took part.
 unsigned warp_barrier(unsigned mask, int kind);
 uint64_t shfl(unsigned mask, uint64_t v, int src_lane);
+unsigned ballot(unsigned mask, int pred);   // the lanes of mask (still running) whose pred is non-zero
 void ldmatrix(uint32_t (&r)[4], uintptr_t addr, bool trans);
 void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 unsigned char* dyn_smem(void);
@@ -122,6 +124,8 @@ template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
     memcpy(&out, &u, sizeof(T));
     return out;
 }
+inline unsigned __ballot_sync(unsigned mask, int pred) { return emu::ballot(mask, pred); }
+inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 template <class T> inline T __shfl_sync(unsigned mask, T v, int src) {
     static_assert(sizeof(T) <= 8, "a shuffle of at most 8 bytes");
     uint64_t u = 0;

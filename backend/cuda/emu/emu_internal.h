@@ -10,6 +10,7 @@ namespace emu {
 // one line "cuda emulation: <message>" on stderr, then the process ends (the whole job under MPI)
 [[noreturn]] void die(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void ensure_init(void);
+bool dry(void);   // RINGLM_EMU_DRY: operations are not executed
 int device_index(void);
 const cudaDeviceProp& props(void);
 
@@ -23,6 +24,8 @@ struct Alloc {
     bool live;
     unsigned long serial;
     const char* how;     // "cudaMalloc", "cudaMallocAsync", "cudaMallocHost"
+    int copy_stream;     // pinned: the stream of the last asynchronous copy from or to it (-1: none)
+    uint64_t copy_time;  // and its time on that stream's clock (the host has waited for it once g_host reaches it)
 };
 // the allocation whose pages (or trailing guard page) hold p, live or freed; NULL if none
 Alloc* find_alloc(const void* p);
@@ -64,4 +67,14 @@ void defer(Stream* s, Deferred* d);
 
 // seconds on a monotonic clock
 double now(void);
+
+// x rounded to bf16, to nearest even (NaN stays NaN): the tensor cores' input rounding (cuBLAS, cuDNN)
+inline float round_bf16(float x) {
+    uint32_t u;
+    __builtin_memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+    u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
+    __builtin_memcpy(&x, &u, 4);
+    return x;
+}
 }   // namespace emu

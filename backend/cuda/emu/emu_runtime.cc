@@ -6,6 +6,8 @@
 //   device), with an H200's limits (132 SMs, 1024 threads per block, 48 KiB of shared memory per block without
 //   the opt-in attribute, 227 KiB with it) and RINGLM_EMU_MEMORY_MIB of memory (default 16384).
 //   RINGLM_EMU_CC (default 9.0) sets the compute capability.
+// Pinned host memory: freeing it (cudaFreeHost) while an asynchronous copy from or to it may be running (queued, and
+//   not waited for by the host through a synchronisation that covers it) ends the process with one line.
 // Memory: every device allocation lies in an address range reserved for the emulated device and ends at a
 //   page followed by a guard page; freed allocations stay unmapped (never reused), new allocations up to 16 MiB
 //   are filled with NaN bytes (larger ones read as zero until written). Device memory is mapped readable and writable only while the emulation itself runs an
@@ -23,6 +25,12 @@
 //   known by their pointer arguments (a pointer to const is a read, others reads and writes; pointers inside
 //   struct arguments count as reads).
 // Kernels: see emu_device.h (fibers, barriers, warp collectives, shared memory, launch limits).
+// Dry runs (RINGLM_EMU_DRY=1): every check above runs, but no kernel, copy, memset or cuBLAS call is executed and
+//   new allocations are not filled: the program's own host code runs as usual on device memory that stays zero, so
+//   the step anatomy can count the work of shapes far beyond this machine (results are meaningless).
+// Traffic (RINGLM_EMU_TRAFFIC=1): each kernel runs with device memory unmapped; the first read or write of a page
+//   faults, is recorded and the page opened (read-only first, read-write at the first write), so the pages a kernel
+//   read and wrote are counted (emu_traffic_last): what the step anatomy's declared traffic is checked against.
 // What it cannot show: timing, occupancy and register limits, __launch_bounds__ (not checked), bank conflicts,
 // memory-model effects that real hardware orders differently, the hardware's accumulation order inside mma
 // and cuBLAS (here: fp32 in k order, or OpenBLAS's), and anything the CUDA driver does that is not modelled.
@@ -102,6 +110,8 @@ static cudaDeviceProp g_prop;
 static size_t g_total = 0, g_used = 0;
 static bool g_hostcheck = true;
 static double g_timeout = 300;
+static bool g_dry = false, g_traffic = false;
+bool dry(void) { ensure_init(); return g_dry; }
 
 static void on_fault(int sig, siginfo_t* si, void* ctx);
 static void init_memory(void);
@@ -154,6 +164,8 @@ void ensure_init(void) {
     g_total = (size_t)env_long("RINGLM_EMU_MEMORY_MIB", 16384, 1, 1 << 22) << 20;
     g_hostcheck = env_long("RINGLM_EMU_HOSTCHECK", 1, 0, 1) != 0;
     g_timeout = (double)env_long("RINGLM_EMU_TIMEOUT_S", 300, 1, 86400);
+    g_dry = env_long("RINGLM_EMU_DRY", 0, 0, 1) != 0;
+    g_traffic = env_long("RINGLM_EMU_TRAFFIC", 0, 0, 1) != 0;
     fill_props(0);
     init_memory();
     // faults become one line: an alternate stack, so that a fiber's stack overflow is reported too
@@ -218,7 +230,7 @@ static Alloc* new_alloc(size_t bytes, int kind, const char* how) {
         g_bump = r->hi + PAGE;
         // NaN bytes: uninitialised device memory is garbage. Allocations above POISON_MAX stay zero pages until
         // written (a page touched costs every later protection change of it; the 32 MiB cuBLAS workspace is one)
-        if (span <= POISON_MAX) {
+        if (span <= POISON_MAX && !g_dry) {
             if (mprotect((void*)r->lo, span, PROT_READ | PROT_WRITE)) die("%s: mprotect failed", how);
             memset((void*)r->lo, 0xFF, span);
         }
@@ -234,6 +246,8 @@ static Alloc* new_alloc(size_t bytes, int kind, const char* how) {
     }
     r->size = bytes;
     r->kind = kind;
+    r->copy_stream = -1;
+    r->copy_time = 0;
     r->live = true;
     r->serial = ++g_serial;
     r->how = how;
@@ -274,6 +288,16 @@ Alloc* need_device(const char* op, const char* what, const void* p, size_t bytes
 static void set_device_prot(int prot) {
     for (Alloc* r : g_live_dev) mprotect((void*)r->lo, r->hi - r->lo, prot);
 }
+// ---- traffic counting (RINGLM_EMU_TRAFFIC): the pages the running kernel faulted on, read and written ----
+struct Traffic {
+    bool on = false;            // a kernel runs with device memory unmapped
+    std::vector<uintptr_t> rd, wr;
+    bool valid = false;         // the last launch was counted
+    int nptr = 0;
+};
+static Traffic g_tr;
+static const size_t TRAFFIC_PAGES = (size_t)1 << 20;   // per kernel: 4 GiB of pages (preallocated: a fault allocates nothing)
+
 DeviceAccess::DeviceAccess() {
     if (g_device_depth++ == 0 && g_hostcheck) set_device_prot(PROT_READ | PROT_WRITE);
 }
@@ -672,7 +696,7 @@ static unsigned collective(unsigned mask, int kind, ReleaseHook hook) {
     int t = g_L->cur, w = t / 32, l = t % 32;
     Warp& W = g_L->warps[w];
     if (!(mask >> l & 1)) kdie("a warp collective with mask 0x%08x, which does not include the calling lane %d", mask, l);
-    static const char* names[] = { "", "__syncwarp", "a shuffle", "ldmatrix", "mma.sync", "ldmatrix.trans" };
+    static const char* names[] = { "", "__syncwarp", "a shuffle", "ldmatrix", "mma.sync", "ldmatrix.trans", "a ballot" };
     if (W.nwait == 0) { W.kind = kind; W.mask = mask; W.arrived = 0; g_hook[w] = hook; }
     else if (W.kind != kind || W.mask != mask)
         kdie("the lanes of warp %d meet at different warp collectives (%s with mask 0x%08x and %s with mask 0x%08x): "
@@ -698,6 +722,19 @@ uint64_t shfl(unsigned mask, uint64_t v, int src) {
     unsigned who = collective(mask, K_SHFL, shfl_release);
     if (!(who >> src & 1)) kdie("a shuffle reads lane %d, which has exited or is not in the shuffle", src);
     return W.vout[l];
+}
+
+static void ballot_release(Warp& W) {
+    uint64_t m = 0;
+    for (int l = 0; l < 32; l++) if ((W.participants >> l & 1) && W.v[l]) m |= 1ull << l;
+    for (int l = 0; l < 32; l++) W.vout[l] = m;
+}
+unsigned ballot(unsigned mask, int pred) {
+    int l = g_L->cur % 32;
+    Warp& W = g_L->warps[g_L->cur / 32];
+    W.v[l] = pred != 0;
+    collective(mask, K_BALLOT, ballot_release);
+    return (unsigned)W.vout[l];
 }
 
 unsigned char* dyn_smem(void) {
@@ -859,6 +896,7 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
             Runner run, void* tuple) {
     ensure_init();
     init_kernels();
+    g_tr.valid = false;
     if (g_L) die("kernel %s launched from inside kernel %s (dynamic parallelism is not used by ringlm)", name, g_L->name);
     const cudaDeviceProp& P = g_prop;
     unsigned long nt = (unsigned long)block.x * block.y * block.z;
@@ -914,6 +952,7 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
             }
         }
     }
+    if (g_dry) return;
     Launch L;
     L.name = name; L.fn = fn; L.run = run; L.tuple = tuple; L.grid = grid; L.block = block; L.nt = (int)nt;
     L.dsm_bytes = smem;
@@ -925,16 +964,42 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
     L.cur = 0;
     blockDim = block;
     gridDim = grid;
-    DeviceAccess da;
-    g_L = &L;
-    for (unsigned bz = 0; bz < grid.z; bz++)
-        for (unsigned by = 0; by < grid.y; by++)
-            for (unsigned bx = 0; bx < grid.x; bx++) {
-                blockIdx = uint3{ bx, by, bz };
-                L.block_linear = bx + (unsigned long)grid.x * (by + (unsigned long)grid.y * bz);
-                run_block(&L);
-            }
-    g_L = NULL;
+    auto run_all = [&]() {
+        g_L = &L;
+        for (unsigned bz = 0; bz < grid.z; bz++)
+            for (unsigned by = 0; by < grid.y; by++)
+                for (unsigned bx = 0; bx < grid.x; bx++) {
+                    blockIdx = uint3{ bx, by, bz };
+                    L.block_linear = bx + (unsigned long)grid.x * (by + (unsigned long)grid.y * bz);
+                    run_block(&L);
+                }
+        g_L = NULL;
+    };
+    if (!g_traffic) {
+        DeviceAccess da;
+        run_all();
+        return;
+    }
+    // counted: every device page unmapped, opened by the faults of the kernel's first accesses (on_fault)
+    if (g_tr.rd.capacity() < TRAFFIC_PAGES) { g_tr.rd.reserve(TRAFFIC_PAGES); g_tr.wr.reserve(TRAFFIC_PAGES); }
+    g_tr.rd.clear(); g_tr.wr.clear();
+    g_tr.nptr = 0;
+    for (int i = 0; i < nargs; i++) {
+        if (args[i].ptr) { g_tr.nptr++; continue; }
+        for (size_t o = 0; o + 8 <= args[i].bytes; o += 8) {   // device pointers inside struct arguments
+            uintptr_t v;
+            memcpy(&v, (const char*)args[i].p + o, 8);
+            g_tr.nptr += in_device_space((void*)v);
+        }
+    }
+    g_device_depth++;
+    set_device_prot(PROT_NONE);
+    g_tr.on = true;
+    run_all();
+    g_tr.on = false;
+    g_device_depth--;
+    set_device_prot(prot_now());
+    g_tr.valid = true;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -942,6 +1007,17 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
 
 static void on_fault(int sig, siginfo_t* si, void* ctx) {
     uintptr_t a = (uintptr_t)si->si_addr;
+    if (g_tr.on && g_L && sig == SIGSEGV) {   // traffic counting: a kernel's first access of a page
+        Alloc* c = find_alloc((void*)a);
+        if (c && c->live && c->kind == DEVICE && a >= c->lo && a < c->hi) {
+            bool w = (((ucontext_t*)ctx)->uc_mcontext.gregs[REG_ERR] & 2) != 0;   // x86-64 page-fault code: a write
+            std::vector<uintptr_t>& v = w ? g_tr.wr : g_tr.rd;
+            if (v.size() == v.capacity()) { const char m[] = "cuda emulation: traffic counting: too many pages\n"; if (write(2, m, sizeof m - 1)) {} _exit(1); }
+            v.push_back(a & ~(uintptr_t)(PAGE - 1));
+            mprotect((void*)(a & ~(uintptr_t)(PAGE - 1)), PAGE, w ? PROT_READ | PROT_WRITE : PROT_READ);
+            return;
+        }
+    }
     char msg[900], w[300], fn[200] = "";
     where(w, sizeof w);
     ucontext_t* uc = (ucontext_t*)ctx;
@@ -1144,7 +1220,10 @@ cudaError_t cudaFreeHost(void* p) {
     Alloc* r = find_alloc(p);
     if (!r || r->kind != PINNED || (uintptr_t)p != r->base)
         return fail(cudaErrorInvalidValue, "cudaFreeHost(%p): not a pointer that cudaMallocHost returned", p);
-    cudaDeviceSynchronize();
+    // strict: an asynchronous copy from or to it that the host has not waited for may still read or write it
+    if (r->copy_stream >= 0 && g_host[r->copy_stream] < r->copy_time)
+        die("cudaFreeHost(%p): pinned memory that an asynchronous copy queued on stream %d may still be using (the host "
+            "has not waited for it: cudaEventSynchronize or cudaStreamSynchronize before freeing)", p, r->copy_stream);
     free_alloc(r);
     return cudaSuccess;
 }
@@ -1159,6 +1238,15 @@ int emu_pointer_kind(const void* p) {
     Alloc* r = find_alloc(p);
     if (!r || !r->live || (uintptr_t)p < r->base || (uintptr_t)p >= r->base + r->size) return 0;
     return r->kind;
+}
+
+int emu_dry(void) { return dry(); }
+int emu_traffic_last(double* rd, double* wr, int* nptr) {
+    if (!g_tr.valid) return 0;
+    *rd = (double)g_tr.rd.size() * PAGE;
+    *wr = (double)g_tr.wr.size() * PAGE;
+    *nptr = g_tr.nptr;
+    return 1;
 }
 
 static bool is_dev(const void* p) { return in_device_space(p); }
@@ -1184,6 +1272,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     uint64_t t = begin_op(s, kinds[kind]);
     if (sd) access(s, t, kinds[kind], src, bytes, false);
     if (dd) access(s, t, kinds[kind], dst, bytes, true);
+    for (const void* hp : { sd ? NULL : src, dd ? NULL : (const void*)dst }) {   // pinned host memory it uses until done
+        Alloc* r = hp ? find_alloc(hp) : NULL;
+        if (r && r->kind == PINNED && r->live) { r->copy_stream = s->id; r->copy_time = t; }
+    }
+    if (g_dry) return cudaSuccess;
     DeviceAccess da;
     memcpy(dst, src, bytes);
     return cudaSuccess;
@@ -1201,6 +1294,7 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t cs) {
     need_device("cudaMemsetAsync", "destination", p, bytes);
     uint64_t t = begin_op(s, "cudaMemsetAsync");
     access(s, t, "cudaMemsetAsync", p, bytes, true);
+    if (g_dry) return cudaSuccess;
     DeviceAccess da;
     memset(p, value, bytes);
     return cudaSuccess;

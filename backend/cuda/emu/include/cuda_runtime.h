@@ -135,6 +135,13 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
 // ---- emulation only ----
 // which allocation p lies in: 1 device memory (live), 2 pinned host memory (live), 0 neither
 int emu_pointer_kind(const void* p);
+// RINGLM_EMU_DRY=1: operations are checked and ordered but not executed (kernels, copies, memsets, cuBLAS): counts of
+// work for shapes too large to run here (the step anatomy). 1 when on.
+int emu_dry(void);
+// RINGLM_EMU_TRAFFIC=1: every kernel's device-memory traffic is counted by page (4 KiB) through page faults: the pages
+// it read and the pages it wrote (a page read and written counts in both). After a launch: 1 and the bytes of its
+// pages and its number of pointer arguments, or 0 when counting is off (or a launch failed its checks).
+int emu_traffic_last(double* read_bytes, double* written_bytes, int* pointer_args);
 
 #ifdef __cplusplus
 }   // extern "C"
