@@ -3,7 +3,8 @@
 # stream against the compute stream (a copy not ordered by an event stops the run naming both):
 #   per-step losses and final weights and gradients bit for bit equal to the same run without offload (fp32): one
 #   rank with recompute qkv (5 layers: 3 offloaded), cp 2 by ring on NCCL with recompute full, two micro-batches per
-#   step and verify_attention every step (layer 0's inputs brought back after the backward);
+#   step and verify_attention every step (layer 0's inputs brought back after the backward); and with bf16 weights and
+#   activations (one rank, recompute qkv: a slot of fp32 and bf16 tensors, its bytes in their dtypes);
 #   ZeRO-3 with offload and a tiled MLP on dp 2 (NCCL: compute, communication and copy streams together) within 1e-5
 #   of one rank without them;
 #   bad combinations, one line each: offload on the CPU backend (2 ranks), with recompute none or mlp, and more pinned
@@ -46,6 +47,8 @@ same_bits() {   # DESCRIPTION A B: losses (as printed to 9 digits) and the dumps
   else bad "$1: differ: $(grep -o '"loss": [0-9.e+-]*' "$T/$2/metrics.jsonl" "$T/$3/metrics.jsonl" | tr '\n' ' ')"; fi
 }
 erun q_none 1 --recompute qkv && erun q_ckpt 1 --recompute qkv --offload ckpt && same_bits "1 rank, recompute qkv" q_none q_ckpt
+erun b_none 1 --recompute qkv --matmul_precision bf16 && erun b_ckpt 1 --recompute qkv --matmul_precision bf16 --offload ckpt &&
+  same_bits "1 rank, recompute qkv, bf16 weights and activations" b_none b_ckpt
 V=(--cp 2 --recompute full --verify_attention 1)
 erun r_none 2 "${V[@]}" && erun r_ckpt 2 "${V[@]}" --offload ckpt && same_bits "cp 2 (ring, NCCL), recompute full" r_none r_ckpt
 $PY - "$T/r_ckpt/metrics.jsonl" <<'PY' >"$T/v" && ok "verify_attention with offload: $(cat "$T/v")" || bad "verify_attention: $(cat "$T/v")"
