@@ -115,7 +115,6 @@ for rc in mlp qkv full; do
   trun "g_rc_$rc" 2 $E --cp 2 --recompute $rc && cmp_runs "fp32 recompute $rc (cp 2) vs the CPU without recompute" c_one "g_rc_$rc" 1e-5
 done
 trun g_tile 2 $E --cp 2 --mlp_tile 40 && cmp_runs "fp32 tiled MLP (tiles of 40 of 64 rows, cp 2) vs the CPU untiled" c_one g_tile 1e-5
-trun g_tile 2 $E --cp 2 --mlp_tile 40 && cmp_runs "fp32 tiled MLP (tiles of 40 of 64 rows, cp 2) vs the CPU untiled" c_one g_tile 1e-5
 
 # ---- 4. bf16 and tf32 ----
 trun g_bf16 1 $E --matmul_precision bf16 && cmp_runs "bf16 vs the CPU's fp32 (tolerance 2e-3)" c_one g_bf16 2e-3
