@@ -390,6 +390,7 @@ static void comm_allgather_start_(const Group* g, float* buf, size_t n, CommReq*
     if (!h->done) cu(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming), "cudaEventCreate");
     cu(cudaEventRecord(r->ready, stream()), "cudaEventRecord");
     cu(cudaStreamWaitEvent(comm_stream, r->ready, 0), "cudaStreamWaitEvent");
+    cuda_backend_note_collective("ncclAllGather (started, communication stream)", (size_t)g->size * n * sizeof(float));
     nc(ncclAllGather(buf + (size_t)g->rank * n, buf, n, ncclFloat, nccl_of(g), comm_stream), "ncclAllGather (started)");
     cu(cudaEventRecord(h->done, comm_stream), "cudaEventRecord");
 }

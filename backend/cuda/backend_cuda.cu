@@ -591,6 +591,8 @@ static void copy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
         CU_CHECK(cudaStreamCreateWithFlags(&g_copy_stream, cudaStreamNonBlocking), "cudaStreamCreate (copy stream)");
         CU_CHECK(cudaEventCreateWithFlags(&g_copy_ready, cudaEventDisableTiming), "cudaEventCreate (copy stream)");
     }
+    PROF(PROF_COPY);
+    cu_anat_xfer_async(kind == cudaMemcpyHostToDevice, (double)bytes);   // (on the copy stream: no time predicted)
     CU_CHECK(cudaEventRecord(g_copy_ready, g_stream), op);            // after what the compute stream holds now
     CU_CHECK(cudaStreamWaitEvent(g_copy_stream, g_copy_ready, 0), op);
     if (bytes) CU_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, g_copy_stream), op);
