@@ -325,13 +325,14 @@ run 1 --ckpt="$CK" --data="$VAL" --seq-len=256 --docs=3 --out="$T/ev" --name=das
   && ok "--seq-len=256 --rope-factor=4 --log-buckets read as --seq_len 256 --rope_factor 4 --log_buckets" || bad "--name=value / dashes: $(tail -2 "$T/dash.out")"
 
 # 5g. the data's meta.json. NM: a checkpoint trained with data_meta = 0 (it records no data description); data m10:
-#     the val shard with a meta.json that names eod_id 10 (newline: documents are lines). Without --eod the data's
+#     the data's shards with a meta.json that names eod_id 10 (newline: documents are lines). Without --eod the data's
 #     eod 10 is taken (results equal --data_meta 0 --eod 10, and differ from --data_meta 0, the checkpoint's 256).
 #     FK: a checkpoint trained on data whose meta.json names another tokenizer (a path; training only reads it).
 TR=(--d_model 64 --n_layer 2 --n_head 4 --n_kv_head 2 --d_ff 128 --max_seq_len 256 --seq_len 128 --batch_size 4 --micro_batch 2
     --max_steps 3 --lr 3e-3 --warmup_steps 1)
 FAKE=/nonexistent/llama-32k/tokenizer.json
-mkdir -p "$T/m10" "$T/fk" "$T/big" && ln -s "$VAL" "$T/m10/" && ln -s "$T"/data/train_*.bin "$T/fk/" && ln -s "$VAL" "$T/big/"
+# (each directory holds every shard of data/: meta.json's counts must match its directory's)
+for d in m10 fk big; do mkdir -p "$T/$d" && ln -s "$T"/data/*_*.bin "$T/$d/"; done
 sed 's/"eod_id": 256/"eod_id": 10/' "$T/data/meta.json" >"$T/m10/meta.json"
 sed "s|\"tokenizer\": \"bytes\"|\"tokenizer\": \"$FAKE\"|" "$T/data/meta.json" >"$T/fk/meta.json"
 sed "s|\"tokenizer\": \"bytes\"|\"tokenizer\": \"$FAKE\"|; s/\"vocab_size\": 257/\"vocab_size\": 32000/" "$T/data/meta.json" >"$T/big/meta.json"
