@@ -73,6 +73,23 @@ void  be_download(void* host_dst, const void* src, size_t bytes); // backend -> 
 void  be_zero(void* p, size_t bytes);
 void  be_copy(void* dst, const void* src, size_t bytes);          // backend -> backend
 
+// ---- host memory beside the backend's, and a copy queue (activation offload) ----
+// be_host_alloc: host memory that copies to and from backend memory run on asynchronously (a GPU: pinned, page-locked),
+// zero-filled; exits with one line when the host has none left. be_host_bytes: what this process holds of it now.
+void*  be_host_alloc(size_t bytes);
+void   be_host_free(void* p);
+size_t be_host_bytes(void);
+// A copy queue runs beside the compute queue. be_copy_*_async copy `bytes` between backend memory and be_host_alloc
+// memory on it: the copy starts after everything queued on the compute queue before the call, and `done` is recorded
+// when it has finished; the compute queue goes on meanwhile. be_wait_event: whatever is queued on the compute queue
+// after the call waits for `done` (the host does not block). The CPU backend copies at once (there is no queue).
+typedef struct BeEvent BeEvent;
+BeEvent* be_event_create(void);
+void be_event_free(BeEvent* e);
+void be_copy_to_host_async(void* host, const void* src, size_t bytes, BeEvent* done);
+void be_copy_from_host_async(void* dst, const void* host, size_t bytes, BeEvent* done);
+void be_wait_event(BeEvent* e);
+
 // ---- dense ----
 // Matmul precision: "bf16" | "tf32" (tensor cores, fp32 accumulation) | "fp32". A backend without such
 // modes (the CPU) computes fp32 whatever is set. 0, or 1 for an unknown name.

@@ -24,27 +24,42 @@ void ckpt_shutdown(void) { H5close(); }
 
 #define ERR(...) do { snprintf(err, errlen, __VA_ARGS__); } while (0)
 
+// ---- one pass over the datasets, shared by save and load ------------------------------------------------
+typedef struct {
+    const ParamTable* t;
+    const AdamW* o;
+    const Grid* g;
+    const ZeroUnits* zu;   // the model's ZeRO units
+    int sharded[3];     // per kind: this rank holds only its owned slices, packed (moments under ZeRO; parameters
+                        // under ZeRO-3)
+    size_t len[3];      // elements of each staging buffer
+    float* host[3];     // staging: parameters [total, or the packed shard]; moments m, v [the packed shard]
+    uint64_t* sums;     // [3 * n] checksum terms of the elements this rank counts
+    long long* nonfinite;   // [3 * n] inf/NaN elements among those (reads)
+    hid_t dxpl;
+} Pass;
+
 // ---- who holds what --------------------------------------------------------------------------------
 // need_range: the part [a, b) (row-major elements of this rank's shard of tensor p) this rank holds in
-// memory: the whole shard for parameters; for AdamW moments the owned part (all of it without ZeRO-1).
-static void need_range(int kind, const ParamSpec* p, const AdamW* o, long long* a, long long* b) {
+// memory: the whole shard, or for a ZeRO-sharded kind the owned part.
+static void need_range(const Pass* ps, int kind, const ParamSpec* p, long long* a, long long* b) {
     *a = 0; *b = (long long)p->numel;
-    if (kind == KIND_MODEL) return;
+    if (!ps->sharded[kind]) return;
     size_t lo, hi;
-    if (!adamw_owned(o, p, &lo, &hi)) { *b = 0; return; }
+    if (!zero_owned(ps->zu, p, &lo, &hi)) { *b = 0; return; }
     *a = (long long)(lo - p->offset); *b = (long long)(hi - p->offset);
 }
 // counts: whether this rank's needed part is the one written to the file and counted in the checksum —
 // every element of a logical tensor has exactly one such rank. Replicated over TP: TP rank 0; replicated
-// over dp x cp: the (cp 0, dp 0) rank, except ZeRO-sharded moments, whose owned ranges partition the shard.
-static int counts(int kind, const ParamSpec* p, const AdamW* o, const Grid* g) {
-    if (p->split == SPLIT_REPLICATED && g->tp_rank != 0) return 0;
-    if (kind != KIND_MODEL && o->zg) return 1;
-    return g->cp_rank == 0 && g->dp_rank == 0;
+// over dp x cp: the (cp 0, dp 0) rank, except ZeRO-sharded kinds, whose owned ranges partition the shard.
+static int counts(const Pass* ps, int kind, const ParamSpec* p) {
+    if (p->split == SPLIT_REPLICATED && ps->g->tp_rank != 0) return 0;
+    if (ps->sharded[kind]) return 1;
+    return ps->g->cp_rank == 0 && ps->g->dp_rank == 0;
 }
 // offset of shard element a of tensor p in this rank's host buffer of `kind`
-static size_t buf_index(int kind, const ParamSpec* p, const AdamW* o, long long a) {
-    return p->offset + (size_t)a - (kind == KIND_MODEL ? 0 : o->lo);
+static size_t buf_index(const Pass* ps, int kind, const ParamSpec* p, long long a) {
+    return ps->sharded[kind] ? zero_index(ps->zu, p->offset + (size_t)a) : p->offset + (size_t)a;
 }
 
 // checksum terms of shard elements [a, b) with stored bit patterns (fp32 bits, or bf16 in the low 16);
@@ -88,24 +103,14 @@ static hid_t mem_space(const ParamSpec* p, long long a, long long b, long long n
     return ms;
 }
 
-// ---- one pass over the datasets, shared by save and load ------------------------------------------------
-typedef struct {
-    const ParamTable* t;
-    const AdamW* o;
-    const Grid* g;
-    float* host[3];     // staging: parameters [total]; moments m, v [hi - lo]
-    uint64_t* sums;     // [3 * n] checksum terms of the elements this rank counts
-    long long* nonfinite;   // [3 * n] inf/NaN elements among those (reads)
-    hid_t dxpl;
-} Pass;
-
 static int pass_open(Pass* ps, const Model* m, const AdamW* o, const Grid* g) {
     memset(ps, 0, sizeof *ps);
-    ps->t = &m->pt; ps->o = o; ps->g = g;
-    size_t own = o->hi - o->lo;
-    ps->host[KIND_MODEL] = calloc(m->pt.total ? m->pt.total : 1, sizeof(float));
-    ps->host[KIND_M] = calloc(own ? own : 1, sizeof(float));
-    ps->host[KIND_V] = calloc(own ? own : 1, sizeof(float));
+    ps->t = &m->pt; ps->o = o; ps->g = g; ps->zu = &m->zu;
+    ps->sharded[KIND_MODEL] = m->zero == 3;
+    ps->sharded[KIND_M] = ps->sharded[KIND_V] = o->zg != NULL;
+    ps->len[KIND_MODEL] = m->zero == 3 ? m->zu.shard : m->pt.total;
+    ps->len[KIND_M] = ps->len[KIND_V] = o->shard;
+    for (int k = 0; k < 3; k++) ps->host[k] = calloc(ps->len[k] ? ps->len[k] : 1, sizeof(float));
     ps->sums = calloc(3 * (size_t)m->pt.n, sizeof(uint64_t));
     ps->nonfinite = calloc(3 * (size_t)m->pt.n, sizeof(long long));
     if (!ps->host[0] || !ps->host[1] || !ps->host[2] || !ps->sums || !ps->nonfinite) {
@@ -127,15 +132,15 @@ static void pass_close(Pass* ps) {
 // counted elements' checksum terms (and, reading, their count of non-finite values). 0, or -1 on an HDF5 error.
 static int move_dataset(Pass* ps, hid_t d, int kind, int i, int write, int bf16) {
     const ParamSpec* p = &ps->t->p[i];
-    int counted = counts(kind, p, ps->o, ps->g);
+    int counted = counts(ps, kind, p);
     long long a, b;
-    need_range(kind, p, ps->o, &a, &b);
+    need_range(ps, kind, p, &a, &b);
     if (write && !counted) b = a;                      // written by another rank
     hid_t fs = logical_space(p);
     long long n = fs < 0 ? -1 : select_part(fs, p, a, b);
     hid_t ms = n < 0 ? H5I_INVALID_HID : mem_space(p, a, b, n);
     if (ms < 0) { if (fs >= 0) H5Sclose(fs); return -1; }
-    float* buf = ps->host[kind] + buf_index(kind, p, ps->o, a);
+    float* buf = ps->host[kind] + buf_index(ps, kind, p, a);
     int bad;
     uint32_t* bits = (uint32_t*)buf;
     if (write) bad = H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, ps->dxpl, buf) < 0;
@@ -196,7 +201,7 @@ static int write_header(hid_t f, const Config* c, const AdamW* o, const Grid* g,
     bad |= h5_attr_write_i64(f, "saved_tp", g->tp);
     bad |= h5_attr_write_i64(f, "saved_cp", g->cp);
     bad |= h5_attr_write_i64(f, "saved_dp", g->dp);
-    bad |= h5_attr_write_i64(f, "saved_zero", o->zg != NULL);
+    bad |= h5_attr_write_i64(f, "saved_zero", o->zg ? o->stage : 0);
     bad |= h5_attr_write_i64(f, "data_tokens", st->data_tokens);   // the run's identity and data set size
     if (st->run_id[0]) bad |= h5_attr_write_str(f, "run_id", st->run_id);
     if (st->data_meta && st->data_meta[0]) bad |= h5_attr_write_str(f, "data_meta", st->data_meta);
@@ -257,11 +262,11 @@ static const char* first_nonfinite(const Pass* ps, char* buf, size_t n) {
     for (int kind = 0; kind < 3; kind++)
         for (int i = 0; i < t->n; i++) {
             const ParamSpec* p = &t->p[i];
-            if (!counts(kind, p, ps->o, ps->g)) continue;
+            if (!counts(ps, kind, p)) continue;
             long long a, b, bad = 0;
-            need_range(kind, p, ps->o, &a, &b);
+            need_range(ps, kind, p, &a, &b);
             if (b <= a) continue;
-            xsum_range(p, a, b, (const uint32_t*)(ps->host[kind] + buf_index(kind, p, ps->o, a)), 0, &bad);
+            xsum_range(p, a, b, (const uint32_t*)(ps->host[kind] + buf_index(ps, kind, p, a)), 0, &bad);
             if (bad) { snprintf(buf, n, "%s/%s", GROUP[kind], p->name); return buf; }
         }
     return NULL;
@@ -502,10 +507,9 @@ static int save_(const char* out_dir, int keep_last, const Model* m, const AdamW
     int bad = pass_open(&ps, m, o, g);
     if (bad) ERR("checkpoint: HDF5 cannot make a transfer property list");
     if (agree(g, bad, err, errlen)) { pass_close(&ps); return 1; }
-    size_t own = o->hi - o->lo;
-    be_download(ps.host[KIND_MODEL], m->params, m->pt.total * sizeof(float));
-    be_download(ps.host[KIND_M], o->m, own * sizeof(float));
-    be_download(ps.host[KIND_V], o->v, own * sizeof(float));
+    be_download(ps.host[KIND_MODEL], m->zero == 3 ? m->pshard : m->params, ps.len[KIND_MODEL] * sizeof(float));
+    be_download(ps.host[KIND_M], o->m, ps.len[KIND_M] * sizeof(float));
+    be_download(ps.host[KIND_V], o->v, ps.len[KIND_V] * sizeof(float));
     // non-finite parameters or moments are never saved (nor named by `latest`)
     char which[256];
     bad = first_nonfinite(&ps, which, sizeof which) != NULL;
@@ -707,7 +711,7 @@ static void load_notes(hid_t f, const Grid* g, const AdamW* o, int had_opt, cons
     h5_attr_read_i64(f, "saved_tp", &stp); h5_attr_read_i64(f, "saved_cp", &scp);
     h5_attr_read_i64(f, "saved_dp", &sdp); h5_attr_read_i64(f, "saved_zero", &sz);
     int k = snprintf(notes, n, "saved with tp %lld cp %lld dp %lld zero %lld, loaded into tp %d cp %d dp %d zero %d",
-                     stp, scp, sdp, sz, g->tp, g->cp, g->dp, o->zg != NULL);
+                     stp, scp, sdp, sz, g->tp, g->cp, g->dp, o->zg ? o->stage : 0);
     if (diff_train[0] && k < (int)n) k += snprintf(notes + k, n - k, "; training keys changed on resume: %s", diff_train);
     if (!had_opt && k < (int)n) snprintf(notes + k, n - k, "; no optimizer state in the checkpoint: AdamW moments start at zero");
 }
@@ -753,9 +757,9 @@ static int load_(const char* path, Model* m, AdamW* o, const Grid* g, TrainState
         rc = agree(g, rc, err, errlen);
         if (!rc) rc = read_datasets(f, path, &ps, have_opt ? 3 : 1, err, errlen);
         if (!rc) {   // everything read and verified: only now does the run's state change
-            size_t own = o->hi - o->lo;
-            be_upload(m->params, ps.host[KIND_MODEL], m->pt.total * sizeof(float));
-            model_params_changed(m);   // the weights' bf16 copy
+            size_t own = ps.len[KIND_M];
+            be_upload(m->zero == 3 ? m->pshard : m->params, ps.host[KIND_MODEL], ps.len[KIND_MODEL] * sizeof(float));
+            model_params_changed(m);   // the weights' bf16 copy (ZeRO-3: the gathered buffers stale)
             if (have_opt) { be_upload(o->m, ps.host[KIND_M], own * sizeof(float)); be_upload(o->v, ps.host[KIND_V], own * sizeof(float)); }
             else if (!params_only) { be_zero(o->m, own * sizeof(float)); be_zero(o->v, own * sizeof(float)); }
             o->t = have_opt ? h.adam_t : 0;

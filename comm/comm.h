@@ -61,6 +61,10 @@ void comm_broadcast(const Group* g, float* buf, size_t n, int root);
 // (the other parts are left undefined).
 void comm_allgather(const Group* g, float* buf, size_t n);
 void comm_reduce_scatter_sum(const Group* g, float* buf, size_t n);
+// An all-gather started now and completed by comm_wait(r) (or a comm_test that returns 1): a device transport runs
+// it beside the compute queue (NCCL: on the communication stream, after what the compute queue holds now; the
+// compute queue waits for it at comm_wait); the other transports complete it before returning.
+void comm_allgather_start(const Group* g, float* buf, size_t n, CommReq* r);
 // all-to-all: send [size * n], its block j (n floats at j * n) goes to rank j; recv [size * n], its block i is what
 // rank i sent to this rank (the own block copied). send and recv do not overlap.
 void comm_alltoall(const Group* g, const float* send, float* recv, size_t n);

@@ -380,6 +380,21 @@ static void comm_wait_(CommReq* r) {
     r->n = 0;
 }
 
+// nccl: the all-gather on the communication stream after what the compute stream holds now, its completion recorded
+// as a hop of r (comm_wait makes the compute stream wait for it); mpi: done now, r left empty
+static void comm_allgather_start_(const Group* g, float* buf, size_t n, CommReq* r) {
+    if (resolved != T_NCCL || g->size == 1 || !n) { comm_allgather_(g, buf, n); return; }
+    Hop* h = next_hop(r);
+    h->nrq = 0; h->drecv = NULL;
+    if (!r->ready) cu(cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming), "cudaEventCreate");
+    if (!h->done) cu(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming), "cudaEventCreate");
+    cu(cudaEventRecord(r->ready, stream()), "cudaEventRecord");
+    cu(cudaStreamWaitEvent(comm_stream, r->ready, 0), "cudaStreamWaitEvent");
+    cuda_backend_note_collective("ncclAllGather (started, communication stream)", (size_t)g->size * n * sizeof(float));
+    nc(ncclAllGather(buf + (size_t)g->rank * n, buf, n, ncclFloat, nccl_of(g), comm_stream), "ncclAllGather (started)");
+    cu(cudaEventRecord(h->done, comm_stream), "cudaEventRecord");
+}
+
 // ---- the public calls: bracketed for the backend's profile (class "communication waits") ----
 void comm_allreduce_sum(const Group* g, float* buf, size_t n) {
     attach_late(g);
@@ -421,6 +436,13 @@ void comm_reduce_scatter_sum(const Group* g, float* buf, size_t n) {
     comm_traffic_count(TRAFFIC_PARTS, g, n, 0);
     cuda_backend_prof_comm(1);
     comm_reduce_scatter_sum_(g, buf, n);
+    cuda_backend_prof_comm(0);
+}
+void comm_allgather_start(const Group* g, float* buf, size_t n, CommReq* r) {
+    attach_late(g);
+    comm_traffic_count(TRAFFIC_PARTS, g, n, 0);
+    cuda_backend_prof_comm(1);
+    comm_allgather_start_(g, buf, n, r);
     cuda_backend_prof_comm(0);
 }
 void comm_hop_sized(const Group* g, const float* send, size_t ns, float* recv, size_t nr, CommReq* r) {

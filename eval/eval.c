@@ -421,7 +421,7 @@ static void net_open(Net* n, const SeriesArg* sa, const Args* a, const Grid* g, 
     c.tp = a->tp; c.cp = a->cp; snprintf(c.cp_layout, sizeof c.cp_layout, "%s", a->layout);
     snprintf(c.cp_shard, sizeof c.cp_shard, "%s", a->shard); c.cp_shard_min = a->shard_min;
     snprintf(c.cp_comm, sizeof c.cp_comm, "ring"); c.cp_a2a = 0; c.tp_sp = 0;   // eval's own layout: the ring
-    c.micro_batch = 1; c.batch_size = g->dp; c.zero = 0;
+    c.micro_batch = 1; c.batch_size = g->dp; c.zero = 0; c.mlp_tile = 0; snprintf(c.offload, sizeof c.offload, "none");
     char err[1024];
     fail = config_validate(&c, err, sizeof err);
     if (fail) snprintf(msg, sizeof msg, "eval: %s (checkpoint %s, context %d)", err, path, T);

@@ -312,7 +312,7 @@ int main(int argc, char** argv) {
         if (tries || !ckpt_retry_vanished(world, fail, a.ckpt, path)) break;
     }
     grid_check(world, fail, msg);
-    c.tp = a.tp; c.cp = a.cp; c.micro_batch = 1; c.batch_size = 1; c.zero = 0; c.tp_sp = 0; c.cp_a2a = 0;
+    c.tp = a.tp; c.cp = a.cp; c.micro_batch = 1; c.batch_size = 1; c.zero = 0; c.mlp_tile = 0; snprintf(c.offload, sizeof c.offload, "none"); c.tp_sp = 0; c.cp_a2a = 0;
     c.doc_mask = 0; c.doc_positions = 0;
     snprintf(c.cp_comm, sizeof c.cp_comm, "ring");
     snprintf(c.cp_shard, sizeof c.cp_shard, "window");   // the prompt is one document: the layout's chunks

@@ -57,8 +57,7 @@ int balance_run(Balance* b, const Config* c0, int dp, int windows, char* err, si
     Model shape;   // this rank's K/V width on the ring (the model's own arithmetic)
     model_shape(&shape, &c, 1, T, c.tp, 0, P, 1, 0);   // (the ring carries fp32 K and V on either backend)
     double rowb = 2.0 * shape.kv_w * sizeof(float), hopb = rowb * TlR;   // one row of K and V; a whole block
-    free(shape.acts);
-    params_free(&shape.pt);
+    model_shape_free(&shape);
     if (windows <= 0 || windows > ld.n_seq) windows = (int)ld.n_seq;
     b->windows = windows; b->P = P; b->U = U; b->R = R;
     b->work = zalloc(P, sizeof(double)); b->sent = zalloc(P, sizeof(double));

@@ -77,7 +77,7 @@ static const Key KEYS[] = {
     K(cp_shard_min, T_INT, 0, "-1", "cp_shard = document: documents of at least this many tokens are split over every cp rank (-1: seq_len / cp; between 2 * cp and seq_len); shorter ones only as far as the work's balance needs"),
     K(cp_prune, T_BOOL, 0, "1", "1: a ring hop carries a K/V block only while some rank further on can see one of its keys (the pruned schedule; bit-identical results); 0: every block travels the whole ring"),
     K(tp_sp, T_BOOL, 0, "0", "1: sequence parallelism inside TP groups: residual stream, norms and their saved tensors on 1/tp of the tokens (all-gather before q/k/v and gate/up, reduce-scatter after o_proj and down_proj)"),
-    K(zero, T_INT, 0, "0", "ZeRO stage: 0 off, 1 shards the AdamW moments over the dp x cp ranks"),
+    K(zero, T_INT, 0, "0", "ZeRO stage over the dp x cp ranks: 0 off, 1 shards the AdamW moments, 2 also the gradients (reduce-scattered layer by layer in the backward), 3 also the parameters (all-gathered layer by layer before use; docs/long_sequences.md)"),
     K(verify_attention, T_INT, 0, "0", "every N steps compare ring attention with one-process attention (0: off)"),
     K(ckpt_every, T_INT, 0, "0", "save a checkpoint every N steps (0: only the final one); OUT_DIR/ckpt_STEP.h5"),
     K(keep_last, T_INT, 0, "3", "keep the newest K checkpoints (0: keep all)"),
@@ -85,6 +85,8 @@ static const Key KEYS[] = {
     K(ckpt_io, T_STR, 0, "collective", "checkpoint data transfers: collective (MPI-IO aggregation, for parallel file systems) | independent"),
     K(comm, T_STR, 0, "auto", "data transport between ranks: auto (the backend's: CPU mpi, GPU nccl) | mpi (a GPU stages through host memory) | nccl"),
     K(recompute, T_STR, 0, "none", "activation recomputation: none | mlp (norm2 + SwiGLU) | qkv (also norm1, q, k, v) | full (the whole layer from its input; the ring rotates K/V again)"),
+    K(offload, T_STR, 0, "none", "activation offload: none | ckpt (with recompute qkv or full, each layer's saved tensors go to pinned host memory on a copy stream while the next layers compute and come back one layer ahead in the backward; the CUDA backend only; docs/long_sequences.md)"),
+    K(mlp_tile, T_INT, 0, "0", "rows per MLP tile: the MLP runs over tiles of this many of a rank's micro_batch x seq_len / cp rows, its [rows x d_ff] tensors never whole, each tile's recomputed in the backward (0: untiled)"),
     K(attn_engine, T_STR, 0, "auto", "attention's block engine: auto (a GPU: cuDNN's fused attention for each class of block that passes a check against the own kernels at start-up, else the own kernels) | cudnn (cuDNN, or an error) | own"),
     K(matmul_precision, T_STR, 0, "bf16", "GPU matmuls: bf16 | tf32 tensor cores (fp32 accumulation) | fp32; the CPU backend always computes fp32"),
     K(act_dtype, T_STR, 0, "bf16", "activations between kernels and kept for the backward: bf16 (a GPU with matmul_precision = bf16: with bf16 copies of the weights, refreshed once per optimizer step; norms' reductions, softmax statistics, the residual stream, attention's inputs and merge, all gradient accumulations stay fp32) | fp32; the CPU backend always computes fp32"),
@@ -405,12 +407,22 @@ int config_validate(const Config* c, char* err, size_t errlen) {
         FAIL("comm = '%s' must be auto, mpi or nccl", c->comm);
     if (recompute_mode(c->recompute) < 0)
         FAIL("recompute = '%s' must be none, mlp, qkv or full", c->recompute);
+    if (strcmp(c->offload, "none") && strcmp(c->offload, "ckpt")) FAIL("offload = '%s' must be none or ckpt", c->offload);
+    if (!strcmp(c->offload, "ckpt") && recompute_mode(c->recompute) < RECOMPUTE_QKV)
+        FAIL("offload = ckpt moves the layers' saved inputs to host memory, and recompute = %s saves more than their inputs "
+             "(every layer's q, k, v%s): use recompute = qkv or full", c->recompute,
+             recompute_mode(c->recompute) == RECOMPUTE_NONE ? " and MLP tensors" : "");
+    long long rows = (long long)c->micro_batch * (c->cp > 0 ? c->seq_len / c->cp : 0);
+    if (c->mlp_tile < 0) FAIL("mlp_tile = %d must be >= 0 (0: untiled)", c->mlp_tile);
+    if (c->mlp_tile > rows)
+        FAIL("mlp_tile = %d is larger than the %lld rows of a rank (micro_batch x seq_len / cp = %d x %d): use at most %lld, "
+             "or 0 (untiled)", c->mlp_tile, rows, c->micro_batch, c->cp > 0 ? c->seq_len / c->cp : 0, rows);
     if (strcmp(c->attn_engine, "auto") && strcmp(c->attn_engine, "cudnn") && strcmp(c->attn_engine, "own"))
         FAIL("attn_engine = '%s' must be auto, cudnn or own", c->attn_engine);
     if (strcmp(c->matmul_precision, "bf16") && strcmp(c->matmul_precision, "tf32") && strcmp(c->matmul_precision, "fp32"))
         FAIL("matmul_precision = '%s' must be bf16, tf32 or fp32", c->matmul_precision);
     if (strcmp(c->act_dtype, "bf16") && strcmp(c->act_dtype, "fp32")) FAIL("act_dtype = '%s' must be bf16 or fp32", c->act_dtype);
-    if (c->zero != 0 && c->zero != 1) FAIL("zero = %d must be 0 or 1", c->zero);
+    if (c->zero < 0 || c->zero > 3) FAIL("zero = %d must be 0, 1, 2 or 3", c->zero);
     if (c->n_head % c->tp) FAIL("n_head = %d is not divisible by tp = %d (each TP rank owns whole heads)", c->n_head, c->tp);
     if (c->n_kv_head % c->tp) FAIL("n_kv_head = %d is not divisible by tp = %d (each TP rank owns whole KV heads)", c->n_kv_head, c->tp);
     if (c->d_ff % c->tp) FAIL("d_ff = %d is not divisible by tp = %d", c->d_ff, c->tp);

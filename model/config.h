@@ -40,7 +40,7 @@ typedef struct {
     int cp_shard_min;               // document: split documents of at least this many tokens (-1: seq_len / cp)
     int cp_prune;                   // 1: the ring's pruned schedule (ring.h)
     int tp_sp;                      // 1: sequence parallelism inside TP groups
-    int zero;                       // 1: ZeRO-1, AdamW moments sharded over the dp x cp group
+    int zero;                       // ZeRO stage over the dp x cp group: 1 moments, 2 + gradients, 3 + parameters
     int verify_attention;           // every N steps check ring attention against one process (0: off)
     int ckpt_every, keep_last;      // checkpoint every N steps (0: only at the end); keep the newest K
     int save_final;                 // 1: save at the end of the run (default)
@@ -48,6 +48,8 @@ typedef struct {
     char comm[16];                  // data transport: auto | mpi | nccl
     float timeout_s;                // watchdog: abort the job when a collective waits longer (0: off)
     char recompute[8];              // none | mlp | qkv | full (see recompute_mode)
+    char offload[8];                // none | ckpt: the layers' saved tensors of recompute qkv / full go to host memory
+    int mlp_tile;                   // rows per MLP tile: the [rows x d_ff] tensors exist for one tile at a time (0: untiled)
     char attn_engine[16];           // auto | cudnn | own (attention.h: attn_engine_select)
     char matmul_precision[16];      // bf16 | tf32 | fp32 (tensor-core matmuls on a GPU; the CPU is always fp32)
     char act_dtype[8];              // bf16 | fp32: activations (bf16 on a GPU with matmul_precision bf16; model_act_bf16)

@@ -13,18 +13,30 @@
 // ---------------------------------------------------------------------------------------------------
 // building
 
-static void bind_weights(Model* m, Weights* w, float* arena) {
+// where the tensor at arena offset off lives: in `arena`, or (arena = NULL: sharded by ZeRO) in its unit's buffer —
+// layer l's in lay[l % 2], the embedding's and the rest's in io
+static float* place(const Model* m, size_t off, float* arena, float* const lay[2], float* io) {
+    if (arena) return arena + off;
+    int u = zero_unit_of(&m->zu, off);
+    size_t rel = off - m->zu.off[u];
+    if (u == 0) return io + rel;
+    if (u == m->zu.n - 1) return io + m->io_rest + rel;
+    return lay[(u - 1) % 2] + rel;
+}
+static void bind_weights(Model* m, Weights* w, float* arena, float* const lay[2], float* io) {
     const ParamTable* t = &m->pt;
     int i = 0;
-    w->wte = arena + t->p[i++].offset;
+#define AT() place(m, t->p[i++].offset, arena, lay, io)
+    w->wte = AT();
     w->layer = calloc(m->L, sizeof(LayerW));
     for (int l = 0; l < m->L; l++) {
         LayerW* lw = &w->layer[l];
         float** slots[9] = { &lw->ln1, &lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->ln2, &lw->wg, &lw->wu, &lw->wd };
-        for (int s = 0; s < 9; s++) *slots[s] = arena + t->p[i++].offset;
+        for (int s = 0; s < 9; s++) *slots[s] = AT();
     }
-    w->lnf = arena + t->p[i++].offset;
-    w->head = m->cfg.tie_embeddings ? w->wte : arena + t->p[i++].offset;
+    w->lnf = AT();
+    w->head = m->cfg.tie_embeddings ? w->wte : AT();
+#undef AT
 }
 
 // The activation plan: `bytes` at a time carved off a cursor (64-byte aligned pieces). With base = NULL only the size
@@ -38,17 +50,19 @@ static void* carve(Carver* c, size_t bytes) {
 static float* carve_f(Carver* c, size_t n) { return carve(c, n * sizeof(float)); }
 
 // Which tensors a layer keeps depends on the recompute mode: the residual always; q, k, v (and norm1) unless
-// qkv or full; the attention output, LSE and mid residual unless full; norm2 and gate|up only with none (SwiGLU's
-// output h is never kept: the backward recomputes it with SwiGLU's gradient). What is not kept lives in one shared
-// working set (one layer's worth), written by the forward and rewritten by the recomputation in the backward.
-// Memory: layers x kept + one working set + scratch. Tensors typed void* are in the activation dtype (adt).
-enum { G_RES, G_QKV, G_ATT, G_MLP };
-static int kept(int group, int rc) {
+// qkv or full; the attention output, LSE and mid residual unless full; norm2 and gate|up only with none, and gate|up
+// never with a tiled MLP (one tile's [mlp_rows, 2F] exists at a time; SwiGLU's output h is never kept: the backward
+// recomputes it with SwiGLU's gradient). What is not kept lives in one shared working set (one layer's worth), written
+// by the forward and rewritten by the recomputation in the backward. Memory: layers x kept + one working set +
+// scratch. Tensors typed void* are in the activation dtype (adt).
+enum { G_RES, G_QKV, G_ATT, G_MLP, G_TILE };
+static int kept(int group, int rc, int tiled) {
     return group == G_RES || (group == G_QKV && rc < RECOMPUTE_QKV) || (group == G_ATT && rc < RECOMPUTE_FULL) ||
-           (group == G_MLP && rc == RECOMPUTE_NONE);
+           (group == G_MLP && rc == RECOMPUTE_NONE) || (group == G_TILE && rc == RECOMPUTE_NONE && !tiled);
 }
 static void plan_layers(Model* m, Carver* c) {
     size_t N = m->N, Ns = m->Ns, C = m->C, Hq = (size_t)m->nh * m->hd, F = m->F, a = be_dtype_size(m->adt), f = 4;
+    size_t R = m->mlp_rows;
     size_t Na = (size_t)m->B * m->T_at, Hqa = (size_t)m->nh_at * m->hd, Hka = (size_t)m->nkv_at * m->hd;   // attention's side
     struct { size_t off, bytes; int group; } t[] = {
         { offsetof(LayerActs, res), f * Ns * C, G_RES }, { offsetof(LayerActs, ln1), a * Ns * C, G_QKV },
@@ -56,18 +70,24 @@ static void plan_layers(Model* m, Carver* c) {
         { offsetof(LayerActs, k), f * Na * Hka, G_QKV }, { offsetof(LayerActs, v), f * Na * Hka, G_QKV },
         { offsetof(LayerActs, att), a * N * Hq, G_ATT }, { offsetof(LayerActs, lse), f * Na * m->nh_at, G_ATT },
         { offsetof(LayerActs, mid), f * Ns * C, G_ATT }, { offsetof(LayerActs, ln2), a * Ns * C, G_MLP },
-        { offsetof(LayerActs, rstd2), f * Ns, G_MLP },   { offsetof(LayerActs, gu), a * N * 2 * F, G_MLP },
+        { offsetof(LayerActs, rstd2), f * Ns, G_MLP },   { offsetof(LayerActs, gu), a * R * 2 * F, G_TILE },
     };
-    int nt = sizeof t / sizeof *t, rc = m->recompute;
+    int nt = sizeof t / sizeof *t, rc = m->recompute, tl = m->mlp_tiled;
     size_t start = c->used;
     void* work[sizeof t / sizeof *t];
-    for (int i = 0; i < nt; i++) work[i] = kept(t[i].group, rc) ? NULL : carve(c, t[i].bytes);
+    for (int i = 0; i < nt; i++) work[i] = kept(t[i].group, rc, tl) ? NULL : carve(c, t[i].bytes);
     m->act_work = c->used - start;
     start = c->used;
+    // a layer's kept tensors are contiguous (its slot); with offload two slots serve all layers (layer l: slot l % 2)
+    int slots = m->offload && m->L > 2 ? 2 : m->L;
     for (int l = 0; l < m->L; l++)
-        for (int i = 0; i < nt; i++)
-            *(void**)((char*)&m->acts[l] + t[i].off) = kept(t[i].group, rc) ? carve(c, t[i].bytes) : work[i];
+        for (int i = 0; i < nt; i++) {
+            void** at = (void**)((char*)&m->acts[l] + t[i].off);
+            if (!kept(t[i].group, rc, tl)) *at = work[i];
+            else *at = l < slots ? carve(c, t[i].bytes) : *(void**)((char*)&m->acts[l % 2] + t[i].off);
+        }
     m->act_kept = c->used - start;
+    m->kept_bytes = m->act_kept / slots;
 }
 
 static size_t plan_activations(Model* m, void* base) {
@@ -85,7 +105,8 @@ static size_t plan_activations(Model* m, void* base) {
     m->datt = carve_f(c, N * Hq); m->D = carve_f(c, N * m->nh);
     m->qkv = carve(c, a * N * (Hq + 2 * Hk));   // the q/k/v matmul's output, and in the backward its gradient
     m->att32 = m->adt == BE_BF16 ? carve_f(c, N * Hq) : NULL;
-    m->h = carve(c, a * N * F); m->dh = carve(c, a * N * F); m->dgu = carve(c, a * N * 2 * F);
+    size_t R = m->mlp_rows;   // one MLP tile's rows (N untiled)
+    m->h = carve(c, a * R * F); m->dh = carve(c, a * R * F); m->dgu = carve(c, a * R * 2 * F);
     m->dwpart = carve_f(c, L2 * m->norm_g * C);
     m->dw_off = carve(c, L2 * sizeof(long long)); m->dw_off_sp = carve(c, L2 * sizeof(long long));
     m->logits = carve_f(c, (size_t)m->lm_chunk * m->Vl);
@@ -127,6 +148,8 @@ void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp
     m->sp = cfg->tp_sp && tp > 1 && m->N % tp == 0;   // (validated with the config)
     m->Ns = m->sp ? m->N / tp : m->N;
     params_build(&m->pt, cfg, tp, tp_rank);
+    m->zero = shard > 1 ? cfg->zero : 0;
+    zero_units(&m->zu, &m->pt, (int)shard, 0);   // (the rank: model_build)
     // this rank's widths come from its shards in the parameter table (the only place sharding is decided)
     const ParamSpec* q = params_find(&m->pt, "model.layers.0.self_attn.q_proj.weight");
     const ParamSpec* k = params_find(&m->pt, "model.layers.0.self_attn.k_proj.weight");
@@ -160,11 +183,31 @@ void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp
         exit(1);
     }
     m->rope_npos = cfg->max_seq_len;
-    m->arena = (m->pt.total + shard - 1) / shard * shard;
+    m->arena = m->pt.total;
+    if (m->zero >= 2) {   // the embedding's and the rest's unit buffers: shared unless the head is the embedding
+        size_t le = m->zu.len[0], lr = m->zu.len[m->zu.n - 1];
+        m->io_rest = cfg->tie_embeddings ? le : 0;
+        m->io_len = cfg->tie_embeddings ? le + lr : (le > lr ? le : lr);
+    }
     m->recompute = recompute_mode(cfg->recompute);   // validated with the config
+    m->offload = !strcmp(cfg->offload, "ckpt");       // (with recompute qkv or full: validated)
+    m->mlp_rows = cfg->mlp_tile > 0 && cfg->mlp_tile < m->N ? cfg->mlp_tile : m->N;
+    m->mlp_tiled = m->mlp_rows < m->N;
     m->acts = host_alloc(m->L, sizeof(LayerActs));
     m->act_bytes = plan_activations(m, NULL);
 }
+
+void model_shape_free(Model* m) { free(m->acts); params_free(&m->pt); zero_units_free(&m->zu); }
+
+// ZeRO-2/3's unit buffers, one allocation each: the layer buffers (2 for parameters, 1 for gradients) rounded up to
+// 64 floats (aligned bf16 copies), then the embedding's and the rest's
+static size_t unit_round(const Model* m) { return (m->zu.len[1] + 63) / 64 * 64; }
+static size_t pbuf_floats(const Model* m) { return 2 * unit_round(m) + m->io_len; }
+static size_t gbuf_floats(const Model* m) { return unit_round(m) + m->io_len; }
+// the parameter and gradient memory of a ZeRO stage (floats): the arena, or the shard and the unit buffers
+static size_t param_floats(const Model* m) { return m->zero == 3 ? m->zu.shard + pbuf_floats(m) : m->arena; }
+static size_t grad_floats(const Model* m) { return m->zero >= 2 ? m->zu.shard + gbuf_floats(m) : m->arena; }
+size_t offload_host_bytes(const Model* m) { return m->offload && m->L > 2 ? (size_t)(m->L - 2) * m->kept_bytes : 0; }
 
 // attention's block engines (attention.h): chosen and verified on every rank; a class runs on the fast engine only where
 // every rank of the job verified it (one numerics per job). The host copies of the positions and document ids the
@@ -233,28 +276,60 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
         m->hdoc_at = host_alloc((size_t)B * m->T_at, sizeof(int));
     }
 
-    m->params = be_alloc(m->arena * sizeof(float));
-    m->grads = be_alloc(m->arena * sizeof(float));
+    if (m->zero) {
+        m->zg = g->shard;
+        m->zu.rank = group_rank(m->zg);
+    }
     float* host = host_alloc(m->pt.total, sizeof(float));
     params_init(&m->pt, (uint64_t)cfg->seed, host);
-    be_upload(m->params, host, m->pt.total * sizeof(float));
+    size_t ur = unit_round(m);
+    if (m->zero == 3) {   // this rank's slices; the layers' and io's buffers filled by gathers
+        m->pshard = be_alloc(m->zu.shard * sizeof(float));
+        for (int u = 0; u < m->zu.n; u++) {
+            size_t s = zero_slice(&m->zu, u);
+            be_upload(m->pshard + m->zu.own[u], host + m->zu.off[u] + s * m->zu.rank, s * sizeof(float));
+        }
+        m->pbuf = be_alloc(pbuf_floats(m) * sizeof(float));
+        m->punit[0] = m->pbuf; m->punit[1] = m->pbuf + ur; m->pio = m->pbuf + 2 * ur;
+        m->zreq = comm_req_create();
+        m->wbase = m->pbuf; m->wfloats = pbuf_floats(m);
+    } else {
+        m->params = be_alloc(m->arena * sizeof(float));
+        be_upload(m->params, host, m->pt.total * sizeof(float));
+        m->wbase = m->params; m->wfloats = m->arena;
+    }
     free(host);
-    bind_weights(m, &m->w, m->params);
-    bind_weights(m, &m->dw, m->grads);
-    if (m->adt == BE_BF16) m->wbf = be_alloc(m->arena * sizeof(uint16_t));
+    for (int i = 0; i < 4; i++) m->holds[i] = -1;
+    m->pending = -1;
+    if (m->zero >= 2) {
+        m->gshard = be_alloc(m->zu.shard * sizeof(float));
+        m->gbuf = be_alloc(gbuf_floats(m) * sizeof(float));
+        be_zero(m->gbuf, gbuf_floats(m) * sizeof(float));
+        m->gunit = m->gbuf; m->gio = m->gbuf + ur;
+        m->gbase = m->gbuf;
+    } else m->gbase = m->grads = be_alloc(m->arena * sizeof(float));
+    float* glay[2] = { m->gunit, m->gunit };
+    bind_weights(m, &m->w, m->params, m->punit, m->pio);
+    bind_weights(m, &m->dw, m->grads, glay, m->gio);
+    if (m->adt == BE_BF16) m->wbf = be_alloc(m->wfloats * sizeof(uint16_t));
     model_params_changed(m);
 
     m->act_arena = be_alloc(m->act_bytes);
     plan_activations(m, m->act_arena);
-    // where each norm's weight gradient goes: its place in the gradient arena; with sequence parallelism first a row of
-    // sp_dw (summed over TP); i = 2 l (ln1), 2 l + 1 (ln2), 2 L (final)
+    m->slot_layer[0] = m->slot_layer[1] = -1;
+    if (m->offload && m->L > 2) {
+        m->host_acts = be_host_alloc(offload_host_bytes(m));
+        for (int s = 0; s < 2; s++) { m->out_done[s] = be_event_create(); m->in_done[s] = be_event_create(); }
+    }
+    // where each norm's weight gradient goes: its place from gbase (the gradient arena, or under ZeRO-2/3 the unit
+    // buffers); with sequence parallelism first a row of sp_dw (summed over TP); i = 2 l (ln1), 2 l + 1 (ln2), 2 L (final)
     size_t L2 = 2 * (size_t)m->L + 1;
     long long* off = host_alloc(2 * L2, sizeof(long long));
     for (int l = 0; l < m->L; l++) {
-        off[2 * l] = m->dw.layer[l].ln1 - m->grads;
-        off[2 * l + 1] = m->dw.layer[l].ln2 - m->grads;
+        off[2 * l] = m->dw.layer[l].ln1 - m->gbase;
+        off[2 * l + 1] = m->dw.layer[l].ln2 - m->gbase;
     }
-    off[2 * m->L] = m->dw.lnf - m->grads;
+    off[2 * m->L] = m->dw.lnf - m->gbase;
     for (size_t i = 0; i < L2; i++) off[L2 + i] = (long long)(i * m->C);
     be_upload(m->dw_off, off, L2 * sizeof(long long));
     be_upload(m->dw_off_sp, off + L2, L2 * sizeof(long long));
@@ -277,8 +352,12 @@ void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGro
 void model_free(Model* m) {
     int* mirrored[] = { m->pos, m->apos, m->doc, m->pos_at, m->doc_at };
     for (int i = 0; i < 5; i++) if (mirrored[i]) attn_host_mirror(mirrored[i], NULL, 0);   // (their memory goes)
-    be_free(m->params); be_free(m->grads); be_free(m->act_arena); be_free(m->scal);
-    if (m->wbf) be_free(m->wbf);
+    void* bufs[] = { m->params, m->grads, m->act_arena, m->scal, m->wbf, m->gshard, m->pshard, m->gbuf, m->pbuf };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) if (bufs[i]) be_free(bufs[i]);
+    if (m->zreq) comm_req_free(m->zreq);
+    be_host_free(m->host_acts);
+    for (int s = 0; s < 2; s++) { be_event_free(m->out_done[s]); be_event_free(m->in_done[s]); }
+    zero_units_free(&m->zu);
     free(m->w.layer); free(m->dw.layer); free(m->acts); free(m->host_losses); free(m->host_hits);
     free(m->htok); free(m->htgt); free(m->hpos); free(m->lpos);
     if (m->doc) be_free(m->doc);
@@ -379,15 +458,20 @@ int model_ring_stats(const Model* m, RingStats* st) {
     return m->have_ring;
 }
 
-ModelMemory model_memory(const Model* m) {
-    ModelMemory mm = { m->arena * sizeof(float), m->arena * sizeof(float), m->act_bytes,
+ModelMemory model_memory(const Model* m) {   // (params: with the bf16 copy of the weights)
+    size_t wbf = m->adt == BE_BF16 ? (m->zero == 3 ? pbuf_floats(m) : m->arena) * sizeof(uint16_t) : 0;
+    ModelMemory mm = { param_floats(m) * sizeof(float) + wbf, grad_floats(m) * sizeof(float), m->act_bytes,
                        (m->have_ring ? ring_buffer_bytes(&m->ring) : 0) + (m->U > 1 ? m->a2a.cap * sizeof(float) : 0) };
     return mm;
 }
 
-void model_zero_grad(Model* m) { be_zero(m->grads, m->arena * sizeof(float)); }
+void model_zero_grad(Model* m) {
+    if (m->zero >= 2) be_zero(m->gshard, m->zu.shard * sizeof(float));   // (the unit buffers are zero between uses)
+    else be_zero(m->grads, m->arena * sizeof(float));
+}
 void model_params_changed(Model* m) {
-    if (m->wbf) be_cast(m->wbf, BE_BF16, m->params, m->arena);
+    if (m->zero == 3) zero_invalidate(m);   // each unit cast after its next gather (zero_gather)
+    else if (m->wbf) be_cast(m->wbf, BE_BF16, m->params, m->arena);
 }
 void model_loss_reset(Model* m) { be_zero(m->scal, sizeof(double)); }
 double model_loss_sum(Model* m) {
@@ -494,18 +578,19 @@ static float* tp_reduce(Model* m, float* y) {
     comm_reduce_scatter_sum(m->tp_g, y, (size_t)m->Ns * m->C);
     return own_rows(m, y);
 }
-static const void* tp_input(Model* m, const void* x, BeDtype dt) {
+static const void* tp_input_to(Model* m, const void* x, BeDtype dt, void* full) {   // full [N, C] (dt): where to gather
     if (!m->sp) return x;
     size_t rows = (size_t)m->Ns * m->C * be_dtype_size(dt);   // bytes of this rank's rows (a bf16 pair per float)
-    be_copy((char*)m->full + (size_t)m->tp_rank * rows, x, rows);
-    comm_allgather(m->tp_g, m->full, rows / sizeof(float));
-    return m->full;
+    be_copy((char*)full + (size_t)m->tp_rank * rows, x, rows);
+    comm_allgather(m->tp_g, full, rows / sizeof(float));
+    return full;
 }
+static const void* tp_input(Model* m, const void* x, BeDtype dt) { return tp_input_to(m, x, dt, m->full); }
 
 // The matmuls. A weight enters as its fp32 master or, with bf16 activations, as its bf16 copy (the same offset in
 // m->wbf): every operand of a matmul has the activations' type, every weight gradient is accumulated in fp32.
 static const void* wop(const Model* m, const float* w) {
-    return m->wbf ? (const void*)(m->wbf + (w - m->params)) : (const void*)w;
+    return m->wbf ? (const void*)(m->wbf + (w - m->wbase)) : (const void*)w;
 }
 // y[N, out] (ydt) = x[N, in] W^T with W [out, in]
 static void linear_forward(Model* m, void* y, BeDtype ydt, const void* x, const float* W, long N, int in, int out) {
@@ -557,29 +642,75 @@ static void att_forward(Model* m, int l) {            // att, lse; mid = res + a
     const float* o = tp_reduce(m, m->proj);
     be_residual_rmsnorm(a->mid, a->ln2, m->adt, a->rstd2, a->res, o, w->ln2, (int)m->Ns, C, m->cfg.norm_eps);
 }
-static void mlp_inputs_forward(Model* m, int l, int norm) {   // (ln2), gate | up
+// The MLP over row tiles of mlp_rows (one tile of all N rows when untiled): gate | up [n, 2F] (adt) of rows [r0, r0 + n)
+// of its input x [N, C] (ln2, gathered over TP under sequence parallelism), into a->gu
+static void mlp_tile_forward(Model* m, int l, const void* x, long r0, long n) {
+    linear_forward(m, m->acts[l].gu, m->adt, at_rows(m, x, (size_t)r0 * m->C), m->w.layer[l].wg, n, m->C, 2 * m->F);
+}
+static long tile_rows(const Model* m, long r0) { return m->N - r0 < m->mlp_rows ? m->N - r0 : m->mlp_rows; }
+static void mlp_inputs_forward(Model* m, int l, int norm) {   // (ln2), gate | up of all rows (untiled)
     LayerW* w = &m->w.layer[l];
     LayerActs* a = &m->acts[l];
-    int C = m->C, F = m->F;
-    if (norm) be_rmsnorm_forward(a->ln2, m->adt, a->rstd2, a->mid, w->ln2, (int)m->Ns, C, m->cfg.norm_eps);
-    const void* x = tp_input(m, a->ln2, m->adt);
-    linear_forward(m, a->gu, m->adt, x, w->wg, m->N, C, 2 * F);       // [gate; up] lie side by side: one matmul
+    if (norm) be_rmsnorm_forward(a->ln2, m->adt, a->rstd2, a->mid, w->ln2, (int)m->Ns, m->C, m->cfg.norm_eps);
+    if (!m->mlp_tiled) mlp_tile_forward(m, l, tp_input(m, a->ln2, m->adt), 0, m->N);   // [gate; up] side by side: one matmul
 }
 
-// out = mid + h Wd^T, and the next norm on it: the next layer's norm1 (ln, rstd, w) or the final norm
-static void layer_forward(Model* m, int l, float* out, void* ln, float* rstd, const float* wn) {
+// ---- offload = ckpt (model.h): the copy queue moves layer l's slot (l % 2) to host memory and back ----
+static void* slot_of_layer(Model* m, int l) { return m->acts[l].res; }   // (res: the slot's first tensor)
+static void* host_of_layer(Model* m, int l) { return (char*)m->host_acts + (size_t)l * m->kept_bytes; }
+// before layer l's kept tensors are written: its slot's copy to host (layer l - 2's) must have finished
+static void slot_take(Model* m, int l) {
+    if (!m->host_acts) return;
+    int s = l % 2;
+    if (m->slot_layer[s] >= 0 && m->slot_layer[s] < m->L - 2 && m->offloading) be_wait_event(m->out_done[s]);
+    m->slot_layer[s] = l;
+}
+// layer l's kept tensors are complete: to host (the last two layers stay in their slots for the backward)
+static void slot_out(Model* m, int l) {
+    if (!m->host_acts || !m->offloading || l >= m->L - 2) return;
+    be_copy_to_host_async(host_of_layer(m, l), slot_of_layer(m, l), m->kept_bytes, m->out_done[l % 2]);
+}
+// start bringing layer l back into its slot (after everything queued so far: the slot's previous layer is done)
+static void slot_prefetch(Model* m, int l) {
+    int s = l % 2;
+    if (!m->host_acts || l < 0 || m->slot_layer[s] == l) return;
+    be_copy_from_host_async(slot_of_layer(m, l), host_of_layer(m, l), m->kept_bytes, m->in_done[s]);
+    m->slot_layer[s] = l;
+    m->in_flight[s] = 1;
+}
+// layer l's kept tensors in its slot before anything queued after this reads them
+static void slot_ready(Model* m, int l) {
+    int s = l % 2;
+    if (!m->host_acts) return;
+    slot_prefetch(m, l);
+    if (m->in_flight[s]) { be_wait_event(m->in_done[s]); m->in_flight[s] = 0; }
+}
+
+// out = mid + h Wd^T, and the next norm on it: the next layer's norm1 (ln, rstd, w; in unit `next` under ZeRO-3) or the
+// final norm. The MLP tile by tile: gate | up, SwiGLU and the down projection of each tile's rows.
+static void layer_forward(Model* m, int l, float* out, void* ln, float* rstd, const float* wn, int next) {
     LayerActs* a = &m->acts[l];
-    long N = m->N;
+    int C = m->C, F = m->F;
+    if (m->recompute == RECOMPUTE_FULL) slot_out(m, l);   // full keeps the layer's input only: complete now
     qkv_forward(m, l, 0);
     att_forward(m, l);
-    mlp_inputs_forward(m, l, 0);
-    be_swiglu_forward(m->h, a->gu, m->adt, (int)N, m->F);
-    linear_forward(m, m->proj, BE_F32, m->h, m->w.layer[l].wd, N, m->F, m->C);   // down (row-parallel under TP)
+    if (m->recompute == RECOMPUTE_QKV) slot_out(m, l);    // qkv also the attention output, LSE and mid residual
+    if (l + 1 < m->L) zero_prefetch(m, l + 2);   // ZeRO-3: the next layer's parameters, while this MLP runs
+    const void* x = tp_input(m, a->ln2, m->adt);
+    for (long r0 = 0; r0 < m->N; r0 += m->mlp_rows) {
+        long n = tile_rows(m, r0);
+        mlp_tile_forward(m, l, x, r0, n);
+        be_swiglu_forward(m->h, a->gu, m->adt, (int)n, F);
+        linear_forward(m, m->proj + r0 * C, BE_F32, m->h, m->w.layer[l].wd, n, F, C);   // down (row-parallel under TP)
+    }
     const float* o = tp_reduce(m, m->proj);
-    be_residual_rmsnorm(out, ln, m->adt, rstd, a->mid, o, wn, (int)m->Ns, m->C, m->cfg.norm_eps);
+    zero_gather(m, next);                     // ZeRO-3: the next norm's weight
+    if (l + 1 < m->L) slot_take(m, l + 1);   // out: the next layer's input, in its slot
+    be_residual_rmsnorm(out, ln, m->adt, rstd, a->mid, o, wn, (int)m->Ns, C, m->cfg.norm_eps);
 }
 
-// before layer l's backward: recompute the activations its mode did not keep
+// before layer l's backward: recompute the activations its mode did not keep (a tiled MLP's gate|up: tile by tile in
+// the backward)
 static void layer_recompute(Model* m, int l) {
     int rc = m->recompute;
     if (rc >= RECOMPUTE_QKV) qkv_forward(m, l, 1);
@@ -588,6 +719,8 @@ static void layer_recompute(Model* m, int l) {
 }
 
 void model_attention_inputs(Model* m, int l) {
+    zero_gather(m, 1 + l);
+    slot_ready(m, l);
     if (m->recompute >= RECOMPUTE_QKV) qkv_forward(m, l, 1);
 }
 
@@ -643,6 +776,9 @@ void model_forward(Model* m, float grad_scale, float* logits_out) {
     int C = m->C;
     // vocab-parallel: each token's row lives on one rank (summed over TP; sequence parallelism: this rank's rows)
     LayerActs* a0 = &m->acts[0];
+    zero_gather(m, 0);   // ZeRO-3: the embedding (units: 0 embedding, 1 + l layer l, zu.n - 1 the rest)
+    m->offloading = m->offload && grad_scale != 0.0f;   // offload: only what a backward will read
+    slot_take(m, 0);
     if (!m->sp) {
         be_embedding_forward(a0->res, m->tok, m->w.wte, N, C, m->v0, m->Vl);
         tp_reduce(m, a0->res);
@@ -650,12 +786,15 @@ void model_forward(Model* m, float grad_scale, float* logits_out) {
         be_embedding_forward(m->proj, m->tok, m->w.wte, N, C, m->v0, m->Vl);
         be_copy(a0->res, tp_reduce(m, m->proj), (size_t)m->Ns * C * sizeof(float));
     }
+    zero_gather(m, 1);   // ZeRO-3: layer 0 (its norm1 here)
     be_rmsnorm_forward(a0->ln1, m->adt, a0->rstd1, a0->res, m->w.layer[0].ln1, (int)m->Ns, C, m->cfg.norm_eps);
     for (int l = 0; l < m->L; l++) {
+        zero_gather(m, 1 + l);
         if (l + 1 < m->L) {
             LayerActs* n = &m->acts[l + 1];
-            layer_forward(m, l, n->res, n->ln1, n->rstd1, m->w.layer[l + 1].ln1);
-        } else layer_forward(m, l, m->res_final, m->lnf, m->rstdf, m->w.lnf);
+            layer_forward(m, l, n->res, n->ln1, n->rstd1, m->w.layer[l + 1].ln1, 2 + l);
+        } else   // the final norm and the head (tied: the embedding's buffer still holds it)
+            layer_forward(m, l, m->res_final, m->lnf, m->rstdf, m->w.lnf, m->zu.n - 1);
         if (m->layer_done) m->layer_done(m->layer_done_ctx, l + 1, m->L);
     }
     head_forward(m, grad_scale, logits_out);
@@ -665,7 +804,7 @@ void model_forward(Model* m, float grad_scale, float* logits_out) {
 // backward: dres holds d(loss)/d(residual stream) flowing down the layers (fp32), dres16 the same in the activations'
 // type (the matmuls' operand: each norm's backward writes both)
 
-// a norm's backward: dres += ..., its weight gradient's partial sums into row i of m->dwpart
+// a norm's backward: dres += ..., its weight gradient's partial sums into row i of m->dwpart (norm_grads adds them up)
 static void norm_backward(Model* m, int i, const float* dout, const float* x, const float* w, const float* rstd) {
     be_rmsnorm_backward(m->dres, m->adt == BE_F32 ? NULL : m->dres16, m->adt, m->dwpart + (size_t)i * m->norm_g * m->C,
                         dout, x, w, rstd, (int)m->Ns, m->C);
@@ -673,18 +812,28 @@ static void norm_backward(Model* m, int i, const float* dout, const float* x, co
 
 static void layer_backward(Model* m, int l) {
     layer_recompute(m, l);
+    if (l > 0) zero_prefetch(m, l);   // ZeRO-3: layer l - 1's parameters, while this layer's backward runs
     LayerW* w = &m->w.layer[l];
     LayerW* dw = &m->dw.layer[l];
     LayerActs* a = &m->acts[l];
     long N = m->N;
     int C = m->C, Hq = m->nh * m->hd, Hk = m->nkv * m->hd, F = m->F;
-    // MLP: out = mid + h Wd^T; SwiGLU's backward recomputes h (not kept) for Wd's gradient
-    const void* dy = tp_input(m, m->dres16, m->adt);
-    linear_backward(m, m->dh, m->adt, NULL, dy, 0, NULL, w->wd, N, F, C, 0.0f);
-    be_swiglu_backward(m->dgu, m->h, m->dh, a->gu, m->adt, (int)N, F);
-    linear_backward(m, NULL, m->adt, dw->wd, dy, 0, m->h, w->wd, N, F, C, 0.0f);
+    // MLP: out = mid + h Wd^T, tile by tile (a tiled MLP recomputes each tile's gate|up from ln2); SwiGLU's backward
+    // recomputes h (not kept) for Wd's gradient. dy: d(out) of every row in adt — under sequence parallelism gathered
+    // into proj's last N C adt-sized elements: a tile writes its fp32 d(ln2) rows [r0, r0 + n) (bytes [4 r0 C, 4 (r0 + n)
+    // C)) only after reading its own dy rows, below where any later tile's dy rows lie (from (4 - a) N C + a (r0 + n) C)
+    size_t esz = be_dtype_size(m->adt);
+    const void* dy = tp_input_to(m, m->dres16, m->adt, (char*)m->proj + (4 - esz) * (size_t)N * C);
     const void* x2 = tp_input(m, a->ln2, m->adt);
-    linear_backward(m, m->proj, BE_F32, dw->wg, m->dgu, 0, x2, w->wg, N, C, 2 * F, 0.0f);   // gate | up at once
+    for (long r0 = 0; r0 < N; r0 += m->mlp_rows) {
+        long n = tile_rows(m, r0);
+        const void *dyt = at_rows(m, dy, (size_t)r0 * C), *xt = at_rows(m, x2, (size_t)r0 * C);
+        if (m->mlp_tiled) mlp_tile_forward(m, l, x2, r0, n);
+        linear_backward(m, m->dh, m->adt, NULL, dyt, 0, NULL, w->wd, n, F, C, 0.0f);
+        be_swiglu_backward(m->dgu, m->h, m->dh, a->gu, m->adt, (int)n, F);
+        linear_backward(m, NULL, m->adt, dw->wd, dyt, 0, m->h, w->wd, n, F, C, 0.0f);
+        linear_backward(m, m->proj + r0 * C, BE_F32, dw->wg, m->dgu, 0, xt, w->wg, n, C, 2 * F, 0.0f);   // gate | up at once
+    }
     norm_backward(m, 2 * l + 1, tp_reduce(m, m->proj), a->mid, w->ln2, a->rstd2);
     // attention: mid = res + att Wo^T
     dy = tp_input(m, m->dres16, m->adt);
@@ -696,22 +845,36 @@ static void layer_backward(Model* m, int l) {
     norm_backward(m, 2 * l, tp_reduce(m, m->proj), a->res, w->ln1, a->rstd1);
 }
 
+// the weight gradients of norms i0 .. i0 + n - 1 (i = 2 l: layer l's ln1, 2 l + 1 its ln2, 2 L the final norm's) from
+// their partials, added to their place from gbase (sequence parallelism: every TP rank's rows, summed first)
+static void norm_grads(Model* m, int i0, int n) {
+    int C = m->C, G = m->norm_g;
+    const float* part = m->dwpart + (size_t)i0 * G * C;
+    if (!m->sp) { be_rmsnorm_dw(m->gbase, m->dw_off + i0, part, n, G, C, 1); return; }
+    float* rows = m->sp_dw + (size_t)i0 * C;
+    be_rmsnorm_dw(m->sp_dw, m->dw_off_sp + i0, part, n, G, C, 0);
+    comm_allreduce_sum(m->tp_g, rows, (size_t)n * C);
+    be_rmsnorm_dw(m->gbase, m->dw_off + i0, rows, n, 1, C, 1);
+}
+
 void model_backward(Model* m) {
     long N = m->N;
-    int C = m->C, L = m->L;
+    int C = m->C, L = m->L, each = m->zero >= 2;   // each: a unit's gradient is complete after its own backward
     // dlnf: d(lnf) from the fused head backward
     be_zero(m->dres, m->Ns * C * sizeof(float));
+    zero_gather(m, m->zu.n - 1);
     norm_backward(m, 2 * L, m->dlnf, m->res_final, m->w.lnf, m->rstdf);
-    for (int l = m->L - 1; l >= 0; l--) layer_backward(m, l);
-    be_embedding_backward(m->dw.wte, tp_input(m, m->dres, BE_F32), m->tok, N, C, m->v0, m->Vl);
-    // the norms' weight gradients from their partials (sequence parallelism: every TP rank's rows, summed first)
-    int n = 2 * L + 1;
-    if (!m->sp) be_rmsnorm_dw(m->grads, m->dw_off, m->dwpart, n, m->norm_g, C, 1);
-    else {
-        be_rmsnorm_dw(m->sp_dw, m->dw_off_sp, m->dwpart, n, m->norm_g, C, 0);
-        comm_allreduce_sum(m->tp_g, m->sp_dw, (size_t)n * C);
-        be_rmsnorm_dw(m->grads, m->dw_off, m->sp_dw, n, 1, C, 1);
+    if (each) { norm_grads(m, 2 * L, 1); zero_reduce(m, m->zu.n - 1); }   // the rest: final norm and head
+    for (int l = m->L - 1; l >= 0; l--) {
+        zero_gather(m, 1 + l);
+        slot_ready(m, l);         // offload: this layer's kept tensors back (prefetched)
+        slot_prefetch(m, l - 1);  // and the next one's on their way while this layer's backward runs
+        layer_backward(m, l);
+        if (each) { norm_grads(m, 2 * l, 2); zero_reduce(m, 1 + l); }   // the layer's unit complete with its norms
     }
+    be_embedding_backward(m->dw.wte, tp_input(m, m->dres, BE_F32), m->tok, N, C, m->v0, m->Vl);
+    if (each) zero_reduce(m, 0);
+    else norm_grads(m, 0, 2 * L + 1);   // every norm's at once, once per micro-batch
 }
 
 double model_flops_per_token(const Config* c, int seq_len) {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "model/config.h"
 #include "model/params.h"
+#include "model/zero.h"
 #include "backend/backend.h"
 #include "attention/a2a.h"
 #include "attention/ring.h"
@@ -38,7 +39,8 @@ typedef struct {   // per-layer activations saved for backward, N = B*T rows (at
     float *mid;    // [Ns, C] residual after attention
     void *ln2;     // [Ns, C] (adt)
     float *rstd2;  // [Ns]
-    void *gu;      // [N, 2F] (adt): gate | up, one matmul's output (h = silu(g) u is recomputed in the backward)
+    void *gu;      // [N, 2F] (adt): gate | up, one matmul's output (h = silu(g) u is recomputed in the backward);
+                   // with a tiled MLP [mlp_rows, 2F]: one tile's, never kept
 } LayerActs;
 
 typedef struct {
@@ -73,20 +75,53 @@ typedef struct {
     float* sp_dw;              // sp: [(2 n_layer + 1), C] this micro-batch's norm weight gradients before the TP sum
     float* dlnf;               // d(final norm output): this rank's rows of the LM head's input gradient
     BeDtype adt;               // the activations' element type (model_act_bf16)
-    uint16_t* wbf;             // adt bf16: the bf16 copy of the parameter arena that feeds every matmul (refreshed by
-                               // model_params_changed, once per optimizer step); NULL with fp32
+    uint16_t* wbf;             // adt bf16: the bf16 copy of the fp32 weights every matmul reads (wbase, wfloats: the
+                               // parameter arena, refreshed by model_params_changed once per optimizer step; ZeRO-3: the
+                               // gathered unit buffers, each cast after its gather); NULL with fp32
+    float* wbase;              // the fp32 memory wbf copies: params, or under ZeRO-3 the unit buffers (pbuf)
+    size_t wfloats;
     int norm_g;                // row groups of the norms' weight-gradient partials (be_tuning()->norm_groups)
     float* dwpart;             // [(2 n_layer + 1), norm_g, C] this micro-batch's norm weight-gradient partials
-    long long *dw_off, *dw_off_sp;   // backend [(2 n_layer + 1)]: each norm's gradient in the arena; in sp_dw
+    long long *dw_off, *dw_off_sp;   // backend [(2 n_layer + 1)]: each norm's gradient from gbase; in sp_dw
     int lm_chunk;              // rows per LM-head chunk (bounds logits memory; the backend's tuning)
     ParamTable pt;
-    size_t arena;              // elements of the parameter and gradient arenas: pt.total, padded for ZeRO-1
-    float *params, *grads;     // arenas of `arena` floats (the first pt.total are the table's tensors)
+    size_t arena;              // elements of the parameter and gradient arenas: pt.total (under ZeRO each unit padded)
+    float *params, *grads;     // arenas of `arena` floats; NULL when sharded (grads: ZeRO-2, 3; params: ZeRO-3)
+    float* gbase;              // where the gradient tensors are bound: grads, or under ZeRO-2/3 the unit buffers (gbuf)
     Weights w, dw;
+    // ZeRO over zg (model/zero.h)
+    int zero;                  // stage: 0 none, 1 the moments, 2 also the gradients, 3 also the parameters sharded
+    const Group* zg;           // the dp x cp ranks the arena is sharded over (NULL: none)
+    ZeroUnits zu;
+    float *gshard, *pshard;    // stage >= 2: this rank's slices of the reduced gradients [zu.shard]; stage 3: of the
+                               // parameters (the optimizer's)
+    float *gbuf, *gunit, *gio; // stage >= 2: one allocation (gbuf) of the gradient of the layer in the backward (gunit,
+                               // one layer unit) and of the embedding and the rest (gio: io_len; the rest at io_rest) —
+                               // each zero again after its reduce-scatter
+    float *pbuf, *punit[2], *pio;   // stage 3: one allocation (pbuf) of the gathered parameters of two layers (layer l in
+                               // punit[l % 2]) and of the embedding and the rest (pio)
+    size_t io_len, io_rest;    // io_rest = 0: untied head, the embedding and the rest take turns in one buffer
+    int holds[4];              // stage 3: the unit each parameter buffer holds (-1: none): punit[0], punit[1], the
+                               // embedding's, the rest's (= the embedding's buffer when io_rest = 0)
+    int pending;               // stage 3: the buffer whose gather is in flight (-1: none), completed by zreq
+    CommReq* zreq;
     // activations: one allocation carved into named tensors
     void* act_arena;
     size_t act_bytes;          // planned activation + scratch memory of this rank
     int recompute;             // RECOMPUTE_* (config.h): what the layers keep
+    // offload = ckpt: the layers' kept tensors (contiguous per layer, kept_bytes in their dtypes) live in two device
+    // slots, layer l's in slot l % 2, and every layer's but the last two (still in their slots when the backward starts)
+    // is copied to pinned host memory after the forward writes it and back one layer ahead in the backward (the copy
+    // queue)
+    int offload;
+    size_t kept_bytes;         // one layer's kept tensors in its slot
+    void* host_acts;           // [(L - 2) kept_bytes] be_host_alloc
+    BeEvent *out_done[2], *in_done[2];   // per slot: its last copy to host / from host
+    int slot_layer[2];         // the layer whose kept tensors a slot holds (-1: none)
+    int in_flight[2];          // a copy from host into the slot not yet waited for
+    int offloading;            // this forward copies out (a backward follows: grad_scale != 0)
+    long mlp_rows;             // rows per MLP tile: mlp_tile, or N (untiled)
+    int mlp_tiled;             // mlp_rows < N: the MLP runs tile by tile; gate|up and h are recomputed per tile in the backward
     size_t act_kept, act_work; // bytes: the layers' kept activations; the shared working set of one layer
     LayerActs* acts;           // [n_layer]
     float *res_final, *rstdf;            // [Ns, C], [Ns]
@@ -94,8 +129,8 @@ typedef struct {
     // scratch shared by all layers. proj: a row-parallel projection's output before the residual add
     // (forward), the gradient arriving at a norm's output (backward); qkv: the q/k/v matmul's output (forward) and
     // its gradient (backward) [N, (nh + 2 nkv) hd] (adt); att32: attention's fp32 output before its store in adt
-    // (adt bf16 only); h [N, F] (adt): SwiGLU's output; dres16: the residual gradient in adt (a matmul operand; =
-    // dres with fp32); dq, dk, dv contiguous
+    // (adt bf16 only); h, dh [mlp_rows, F], dgu [mlp_rows, 2F] (adt): one MLP tile's SwiGLU output and gradients;
+    // dres16: the residual gradient in adt (a matmul operand; = dres with fp32); dq, dk, dv contiguous
     float *proj, *dres, *dq, *dk, *dv, *datt, *D, *att32;
     void *qkv, *h, *dres16, *dh, *dgu;
     float *logits, *xlse, *xtl, *xm, *losses; // [chunk, Vl] (the gradient in adt over each row's first bytes), [chunk] x 3, [N]
@@ -122,7 +157,7 @@ typedef struct {
 typedef struct {
     const Group* tp;      // tensor parallelism: the ranks that split every layer (NULL: none)
     const Group* cp;      // context parallelism: the ranks each sequence is split over (NULL: none)
-    const Group* shard;   // ZeRO-1: arenas are padded to a multiple of this group's size (NULL: no padding)
+    const Group* shard;   // ZeRO (cfg->zero): the arena is sharded over this group (NULL: not sharded)
     const Group* a2a;     // the all-to-all group inside cp (cp_comm = a2a | a2a+ring), else NULL
     const Group* ring;    // the ring: cp without all-to-all, the ring across all-to-all groups with it (NULL: none)
 } ModelGroups;
@@ -136,15 +171,20 @@ typedef struct {
 // Under TP (Megatron): q/k/v and gate/up are column-parallel (this rank's heads / F slice), o_proj and
 // down_proj row-parallel followed by an all-reduce over tp_g; embedding and LM head are vocab-parallel
 // with a vocab-parallel cross-entropy (the [tokens x vocab] logits never exist on one rank).
+// ZeRO (cfg->zero over g->shard, model/zero.h): the arena in units; stage 2 keeps only this rank's slices of the
+// reduced gradients (reduce-scattered over g->shard inside model_backward), stage 3 only its slices of the
+// parameters (all-gathered unit by unit inside model_forward and model_backward).
 void model_build(Model* m, const Config* cfg, int B, int seq_len, const ModelGroups* g);
-// The same shapes, table and activation plan for TP rank tp_rank of tp, a ring of cp, arenas padded to a
-// multiple of shard, activations in bf16 or fp32 (act_bf16: model_act_bf16 of the backend that will run it) — sizes
-// only, no backend memory (m->acts is allocated; free it and m->pt after use).
+// The same shapes, table and activation plan for TP rank tp_rank of tp, a ring of cp, ZeRO (cfg->zero) over shard
+// ranks, activations in bf16 or fp32 (act_bf16: model_act_bf16 of the backend that will run it) — sizes only, no
+// backend memory (free with model_shape_free).
 void model_shape(Model* m, const Config* cfg, int B, int seq_len, int tp, int tp_rank, int cp, size_t shard, int act_bf16);
+void model_shape_free(Model* m);
 // Whether activations are stored in bf16: act_dtype = bf16 with matmul_precision = bf16 on a backend that has bf16
 // (has_bf16: be_has_bf16(), or the planned device's); otherwise fp32.
 int model_act_bf16(const Config* cfg, int has_bf16);
-// The parameters changed (an optimizer step, a checkpoint loaded): refresh their bf16 copy (adt bf16; else nothing).
+// The parameters changed (an optimizer step, a checkpoint loaded): refresh their bf16 copy (adt bf16; else nothing);
+// ZeRO-3: the gathered unit buffers are stale (gathered and cast again where next used).
 void model_params_changed(Model* m);
 void model_free(Model* m);
 
@@ -192,3 +232,24 @@ int model_ring_stats(const Model* m, RingStats* st);
 typedef struct { size_t params, grads, acts, ring; } ModelMemory;   // bytes of this rank's arenas (ring: the ring's and
                                                                      // the all-to-all's buffers)
 ModelMemory model_memory(const Model* m);
+// offload = ckpt: the pinned host memory of the layers' kept tensors (0 without offload)
+size_t offload_host_bytes(const Model* m);
+
+// ---- ZeRO inside the graph (model/zero.c); each is a no-op below its stage ----
+// stage 3: unit u's parameters gathered into its buffer (waits for a gather in flight) and, with bf16 weights, cast to
+// its bf16 copy; zero_prefetch starts it
+void zero_gather(Model* m, int u);
+void zero_prefetch(Model* m, int u);
+// stage 3: the gathered buffers are stale (the parameter shards changed: an update, a load)
+void zero_invalidate(Model* m);
+// stage >= 2: unit u's gradient of this micro-batch is complete: reduce-scattered over zg, this rank's slice added to
+// gshard, the buffer zeroed
+void zero_reduce(Model* m, int u);
+// stage >= 1: the gradient arena reduce-scattered unit by unit (each rank's slices hold the sum); the parameter arena
+// all-gathered unit by unit
+void zero_reduce_arena(Model* m, float* arena);
+void zero_allgather_arena(Model* m, float* arena);
+// A whole arena on every rank (new backend memory, be_free it) from every rank's slices: src holds this rank's slices
+// at their arena offsets (packed = 0) or as a packed shard buffer (packed = 1: moments, gshard, pshard). Without
+// sharding a copy of src. For dumps.
+float* zero_whole(const Model* m, const float* src, int packed);

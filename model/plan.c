@@ -20,17 +20,19 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
     c.seq_len = seq_len;
     c.tp = l->tp; c.cp = l->cp;   // the all-to-all degree follows the layout's cp (config_a2a)
     if (c.max_seq_len < seq_len) c.max_seq_len = seq_len;   // the RoPE table covers the sequence
-    int shard = l->dp * l->cp;
+    c.zero = l->zero;
+    int shard = l->dp * l->cp;   // the replicas: ZeRO shards over them
     Model m;
     // the activations' type of the backend planned for: bf16 on a GPU (act_dtype = bf16, matmul_precision = bf16)
-    model_shape(&m, &c, l->micro_batch, seq_len, l->tp, 0, l->cp, (size_t)shard, model_act_bf16(&c, !strcmp(l->backend, "cuda")));
-    size_t own, lo, hi;
-    if (l->zero && shard > 1) zero_shard(m.pt.total, m.arena, shard, 0, &own, &lo, &hi);
-    else own = m.pt.total;
+    model_shape(&m, &c, l->micro_batch, seq_len, l->tp, 0, l->cp, l->zero ? (size_t)shard : 1,
+                model_act_bf16(&c, !strcmp(l->backend, "cuda")));
     double N = (double)m.N, C = m.C, L = m.L;
-    p->params = p->grads = (double)m.arena * 4;
-    p->moments = 2.0 * own * 4;
+    ModelMemory mm = model_memory(&m);
+    p->params = (double)mm.params;
+    p->grads = (double)mm.grads;
+    p->moments = 2.0 * m.zu.shard * 4;   // (without ZeRO one unit: the whole arena)
     p->acts_kept = (double)m.act_kept;
+    p->host = (double)offload_host_bytes(&m);
     p->acts_work = (double)m.act_work;
     p->acts_scratch = (double)m.act_bytes - m.act_kept - m.act_work;
     int U = m.U, Rr = l->cp / U;   // all-to-all degree, ring size
@@ -71,34 +73,63 @@ int plan_step(Plan* p, const Config* c0, const PlanLayout* l, int seq_len, char*
     }
     double ar = 1 + L * (4 + (rc == RECOMPUTE_FULL ? 1 : 0)) + 1;   // embedding, 2 fwd + 2 bwd per layer, head
     p->tp_payload = l->tp > 1 ? p->accum * ar * N * C * 4 : 0;
-    p->dp_payload = shard > 1 ? (double)m.arena * 4 : 0;
+    // over dp x cp, as comm.h counts what a rank sends: an all-reduce of the gradients; ZeRO: each unit's reduce-scatter
+    // and all-gather ((P - 1) slices each): stage 1 both once per step, stage 2 the reduce-scatter per micro-batch,
+    // stage 3 also the gathers of zero.h (parameters never all-gathered after the update): every unit in the step's
+    // first forward; in the backward every layer but the two last still held; in a later micro-batch's forward every
+    // layer but the first two (still held from the backward) and, untied, the embedding and the rest again (they
+    // share a buffer)
+    double P = shard, A = (double)m.arena;
+    if (shard > 1 && !l->zero) { p->dp_sent = 2 * (P - 1) / P * A * 4; p->dp_msgs = 2 * (P - 1); }
+    else if (shard > 1) {
+        int n = m.zu.n;
+        double lay = (double)m.zu.len[1], io = (double)m.zu.len[0] + m.zu.len[n - 1], held = L < 2 ? L : 2;
+        double calls = l->zero == 1 ? 2.0 * n : l->zero == 2 ? (p->accum + 1.0) * n : (double)p->accum * n;   // collectives
+        double elems = l->zero == 1 ? 2 * A : l->zero == 2 ? (p->accum + 1) * A : p->accum * A;              // of P slices
+        if (l->zero == 3) {
+            int later = p->accum - 1, untied = !c.tie_embeddings;
+            elems += A + (L - held) * lay + later * ((untied ? io : 0) + 2 * (L - held) * lay);
+            calls += n + (L - held) + later * ((untied ? 2 : 0) + 2 * (L - held));
+        }
+        p->dp_sent = (P - 1) / P * elems * 4;
+        p->dp_msgs = calls * (P - 1);
+    }
     // FLOPs: the model's (6 x matmul params + attention) and the recomputed forward parts, per rank
     double tokens = (double)c.batch_size * seq_len, world = (double)l->tp * l->cp * l->dp;
     p->flops_model = model_flops_per_token(&c, seq_len) * tokens / world;
     double Cg = c.d_model, hdg = (double)c.d_model / c.n_head, Fg = c.d_ff;
     double qkv = 2 * Cg * hdg * (c.n_head + 2.0 * c.n_kv_head), mlp = 4 * Cg * Fg, att = 2.0 * seq_len * Cg + 2 * hdg * c.n_head * Cg;
-    double extra = rc >= RECOMPUTE_MLP ? mlp : 0;
+    double extra = rc >= RECOMPUTE_MLP || m.mlp_tiled ? mlp : 0;   // a tiled MLP recomputes gate and up per tile
     if (rc >= RECOMPUTE_QKV) extra += qkv;
     if (rc >= RECOMPUTE_FULL) extra += att;
     p->flops_exec = p->flops_model + extra * c.n_layer * tokens / world;
     // one hop against the attention work of one block pair (zigzag: half of a full Tl x Tl block)
     p->hop_xfer_s = Rr > 1 ? hop / (l->link_gbs * 1e9) : 0;
     p->hop_compute_s = 2.0 * Ta * Ta * m.hd * m.nh_at / (l->tflops * 1e12);
-    free(m.acts);
-    params_free(&m.pt);
+    if (l->peak_tflops > 0) {   // the time model: a layer per micro-batch, its recomputation, the offload copies
+        double rate = l->peak_tflops * 1e12 * l->mfu, toks = (double)l->micro_batch * seq_len / ((double)l->tp * l->cp);
+        double per_layer = Cg * c.n_head * hdg * 2 + Cg * c.n_kv_head * hdg * 2 + 3 * Cg * Fg;   // matmul parameters
+        double fwd = toks * (2 * per_layer + 2.0 * seq_len * Cg);   // (causal attention: 2 seq_len C per token)
+        p->layer_fwd_s = fwd / rate;
+        p->layer_bwd_s = (2 * fwd + toks * extra) / rate;
+        p->offload_xfer_s = m.offload && m.L > 2 ? (double)m.kept_bytes / (l->pcie_gbs * 1e9) : 0;
+        double ex = (m.L > 2 ? m.L - 2 : 0) * ((p->offload_xfer_s > p->layer_fwd_s ? p->offload_xfer_s - p->layer_fwd_s : 0) +
+                                              (p->offload_xfer_s > p->layer_bwd_s ? p->offload_xfer_s - p->layer_bwd_s : 0));
+        p->offload_exposed_s = p->accum * ex;
+        p->step_s = p->flops_exec / rate + p->dp_sent / (l->link_gbs * 1e9) + p->offload_exposed_s;
+    }
+    model_shape_free(&m);
     return 0;
 }
 
-int plan_longest(const Config* c, const PlanLayout* l, const char* mode, double mem_bytes, int limit) {
-    Config cm = *c;
-    snprintf(cm.recompute, sizeof cm.recompute, "%s", mode);
+int plan_longest(const Config* c, const PlanLayout* l, double mem_bytes, double host_bytes, int limit) {
     int unit = (strcmp(c->cp_layout, "zigzag") == 0 ? 2 * l->cp : l->cp) * 128;
     char err[256];
     Plan p;
     int lo = 0, hi = limit / unit;   // in units: lo fits (or 0), the answer is in [lo, hi]
     while (lo < hi) {
         int mid = lo + (hi - lo + 1) / 2;
-        if (!plan_step(&p, &cm, l, mid * unit, err, sizeof err) && p.total <= mem_bytes) lo = mid;
+        if (!plan_step(&p, c, l, mid * unit, err, sizeof err) && p.total <= mem_bytes && p.host <= host_bytes) lo = mid;
         else hi = mid - 1;
     }
     return lo * unit;

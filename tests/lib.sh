@@ -62,6 +62,19 @@ sys.exit(0 if worst <= float(sys.argv[3]) else 1)
 PYEOF
 }
 
+# resumed_tail DESCRIPTION FULL RUN [TOL]: $T/RUN logged exactly steps 3 and 4 (a run resumed at step 2), their losses
+# within TOL (default 1e-5) relative of $T/FULL's (an uninterrupted run)
+resumed_tail() {
+  $PY - "$T/$2/metrics.jsonl" "$T/$3/metrics.jsonl" "${4:-1e-5}" <<'PYEOF' >"$T/r.out" 2>&1 && ok "$1: $(cat "$T/r.out")" || bad "$1: $(cat "$T/r.out")"
+import json, sys
+a = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
+b = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2]))}
+assert sorted(b) == [3, 4], sorted(b)
+w = max(abs(a[s] - b[s]) / a[s] for s in (3, 4))
+print(f"steps 3-4 within {w:.1e} of the uninterrupted run (tolerance {sys.argv[3]})")
+assert w <= float(sys.argv[3])
+PYEOF
+}
 # trun NAME NP BIN ARGS...: BIN/train (BIN: build, build/emu) -c "$TCONF" on NP ranks into $T/NAME, output in
 # $T/NAME.out and .err; FAIL on a non-zero exit
 trun() {

@@ -5,6 +5,9 @@
 #   2. the dry run (RINGLM_EMU_DRY: nothing executed, what tools/bench/step_anatomy.sh uses for the large configs)
 #      counts the same launches, synchronisations and copies as the run that executes, and the same bytes;
 #   3. on a ring of 2 (NCCL) both ranks write their report, with the ring's collectives counted;
+#   4. ZeRO-3 with offload and a tiled MLP on dp 2 (NCCL, 3 layers): every kernel within its formula, the gathers
+#      (prefetched on the communication stream) and the reduce-scatters counted, the offload copies counted as copies
+#      on the copy queue, a cast per gathered unit (its bf16 copy) and still one host synchronisation per step;
 #   and every step has exactly one host synchronisation: the download of its loss and gradient norm at its end; with
 #   bf16 activations (the defaults) every matmul has bf16 operands and nothing is converted but the weights (once per
 #   step) and the attention output (stored once per layer), with act_dtype = fp32 fp32 operands and no cast.
@@ -107,5 +110,29 @@ for f in sys.argv[1:3]:
     assert a["undeclared"] == 0 and a["classes"]["attention forward"]["launches"] > 0, f
     assert a["syncs"] == 1, (f, "host synchronisations over NCCL", a["syncs"])
 print("both ranks report one host synchronisation per step, the ring's hops among the collectives (NCCL)")
+PYEOF
+
+# ---- 4. ZeRO-3, offload and a tiled MLP ----
+arun z3 2 RINGLM_EMU_TRAFFIC=1 -- --zero 3 --recompute full --offload ckpt --mlp_tile 96 --n_layer 3 --micro_batch 1 &&
+  $PY - "$T/z3.md.json" <<'PYEOF' >"$T/z.out" 2>&1 && ok "ZeRO-3 + offload + tiled MLP: $(cat "$T/z.out")" || bad "ZeRO-3 + offload: $(cat "$T/z.out")"
+import json, sys
+a = json.load(open(sys.argv[1]))
+k = a["kernels_by_name"]
+bad = [n for n, v in k.items() if v["bad"]]
+assert a["undeclared"] == 0 and a["traffic_departs"] == 0 and not bad, ("formulas", a["undeclared"], bad)
+n = lambda p: sum(v["launches"] for name, v in k.items() if name.startswith(p))
+# step 2 (the parameters changed by step 1: every buffer stale): the forward gathers the embedding, layer 0 and the
+# rest, prefetches layers 1 and 2; the backward holds the rest and layers 2, 1 and prefetches layer 0; a reduce-scatter
+# per unit (embedding, 3 layers, rest)
+gathers, prefetched, rs = n("ncclAllGather"), n("ncclAllGather (started"), n("ncclReduceScatter")
+assert (gathers, prefetched, rs) == (6, 3, 5), ("ZeRO-3 collectives", gathers, prefetched, rs)
+casts = n("cast_k")
+assert casts == gathers + 3 * 2, ("a cast per gathered unit and the attention output per layer (forward, recompute)", casts)
+# offload: layer 0 of 3 goes out after the forward writes it and comes back in the backward (2 micro-batches of 1)
+assert a["h2d_copies"] >= 1 and a["d2h_copies"] >= 2 and a["d2h_bytes"] > 24, ("offload copies", a["h2d_copies"], a["d2h_copies"])
+assert a["syncs"] == 1, ("one host synchronisation per step", a["syncs"])
+print(f"{a['kernels']} launches within their formulas; {gathers} gathers ({prefetched} prefetched), {rs} reduce-scatters, "
+      f"{casts} casts; offload {a['d2h_copies'] - 1} copies out ({(a['d2h_bytes'] - 24) / 1024:.0f} KiB), {a['h2d_copies']} "
+      f"host-to-device copies; {a['syncs']} host sync")
 PYEOF
 finish

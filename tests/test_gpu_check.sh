@@ -10,8 +10,9 @@ source tests/lib.sh
 S=tools/gpu_check.sh; G=build/gpu_bundle
 
 check "gpu_check.sh parses" bash -n $S
-total=$(bash $S caps | sed -n 's/^total \([0-9]*\) s.*/\1/p')
-if [ -n "$total" ] && [ "$total" -le 420 ]; then ok "per-step caps sum to $total s (at most 420 s)"; else bad "caps: sum '$total'"; fi
+total=$(bash $S caps | sed -n 's/^total \([0-9]*\) s.*/\1/p'); limit=$(bash $S caps | sed -n 's/.*(limit \([0-9]*\) s).*/\1/p')
+if [ -n "$total" ] && [ "$total" -le "${limit:-0}" ] && [ "$limit" -le 460 ]; then ok "per-step caps sum to $total s (at most the run's $limit s, itself at most 460 s)"
+else bad "caps: sum '$total', limit '$limit'"; fi
 lines=$(grep -nE '^[^#]*\btimeout +(-[a-zA-Z] +[A-Z0-9]+ +)*[0-9]' $S)
 if [ -z "$lines" ]; then ok "every timeout comes from a step's cap"; else bad "literal timeouts: $lines"; fi
 lines=$(grep -nE '^[^#]*\|\s*(grep\s+(-[a-zA-Z]*q|--quiet)|head)\b' $S)

@@ -77,6 +77,6 @@ expect_train_err "$T/g.conf" "KV heads not divisible by tp" "n_kv_head = 4 is no
 expect_train_err "$T/g.conf" "world not divisible by tp*cp" "world size 6 is not divisible by tp * cp = 4 * 1" 6 --tp 4
 expect_train_err "$T/g.conf" "world not divisible by tp*cp (cp)" "world size 4 is not divisible by tp * cp = 2 * 4" 4 --tp 2 --cp 4
 expect_train_err "$T/g.conf" "batch not divisible by micro_batch*dp" "batch_size = 8 is not a multiple of micro_batch * dp = 1 * 3" 3
-expect_train_err "$T/g.conf" "zero out of range" "zero = 2 must be 0 or 1" 2 --zero 2
+expect_train_err "$T/g.conf" "zero out of range" "zero = 4 must be 0, 1, 2 or 3" 2 --zero 4
 
 finish

@@ -4,8 +4,8 @@
 #   1. validation loss under data parallelism: val_loss at dp 2, dp 4 (ZeRO-1) and tp 2 x cp 2 x dp 2 (ZeRO-1)
 #      equals the float64 mean NLL of the same validation windows under the checkpoint's weights (1e-5);
 #   2. the moments in the checkpoint file after one step: /optimizer/m = (1 - b1) s g, /optimizer/v = (1 - b2) (s g)^2
-#      with the step's gradients g and clip factor s, at 1 rank and at tp 2 x cp 2 x dp 2 with ZeRO-1 and d_ff 48,
-#      where a ZeRO boundary falls mid-row (row 11, column 8) in down_proj: at TP rank 1 (column offset 24) one
+#      with the step's gradients g and clip factor s, at 1 rank and at tp 2 x cp 2 x dp 2 with ZeRO-1 and d_ff 18,
+#      where a ZeRO slice boundary falls mid-row (row 57, column 16) in o_proj: at TP rank 1 (column offset 32) one
 #      range ends and the next starts mid-row (tests/test_ckpt_ranges.c);
 #      that checkpoint resumed in the same layout continues like one process (1e-5);
 #   3. the data order with the weights fixed: runs at lr 0 from one --init_from checkpoint with seeds 7 and 8 (and
@@ -27,7 +27,7 @@ d_model = 64
 n_layer = 2
 n_head = 8
 n_kv_head = 4
-d_ff = 48              # with tp 2 and ZeRO over 4: a shard boundary mid-row in down_proj (row 11, column 8)
+d_ff = 18              # with tp 2 and ZeRO over 4: a slice boundary mid-row in o_proj (row 57, column 16)
 max_seq_len = 128
 seq_len = 32
 batch_size = 8
@@ -50,7 +50,7 @@ train_run v1 1 && train_run v2 2 && train_run v4 4 --zero 1 && train_run v8 8 --
     $PY $G val "$T/v1/ckpt_00000001.h5" "$T/data/val_*.bin" 32 16 "$T"/v{1,2,4,8}/metrics.jsonl
   check "1 rank: the checkpoint's moments are (1-b1) s g and (1-b2) (s g)^2 of the step's gradients" \
     $PY $G moments "$T/v1/ckpt_00000001.h5" "$T/v1.dump"
-  check "tp 2 x cp 2 x dp 2, ZeRO-1, d_ff 48: the saved moments (ranges ending and starting mid-row in down_proj) and weights" \
+  check "tp 2 x cp 2 x dp 2, ZeRO-1, d_ff 18: the saved moments (ranges ending and starting mid-row in o_proj) and weights" \
     $PY $G moments "$T/v8/ckpt_00000001.h5" "$T/v8.dump"
   if train_run w1 1 --max_steps 2 && train_run w8 8 --tp 2 --cp 2 --zero 1 --max_steps 2 --resume "$T/v8/ckpt_00000001.h5"; then
     check "that checkpoint resumed at tp 2 x cp 2 x dp 2 (ZeRO-1): step 2's loss equals one process's" \

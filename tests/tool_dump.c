@@ -26,16 +26,6 @@ static FILE* out;
 #define rec(...) dump_record(out, __VA_ARGS__)
 #define dump_arena(m, prefix, arena) dump_arena(out, m, prefix, arena)
 
-// under ZeRO: a whole arena gathered from each rank's shard (SHARD: this rank's o->shard elements); else NULL
-static float* zero_whole(const AdamW* o, const Model* m, const float* shard) {
-    if (!o->zg) return NULL;
-    float* whole = be_alloc(m->arena * sizeof(float));
-    be_copy(whole + o->shard * group_rank(o->zg), shard, o->shard * sizeof(float));
-    comm_allgather(o->zg, whole, o->shard);
-    return whole;
-}
-
-// the gradients as reduced for the step: under ZeRO each rank holds the sum only in its shard (reduce-scatter)
 // the gradient's global norm adamw_clip left on the backend (model->scal [1], [2])
 static double clipped_norm(const Model* m) {
     double scal[3];
@@ -43,9 +33,17 @@ static double clipped_norm(const Model* m) {
     return adamw_norm_of(scal);
 }
 
+// the gradients as reduced for the step: under ZeRO each rank holds the sum only in its slices (reduce-scattered; at
+// stage 2 and 3 packed in gshard), gathered into a whole arena
 static void dump_grads(const AdamW* o, const Model* m, const char* prefix) {
-    float* whole = zero_whole(o, m, m->grads + (o->zg ? o->shard * group_rank(o->zg) : 0));
-    dump_arena(m, prefix, whole ? whole : m->grads);
+    float* whole = zero_whole(m, o->stage >= 2 ? m->gshard : m->grads, o->stage >= 2);
+    dump_arena(m, prefix, whole);
+    be_free(whole);
+}
+// the parameters, whole (ZeRO-3: gathered from the slices)
+static void dump_params(const Model* m, const char* prefix) {
+    float* whole = zero_whole(m, m->zero == 3 ? m->pshard : m->params, m->zero == 3);
+    dump_arena(m, prefix, whole);
     be_free(whole);
 }
 
@@ -66,7 +64,8 @@ int main(int argc, char** argv) {
         ckpt_init();
         if (ckpt_read_config(ckpt, &c, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
         // the checkpoint's training layout is not this run's: one process unless the command line says otherwise
-        c.tp = c.cp = 1; c.cp_a2a = 0; c.tp_sp = 0; c.zero = 0;
+        c.tp = c.cp = 1; c.cp_a2a = 0; c.tp_sp = 0; c.zero = 0; c.mlp_tile = 0;
+        snprintf(c.offload, sizeof c.offload, "none");
         snprintf(c.cp_comm, sizeof c.cp_comm, "ring");
     }
     for (int i = 1; i < argc; i += 2) {
@@ -130,7 +129,7 @@ int main(int argc, char** argv) {
     }
     int d2[2] = { B, T };
     if (root) { rec("tokens", 1, 2, d2, tok); rec("targets", 1, 2, d2, tgt); rec("positions", 1, 2, d2, pos); }
-    dump_arena(&m, "param", m.params);
+    dump_params(&m, "param");
 
     // this rank's share of the batch: the tokens at its positions of each sequence (the layout's)
     int Tl = m.T, V = c.vocab_size;
@@ -199,7 +198,7 @@ int main(int argc, char** argv) {
     float gn = (float)clipped_norm(&m);
     adamw_step(&opt, &m, &h);
     if (root) { rec("step/lr", 0, 1, &one, &lr); rec("step/gnorm", 0, 1, &one, &gn); }
-    dump_arena(&m, "after", m.params);
+    dump_params(&m, "after");
     for (int k = 2; k <= nsteps; k++) {   // further steps on the same batch
         char pre[32];
         model_set_batch(&m, ltok, ltgt, lpos);
@@ -219,13 +218,13 @@ int main(int argc, char** argv) {
         snprintf(pre, sizeof pre, "step@%d/gnorm", k);
         if (root) rec(pre, 0, 1, &one, &gn);
         snprintf(pre, sizeof pre, "after@%d", k);
-        dump_arena(&m, pre, m.params);
+        dump_params(&m, pre);
     }
     if (nsteps > 1) {   // the moments, whole (under ZeRO each rank's shard, gathered as the parameters are)
         float* mv[2] = { opt.m, opt.v };
         for (int k = 0; k < 2; k++) {
-            float* whole = zero_whole(&opt, &m, mv[k]);
-            dump_arena(&m, k ? "adam/v" : "adam/m", whole ? whole : mv[k]);
+            float* whole = zero_whole(&m, mv[k], 1);
+            dump_arena(&m, k ? "adam/v" : "adam/m", whole);
             be_free(whole);
         }
         if (root) rec("steps", 1, 1, &one, &nsteps);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_check.sh — every GPU check and benchmark of ringlm in one run of at most 7 minutes on a GPU machine (one
+# gpu_check.sh — every GPU check and benchmark of ringlm in one run of at most 8 minutes on a GPU machine (one
 # H200), with the field's anchors (PyTorch) measured beside it in the same run.
 #
 #   make gpu-bundle                  here, the build machine (= bash tools/gpu_check.sh prepare): the CUDA programs,
@@ -33,6 +33,10 @@
 #               runs at recompute none (the refusal, as planned) and at the cheapest recompute mode that fits;
 #   torch       tools/torch_anchor.py: cuBLAS bf16 peak, a PyTorch training step of the same configs at 8K and 32K,
 #               then SDPA flash and cuDNN attention at the same shapes (without PyTorch: one line, and on);
+#   offload     the 1B config with offload = ckpt (recompute qkv, 8K-token sequences) at the micro-batch the planner
+#               (run in prepare) says does not fit the GPU without offload: the refusal at offload none, then 2 steps
+#               with offload (tokens/s, device and pinned host memory); a machine with too little host memory for
+#               the pinned copies refuses with one line (a note);
 #   summary     $OUT/summary.md (one page: date, GPU, driver, CUDA, PyTorch/cuDNN/NCCL; checks; ringlm beside the
 #               anchors with ratios; MFU against the measured and the nominal peak; the 1B @ 32K profile).
 # Everything is written to a work folder (GPU_CHECK_WORK, else a new folder in /tmp); $OUT (else out/gpu_check/)
@@ -47,10 +51,11 @@ PY=${PYTHON:-python3}
 SMALL=(--vocab_size 257 --d_model 128 --n_layer 2 --n_head 4 --n_kv_head 2 --d_ff 352 --max_seq_len 256
        --seq_len 256 --batch_size 4 --micro_batch 2 --lr 3e-3 --warmup_steps 2 --max_steps 20 --log_every 1
        --seed 7 --ckpt_every 0 --save_final 0 --adam_eps 1e-6)
-RUN_LIMIT=420
+RUN_LIMIT=460
 # per-step caps in seconds (each step also stops at the run's deadline); their sum stays under RUN_LIMIT
 CAPS=(setup=20 mpirun_cpu=15 test_cuda=25 train_fp32=12 train_bf16=12 cp2=20 engine=20 ring_bf16=30 kernels=40
-      tp_125m_32k=18 tp_1b_8k=22 tp_1b_32k=35 tp_1b_32k_own=35 torch=60 tp_1b_64k=40 summary=10)
+      tp_125m_32k=18 tp_1b_8k=22 tp_1b_32k=35 tp_1b_32k_own=35 torch=60 tp_1b_64k=40 offload=46
+      summary=10)
 # throughput rows: config (configs/NAME.conf), seq_len, steps (the first is the warm-up), cap[, attention engine
 # (default: auto)]; the run's, then the rehearsal's (the CPU build: a row that runs, and one that no recompute mode fits)
 ROWS_A=("llama_125m_128k 32768 4 tp_125m_32k" "llama_1b_128k 8192 3 tp_1b_8k" "llama_1b_128k 32768 3 tp_1b_32k"
@@ -217,7 +222,7 @@ bundle_complete() {
   for f in cuda/train cuda/eval cuda/bench_kernels cuda/tests/test_cuda cpu/train cpu/bench_kernels; do
     [ -x "$d/$f" ] || { echo "$d/$f is missing"; return 1; }
   done
-  for f in data/meta.json ref/metrics.jsonl plan.tsv build_info.txt packages.txt ldpath.txt runtime.tar.gz; do
+  for f in data/meta.json ref/metrics.jsonl plan.tsv offload.txt build_info.txt packages.txt ldpath.txt runtime.tar.gz; do
     [ -s "$d/$f" ] || { echo "$d/$f is missing or empty"; return 1; }
   done
   n=$(grep -c . "$d/ref/metrics.jsonl"); [ "$n" -eq 20 ] || { echo "$d/ref/metrics.jsonl has $n of 20 steps"; return 1; }
@@ -260,6 +265,18 @@ prepare() {
     prep_py planrow "$conf" "$L" "$B/plan.json" >>"$B/plan.tsv"
   done
   rm -f "$B/plan.json"
+  # the offload row: the smallest micro-batch of 8192-token sequences (recompute qkv) that does not fit one H200
+  # (the planner's 139 GiB) without offload and does with it: "CONF SEQ_LEN MICRO_BATCH GiB_WITHOUT GiB_WITH PINNED_GiB"
+  local mb a b
+  for mb in $(seq 1 64); do
+    a=$(build/plan -c configs/llama_1b_128k.conf --seq_len 8192 --batch_size "$mb" --micro_batch "$mb" --recompute qkv \
+        --offload none --device h200 --json | "$PY" -c 'import json,sys; p=json.load(sys.stdin); print(p["total"] / 2**30, p["memory"] / 2**30)')
+    b=$(build/plan -c configs/llama_1b_128k.conf --seq_len 8192 --batch_size "$mb" --micro_batch "$mb" --recompute qkv \
+        --offload ckpt --device h200 --json | "$PY" -c 'import json,sys; p=json.load(sys.stdin); print(p["total"] / 2**30, p["host"] / 2**30)')
+    if "$PY" -c "import sys; a, m = map(float, '$a'.split()); b = float('$b'.split()[0]); sys.exit(0 if a > m and b <= m else 1)"; then
+      echo "llama_1b_128k 8192 $mb ${a%% *} $b" >"$B/offload.txt"; break
+    fi
+  done
   { echo "built: $(date -u +'%Y-%m-%d %H:%M UTC') on $(hostname)"
     echo "ringlm: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git status --porcelain 2>/dev/null | grep -c . | sed 's/^0$//; s/^[1-9].*/ + local changes/')"
     echo "cuda_build: $("${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
@@ -684,18 +701,20 @@ fitting_modes() {
   echo "$out"
 }
 
-# attempt CONF L MODE STEPS ENGINE: one training run for throughput; A_STATUS: its status word
+# attempt CONF L MODE STEPS ENGINE [ARGS...]: one training run for throughput (ARGS: more trainer options, after the
+# row's; MODE is then a label whose first word is the recompute mode); A_STATUS: its status word
 attempt() {
   local conf=$1 L=$2 mode=$3 steps=$4 eng=$5 d max extra=() envs=() prof="" rc
-  d=$W/tp_${conf}_${L}_${mode}_$eng; rm -rf "$d"
+  shift 5
+  d=$W/tp_${conf}_${L}_${mode// /_}_$eng; rm -rf "$d"
   max=$(sed -n 's/^max_seq_len *= *\([0-9]*\).*/\1/p' "configs/$conf.conf")
   [ "$L" -gt "${max:-0}" ] && extra=(--max_seq_len "$L")
   if [ "$conf $L" = "$PROF_ROW" ] && [ "$eng" = auto ]; then   # the profile, and the step anatomy of step 2 (predicted beside measured)
     prof=$W/profile_${conf}_$L.md; envs=(RINGLM_CUDA_PROFILE="$prof" RINGLM_CUDA_ANATOMY="$W/anatomy_${conf}_$L.md"); fi
   capped "${PRE[@]}" OMP_NUM_THREADS="$NCPU" "${envs[@]}" "$TRAIN" -c "configs/$conf.conf" --train_data "$DATA" \
     --val_data "" --out_dir "$d" --seq_len "$L" "${extra[@]}" --batch_size 1 --micro_batch 1 --max_steps "$steps" \
-    --warmup_steps 1 --log_every 1 --save_final 0 --ckpt_every 0 --val_every 0 --recompute "$mode" \
-    --doc_mask 0 --attn_engine "$eng" >"$d.txt" 2>&1   # (full causal attention, as the PyTorch anchor computes it)
+    --warmup_steps 1 --log_every 1 --save_final 0 --ckpt_every 0 --val_every 0 --recompute "${mode%% *}" \
+    --doc_mask 0 --attn_engine "$eng" "$@" >"$d.txt" 2>&1   # (full causal attention, as the PyTorch anchor computes it)
   rc=$?
   A_LINE=$(run_py train_row "$W/training.jsonl" "$conf" "$L" "$mode" "$rc" "$d.txt" "$d/metrics.jsonl" \
            "$(plan_row "$conf" "$L")" "$prof" "$eng" 2>&1)
@@ -728,6 +747,27 @@ tp_row() {
     esac
   done
   bad "$name: refused at every recompute mode the planner says fits"
+}
+
+# the offload row (prepare's offload.txt): refused without offload as planned, trains with it
+offload_row() {
+  gpu_step offload || return
+  local conf L mb gnone gwith pinned name
+  read -r conf L mb gnone gwith pinned <"$G/offload.txt" || { bad "offload: no row in $G/offload.txt (run 'make gpu-bundle' again)"; return; }
+  name="offload: $conf, $mb sequences of $L tokens per micro-batch, recompute qkv"
+  attempt "$conf" "$L" "qkv offload none" 1 auto --batch_size "$mb" --micro_batch "$mb" --offload none
+  case $A_STATUS in
+    refused) ok "$name: refused without offload as the planner says (planned $(printf %.1f "$gnone") GiB; ${A_LINE#*; })" ;;
+    *) bad "$name: expected the capacity refusal without offload, got $A_LINE" ;;
+  esac
+  attempt "$conf" "$L" "qkv offload ckpt micro_batch $mb" 2 auto --batch_size "$mb" --micro_batch "$mb" --offload ckpt
+  local d=$W/tp_${conf}_${L}_qkv_offload_ckpt_micro_batch_${mb}_auto pin
+  pin=$(sed -nE 's/.*pinned host ([0-9.]+) MiB.*/\1/p' "$d.txt" | tail -n 1)
+  case $A_STATUS in
+    ok|partial) ok "$name, offload ckpt: $A_LINE; pinned host ${pin:-?} MiB (planned $(printf %.1f "$pinned") GiB), device planned $(printf %.1f "$gwith") GiB" ;;
+    *) if grep -q "offload = ckpt keeps .* pinned host memory" "$d.txt"; then note "$name: this machine's host memory is too small: $(why "$d.txt")"
+       else bad "$name, offload ckpt: $A_LINE"; fi ;;
+  esac
 }
 
 check_run() {
@@ -911,6 +951,7 @@ check_run() {
   fi
   # shellcheck disable=SC2086
   for row in "${rows_b[@]}"; do tp_row $row; done
+  offload_row
 }
 
 # the whole run or rehearsal, then the summary and the files for $OUT (the last line: N passed, N failed)

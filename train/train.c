@@ -572,6 +572,11 @@ static int sample_ready(const Run* r) {
                              "written); no samples in this run (build/sample runs any checkpoint on a ring)\n");
         return 0;
     }
+    if (c->zero == 3) {
+        if (r->rank0) printf("note: sample_every: samples need every parameter on the rank (zero = 3 holds a shard); no "
+                             "samples in this run (build/sample runs any checkpoint)\n");
+        return 0;
+    }
     return 1;
 }
 
@@ -705,6 +710,16 @@ static void setup_layout(Run* r, const Group* world) {
     if (r->accum * c->micro_batch * r->g.dp != c->batch_size) {
         snprintf(msg, sizeof msg, "train: batch_size = %d is not a multiple of micro_batch * dp = %d * %d",
                  c->batch_size, c->micro_batch, r->g.dp);
+        grid_check(world, 1, msg);
+    }
+    if (!strcmp(c->offload, "ckpt") && !strcmp(be_name(), "cpu")) {
+        snprintf(msg, sizeof msg, "train: offload = ckpt moves saved activations from device to host memory, and the cpu "
+                 "backend keeps them in host memory already: use offload = none (the CUDA backend offloads)");
+        grid_check(world, 1, msg);
+    }
+    if (c->zero >= 2 && r->g.dp * r->g.cp == 1) {
+        snprintf(msg, sizeof msg, "train: zero = %d shards gradients%s over the dp x cp ranks, and this layout has one "
+                 "(dp 1 x cp 1): run on more ranks, or use zero = 0 or 1", c->zero, c->zero == 3 ? " and parameters" : "");
         grid_check(world, 1, msg);
     }
     r->rank0 = r->g.rank == 0;
@@ -1134,17 +1149,21 @@ static void print_memory(const Run* r) {
     double obytes = ctl_max(w, 2.0 * r->opt.shard * sizeof(float));
     double pmax = ctl_max(w, (double)mm.params), gmax = ctl_max(w, (double)mm.grads);
     double amax = ctl_max(w, (double)mm.acts), ringmax = ctl_max(w, (double)mm.ring);
+    double host = ctl_max(w, (double)be_host_bytes());   // pinned host memory (offload)
+    char pinned[64] = "";
+    if (r->m.offload) snprintf(pinned, sizeof pinned, ", pinned host %.2f MiB", host * mib);
     if (r->rank0)
         printf("memory per rank: params %.2f MiB, grads %.2f MiB, AdamW moments %.2f MiB, activations %.1f MiB, "
-               "ring buffers %.1f MiB, peak RSS %.1f MiB (max over ranks; min %.1f)\n", pmax * mib, gmax * mib,
-               obytes * mib, amax * mib, ringmax * mib, rss_max, rss_min);
+               "ring buffers %.1f MiB%s, peak RSS %.1f MiB (max over ranks; min %.1f)\n", pmax * mib, gmax * mib,
+               obytes * mib, amax * mib, ringmax * mib, pinned, rss_max, rss_min);
 }
 
 // Before any large allocation: the plan of this layout (the same shapes model_build allocates) against the
 // memory the backend has for this rank; one line naming both on every rank when it does not fit.
 static void check_capacity(Run* r, const Group* world) {
     const Config* c = &r->c;
-    PlanLayout l = { r->g.tp, r->g.cp, r->g.dp, c->zero, c->micro_batch, be_name(), 1, 1 };
+    PlanLayout l = { .tp = r->g.tp, .cp = r->g.cp, .dp = r->g.dp, .zero = c->zero, .micro_batch = c->micro_batch,
+                     .backend = be_name(), .link_gbs = 1, .tflops = 1 };
     Plan p;
     char msg[512];
     int fail = plan_step(&p, c, &l, c->seq_len, msg, sizeof msg);
@@ -1153,9 +1172,20 @@ static void check_capacity(Run* r, const Group* world) {
     if (!fail && p.total > avail) {
         snprintf(msg, sizeof msg, "train: this layout needs %.2f GiB per rank (parameters %.2f, gradients %.2f, AdamW "
                  "moments %.2f, activations %.2f, ring %.2f, workspace %.2f) but %.2f GiB are available (%d ranks on "
-                 "this node); try recompute = full, a larger cp or tp, zero = 1, or a smaller micro_batch (build/plan)",
+                 "this node); try recompute = full, mlp_tile, a larger cp or tp, zero = 1, 2 or 3, or a smaller micro_batch (build/plan)",
                  p.total / G, p.params / G, p.grads / G, p.moments / G, (p.acts_kept + p.acts_work + p.acts_scratch) / G,
                  p.ring / G, p.workspace / G, avail / G, node_ranks);
+        fail = 1;
+    }
+    // offload: the pinned host memory of every rank of this node against what the node has
+    double host = ctl_max(world, p.host), hostavail = meminfo_bytes("MemAvailable");
+    const char* hook = getenv("RINGLM_TEST_HOST_AVAILABLE_MIB");   // (a test hook: the host memory this check sees)
+    if (hook) hostavail = atof(hook) * 1048576.0;
+    if (!fail && host * node_ranks > hostavail) {
+        snprintf(msg, sizeof msg, "train: offload = ckpt keeps %.3g GiB of saved activations per rank in pinned host memory, "
+                 "%.3g GiB for the %d ranks of this node, but the node has %.3g GiB available; try a larger cp (fewer "
+                 "tokens per rank), recompute = full (less saved per layer) or offload = none (build/plan --host_gib)",
+                 host / G, host * node_ranks / G, node_ranks, hostavail / G);
         fail = 1;
     }
     grid_check(world, fail, msg);
@@ -1263,12 +1293,16 @@ int main(int argc, char** argv) {
     }
     print_memory(r);
     if (c->dump_weights[0]) {   // collective over each TP group; world rank 0 writes
-        // under ZeRO-1 each rank holds only its own shard of the reduced gradient: assemble the whole
-        if (r->opt.zg) comm_allgather(r->opt.zg, r->m.grads, r->opt.shard);
+        // under ZeRO each rank holds only its own slices of the reduced gradient (ZeRO-3: and of the parameters):
+        // assemble the whole
+        const Model* m = &r->m;
+        float* prm = zero_whole(m, m->zero == 3 ? m->pshard : m->params, m->zero == 3);
+        float* grd = zero_whole(m, m->zero >= 2 ? m->gshard : m->grads, m->zero >= 2);
         FILE* f = r->rank0 ? dump_open(c->dump_weights) : NULL;
         int e = errno, dfail = r->rank0 && !f;
-        dump_arena(f, &r->m, "param", r->m.params);
-        dump_arena(f, &r->m, "grad", r->m.grads);
+        dump_arena(f, m, "param", prm);
+        dump_arena(f, m, "grad", grd);
+        be_free(prm); be_free(grd);
         if (f && (ferror(f) || fflush(f))) { e = errno; dfail = 1; }
         if (f && fclose(f) && !dfail) { e = errno; dfail = 1; }
         if (dfail) snprintf(msg, sizeof msg, "train: cannot write dump_weights '%s': %s", c->dump_weights, strerror(e));

@@ -76,6 +76,29 @@ void be_download(void* dst, const void* src, size_t bytes) { memcpy(dst, src, by
 void be_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 void be_copy(void* dst, const void* src, size_t bytes) { memmove(dst, src, bytes); }
 
+// host memory and the copy queue: the CPU's memory is host memory and a copy happens when called (the trainer
+// refuses offload on this backend; these exist for the contract)
+static size_t g_host_bytes;
+void* be_host_alloc(size_t bytes) {
+    size_t* p = be_alloc(bytes + 64);   // the size in front, the data 64-byte aligned
+    *p = bytes;
+    g_host_bytes += bytes;
+    return (char*)p + 64;
+}
+void be_host_free(void* p) {
+    if (!p) return;
+    size_t* h = (size_t*)((char*)p - 64);
+    g_host_bytes -= *h;
+    free(h);
+}
+size_t be_host_bytes(void) { return g_host_bytes; }
+struct BeEvent { int unused; };
+BeEvent* be_event_create(void) { return calloc(1, sizeof(BeEvent)); }
+void be_event_free(BeEvent* e) { free(e); }
+void be_copy_to_host_async(void* host, const void* src, size_t bytes, BeEvent* done) { (void)done; memcpy(host, src, bytes); }
+void be_copy_from_host_async(void* dst, const void* host, size_t bytes, BeEvent* done) { (void)done; memcpy(dst, host, bytes); }
+void be_wait_event(BeEvent* e) { (void)e; }
+
 int be_set_matmul_precision(const char* name) {   // sgemm is fp32 whatever is asked
     return strcmp(name, "bf16") && strcmp(name, "tf32") && strcmp(name, "fp32");
 }

@@ -190,6 +190,15 @@ void cu_anat_xfer(int to_device, double bytes) {
     g_c[c].pred_s += LAUNCH_S + bytes / PCIE_BW;
 }
 
+// offload's copies run on the copy stream beside the compute stream: their bytes and count, no time in the prediction
+// (build/plan's offload verdict says whether a layer's compute hides them)
+void cu_anat_xfer_async(int to_device, double bytes) {
+    if (!cu_anat_on) return;
+    int c = cls_now();
+    if (to_device) { g_c[c].h2d += bytes; g_c[c].h2d_n++; }
+    else { g_c[c].d2h += bytes; g_c[c].d2h_n++; }
+}
+
 void cu_anat_sync(const char* why) {
     if (!cu_anat_on) return;
     int c = cls_now();

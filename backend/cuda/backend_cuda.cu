@@ -27,6 +27,7 @@ static void* g_blas_ws = NULL;
 static const size_t BLAS_WS_BYTES = (size_t)32 << 20;
 static int g_prec = CU_BF16;
 static size_t g_alloc_now = 0, g_alloc_peak = 0;   // bytes held through be_alloc (sizes kept in a small table)
+static size_t g_host_bytes = 0, g_host_peak = 0;    // pinned host memory held through be_host_alloc
 
 cudaStream_t cu_stream(void) { return g_stream; }
 int cu_precision(void) { return g_prec; }
@@ -119,9 +120,9 @@ static void memory_report(void) {
     note_device_use();
     printf("cuda backend: device %d memory: peak held %.1f MiB (be_alloc: params, grads, moments, activations, ring "
            "buffers %.1f MiB at most; scratch %.1f MiB at that peak), cuBLAS workspace %.0f MiB; device in use at most "
-           "%.2f of %.2f GiB (sampled at synchronisations)\n", g_device, g_held_peak / 1048576.0, g_alloc_peak / 1048576.0,
-           g_held_ws_at_peak / 1048576.0, BLAS_WS_BYTES / 1048576.0, g_dev_used_peak / 1073741824.0,
-           g_dev_total / 1073741824.0);
+           "%.2f of %.2f GiB (sampled at synchronisations); pinned host memory at most %zu bytes\n", g_device,
+           g_held_peak / 1048576.0, g_alloc_peak / 1048576.0, g_held_ws_at_peak / 1048576.0, BLAS_WS_BYTES / 1048576.0,
+           g_dev_used_peak / 1073741824.0, g_dev_total / 1073741824.0, g_host_peak);
     fflush(stdout);
 }
 
@@ -545,6 +546,66 @@ void be_download(void* dst, const void* src, size_t bytes) {
     CU_CHECK(cudaStreamSynchronize(g_stream), "be_download (a queued kernel or copy failed)");
     note_device_use();
 }
+// pinned host memory (its size kept in front of it) and the copy stream (made at the first asynchronous copy)
+static cudaStream_t g_copy_stream;
+static cudaEvent_t g_copy_ready;   // recorded on the compute stream before each asynchronous copy
+void* be_host_alloc(size_t bytes) {
+    need_started("be_host_alloc");
+    char* p = NULL;
+    cudaError_t e = cudaMallocHost((void**)&p, bytes + 64);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        fprintf(stderr, "cuda backend: cannot pin %.1f MiB of host memory (cudaMallocHost: %s; %.1f MiB pinned already)\n",
+                bytes / 1048576.0, cudaGetErrorString(e), g_host_bytes / 1048576.0);
+        fflush(stderr);
+        exit(1);
+    }
+    memset(p, 0, bytes + 64);
+    *(size_t*)p = bytes;
+    g_host_bytes += bytes;
+    if (g_host_bytes > g_host_peak) g_host_peak = g_host_bytes;
+    return p + 64;
+}
+void be_host_free(void* p) {
+    if (!p) return;
+    char* h = (char*)p - 64;
+    g_host_bytes -= *(size_t*)h;
+    CU_CHECK(cudaFreeHost(h), "be_host_free (cudaFreeHost)");
+}
+size_t be_host_bytes(void) { return g_host_bytes; }
+struct BeEvent { cudaEvent_t e; };
+BeEvent* be_event_create(void) {
+    need_started("be_event_create");
+    BeEvent* e = (BeEvent*)calloc(1, sizeof(BeEvent));
+    if (!e) cu_die("be_event_create", "out of host memory");
+    CU_CHECK(cudaEventCreateWithFlags(&e->e, cudaEventDisableTiming), "be_event_create (cudaEventCreate)");
+    return e;
+}
+void be_event_free(BeEvent* e) {
+    if (!e) return;
+    cudaEventDestroy(e->e);
+    free(e);
+}
+static void copy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, BeEvent* done, const char* op) {
+    if (!g_copy_stream) {
+        CU_CHECK(cudaStreamCreateWithFlags(&g_copy_stream, cudaStreamNonBlocking), "cudaStreamCreate (copy stream)");
+        CU_CHECK(cudaEventCreateWithFlags(&g_copy_ready, cudaEventDisableTiming), "cudaEventCreate (copy stream)");
+    }
+    PROF(PROF_COPY);
+    cu_anat_xfer_async(kind == cudaMemcpyHostToDevice, (double)bytes);   // (on the copy stream: no time predicted)
+    CU_CHECK(cudaEventRecord(g_copy_ready, g_stream), op);            // after what the compute stream holds now
+    CU_CHECK(cudaStreamWaitEvent(g_copy_stream, g_copy_ready, 0), op);
+    if (bytes) CU_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, g_copy_stream), op);
+    CU_CHECK(cudaEventRecord(done->e, g_copy_stream), op);
+}
+void be_copy_to_host_async(void* host, const void* src, size_t bytes, BeEvent* done) {
+    copy_async(host, src, bytes, cudaMemcpyDeviceToHost, done, "be_copy_to_host_async");
+}
+void be_copy_from_host_async(void* dst, const void* host, size_t bytes, BeEvent* done) {
+    copy_async(dst, host, bytes, cudaMemcpyHostToDevice, done, "be_copy_from_host_async");
+}
+void be_wait_event(BeEvent* e) { CU_CHECK(cudaStreamWaitEvent(g_stream, e->e, 0), "be_wait_event (cudaStreamWaitEvent)"); }
+
 void be_zero(void* p, size_t bytes) {
     PROF(PROF_COPY);
     if (!bytes) return;

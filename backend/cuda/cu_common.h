@@ -112,6 +112,7 @@ void cu_anat_gemm(int m, int n, int k, int ta, int tb, int atype, int btype, int
 void cu_anat_op(const char* name, double read_bytes, double written_bytes);   // a memset or a device copy
 void cu_anat_collective(const char* name, double bytes);
 void cu_anat_xfer(int to_device, double bytes);
+void cu_anat_xfer_async(int to_device, double bytes);   // a copy on the copy stream (offload): counted, hidden behind compute
 void cu_anat_sync(const char* why);
 void cu_anat_attention(int backward, int Tq, int Tk, int nh, int hd, int causal);
 // What the host emulation adds to the anatomy (backend/cuda/emu/): a dry run (nothing executed), and the pages each

@@ -58,6 +58,15 @@
 #define be_zero cpu_be_zero
 #define BeTimer CpuBeTimer
 #define be_memory_available cpu_be_memory_available
+#define be_host_alloc cpu_be_host_alloc
+#define be_host_free cpu_be_host_free
+#define be_host_bytes cpu_be_host_bytes
+#define be_event_create cpu_be_event_create
+#define be_event_free cpu_be_event_free
+#define be_copy_to_host_async cpu_be_copy_to_host_async
+#define be_copy_from_host_async cpu_be_copy_from_host_async
+#define be_wait_event cpu_be_wait_event
+#define BeEvent cpu_BeEvent
 #define attn_engine_select cpu_attn_engine_select
 #define attn_engine_use cpu_attn_engine_use
 #define attn_host_mirror cpu_attn_host_mirror

@@ -249,6 +249,43 @@ static void test_scalars(void) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// the copy queue (activation offload): a kernel's output to pinned host memory and back on the copy stream, ordered
+// by events against the compute stream (the emulation's race checker sees both streams), odd sizes; be_host_bytes
+
+static void test_host_copies(void) {
+    const size_t n = 300007, k = 12345;   // odd; a copy of a part at an odd offset
+    size_t before = be_host_bytes();
+    float *a = rnd(n, 1), *b = rnd(n, 1);
+    float *Da = up(a, n * 4), *Db = up(b, n * 4);
+    float* h = be_host_alloc(n * 4);
+    int zero = 1;
+    for (size_t i = 0; i < n && zero; i++) zero = h[i] == 0.0f;
+    size_t held = be_host_bytes() - before;
+    BeEvent *out = be_event_create(), *in = be_event_create();
+    be_add(Da, Db, n);                                   // a + b on the compute stream, then to the host
+    cpu->be_add(a, b, n);
+    be_copy_to_host_async(h, Da, n * 4, out);
+    be_wait_event(out);
+    be_zero(Da, n * 4);                                  // (after the copy out: the wait orders it)
+    be_sync();
+    int out_ok = !memcmp(h, a, n * 4);
+    for (size_t i = k; i < n; i++) h[i] *= 2.0f;         // the host changes part of it, which comes back
+    be_copy_from_host_async(Da + k, h + k, (n - k) * 4, in);
+    be_wait_event(in);
+    be_add(Db, Da, n);                                   // reads what came back
+    for (size_t i = 0; i < k; i++) a[i] = 0.0f;
+    for (size_t i = k; i < n; i++) a[i] *= 2.0f;
+    cpu->be_add(b, a, n);
+    CHECK(zero && held == n * 4 && out_ok && same_dev(Db, b, n),
+          "copy queue: %zu floats to pinned host memory and %zu back at offset %zu, event-ordered against kernels: "
+          "exact; host memory zero-filled, %zu bytes counted", n, n - k, k, held);
+    be_event_free(out); be_event_free(in);
+    be_host_free(h);
+    CHECK(be_host_bytes() == before, "be_host_free returns the count to %zu bytes", before);
+    free(a); free(b); be_free(Da); be_free(Db);
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // sums of squares: chunks of 65536 elements, one block each, then a final pass over the chunks with 256 threads
 
 #define SUMSQ_CHUNK 65536
@@ -1213,6 +1250,7 @@ int main(void) {
     double t0 = now_s();
     test_comparator();
     test_elementwise();
+    test_host_copies();
     test_split_merge_shape(37, 6 * 24 + 5, 24, 3, 3);        // Q-like: 3 parts of 24 columns, ld with spare columns
     test_split_merge_shape(4099, 2 * 64, 64, 4, 2);          // KV: 2 heads for 4 parts (each head to 2 parts)
     test_split_merge_shape(7000, 4 * 50, 50, 8, 4);          // 8 parts, 4 blocks, > 2 grid passes
