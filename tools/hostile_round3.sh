@@ -31,6 +31,7 @@ for ((i = 1; i <= N; i++)); do
   sleep "$(rnd 0 0.2)"; kill -STOP "$victim" 2>/dev/null
   if wait_gone $job 120; then
     wait $job; rc=$?; e=$(grep -v '^\[[^]]*:[0-9]*\] ' "$d.err" | grep -c .)
+    end=$((SECONDS + 60)); while [ $SECONDS -lt $end ] && [ -n "$(ps -o pid= -s "$sid")" ]; do sleep 0.1; done   # (exiting)
     end_session "$sid"; left=$ended
     if [ $rc -ne 0 ] && [ "$e" = 1 ] && [ "$left" = 0 ] && grep -q "did not finish within timeout_s = 6 s" "$d.err"; then
       good=$((good + 1)); ok "stall $i: ended by itself, exit $rc: $(grep -v '^\[' "$d.err" | cut -c1-200)"
