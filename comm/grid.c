@@ -163,9 +163,15 @@ int grid_agree(const Group* g, int failed, char* msg, size_t n) {
 
 static void (*exit_fns[8])(void);
 static int n_exit_fns;
+// the stop line of grid_stop_on_signals (below); emptied once the program ends by itself
+static char stop_line[200];
+static size_t stop_len;
 void grid_on_exit(void (*fn)(void)) { if (n_exit_fns < 8) exit_fns[n_exit_fns++] = fn; }
 
 void grid_exit(int status) {
+    // ending anyway: a SIGTERM from the launcher (mpirun stops the other ranks once one has exited non-zero) must not
+    // add a second line to the one that said why
+    stop_len = 0;
     for (int i = n_exit_fns - 1; i >= 0; i--) exit_fns[i]();
     ctl_barrier(group_world());   // MPI_Finalize waits for every rank without a watchdog: wait here first
     comm_watch_shutdown();
@@ -174,8 +180,6 @@ void grid_exit(int status) {
 }
 
 // the stop line (rank 0 of the launch, from the launcher's environment: MPI is not up yet), written by the handler
-static char stop_line[200];
-static size_t stop_len;
 static void on_stop(int sig) {
     (void)sig;
     if (stop_len && write(2, stop_line, stop_len) < 0) {}
