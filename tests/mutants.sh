@@ -76,6 +76,8 @@ for line in open(sys.argv[1]).read().splitlines() + [""]:
         if cur: blocks.append(cur); cur = {}
         continue
     k, _, v = line.partition(":")
+    if k.strip() in cur:   # two blocks without a blank line between them: one would silently replace the other
+        sys.exit(f"mutants.sh: block {len(blocks) + 1} ({cur.get('id', '?')}) has a second '{k.strip()}:' line (a blank line missing?)")
     cur[k.strip()] = v[1:] if v.startswith(" ") else v
 with open(os.path.join(sys.argv[2], "index"), "w") as idx:
     for i, b in enumerate(blocks):
