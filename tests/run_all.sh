@@ -16,6 +16,11 @@
 # one line containing "no CUDA device" and exit 77: counted as skipped (named before the total), not passed.
 # build/emu/tests/test_* are the same GPU tests built against the host emulation of CUDA (make cuda-emu): they
 # run everywhere.
+# Stopping: Ctrl-C (SIGINT to the terminal's foreground process group) or SIGTERM to the runner. No test starts after
+# it; each running test runs in a session of its own (setsid: the terminal's SIGINT never reaches it, and nothing it
+# starts escapes the session by losing its parent), and the whole session gets SIGTERM, then SIGKILL after a grace of
+# RINGLM_TEST_STOP_GRACE_S (10 s); the runner waits for them, prints one line and exits 130 (SIGINT) or 143 (SIGTERM),
+# leaving no process of the suite behind. A rerun starts afresh (each test's log, .rc and .s are replaced).
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}   # threads that wait sleep: the tests share the cores
@@ -23,7 +28,7 @@ JOBS=${RINGLM_TEST_JOBS:-$(( $(nproc 2>/dev/null || echo 2) + 1 ))}
 HANG=${RINGLM_TEST_KILL_S:-3600}
 if [ "${1:-}" = -j ]; then JOBS=$2; shift 2; fi
 [[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || { echo "run_all: -j $JOBS: give a number of tests to run at once (1 or more)" >&2; exit 2; }
-LOGS=build/test_logs; TIMES=build/test_times.txt
+LOGS=${RINGLM_TEST_LOGS:-build/test_logs}; TIMES=build/test_times.txt
 mkdir -p "$LOGS" || exit 2
 
 tests=()
@@ -44,8 +49,10 @@ done | sort -k1,1nr -s | awk '{print $2}')
 run_one() {
   local t=$1 n; n=$(name_of "$t")
   local start=$SECONDS
+  local cmd=(bash "$t"); [[ "$t" == *.sh ]] || cmd=(stdbuf -oL -eL "$t")
   {
-    if [[ "$t" == *.sh ]]; then timeout -k 30 "$HANG" bash "$t" 2>&1; else timeout -k 30 "$HANG" stdbuf -oL -eL "$t" 2>&1; fi
+    # a session of its own: the session leader writes its id (its pid) for stop() before it becomes the test
+    setsid -w bash -c 'echo $$ >"$0"; exec "$@"' "$LOGS/$n.sid" timeout -k 30 "$HANG" "${cmd[@]}" 2>&1
     echo $? >"$LOGS/$n.rc"
   } | tee "$LOGS/$n.log" | sed -u "s|^|$n\| |"
   echo $((SECONDS - start)) >"$LOGS/$n.s"
@@ -53,8 +60,29 @@ run_one() {
   echo "=== $n: ${line:-no result line (exit $(cat "$LOGS/$n.rc"))} ($((SECONDS - start)) s)"
 }
 
-for t in "${tests[@]}"; do n=$(name_of "$t"); rm -f "$LOGS/$n.log" "$LOGS/$n.rc" "$LOGS/$n.s"; done
+# stop SIGNAME CODE: no test starts any more; every running test's session gets SIGTERM, then SIGKILL after the grace
+stop() {
+  trap '' INT TERM
+  local sids=() f n=0 i
+  for t in "${tests[@]}"; do f=$LOGS/$(name_of "$t").sid; [ -s "$f" ] && [ ! -e "${f%.sid}.rc" ] && sids+=("$(cat "$f")"); done
+  echo "run_all: $1: no more tests start; stopping the ${#sids[@]} running (SIGTERM, SIGKILL after ${GRACE} s)"
+  for i in "${sids[@]}"; do pkill -TERM -s "$i" 2>/dev/null; done
+  for ((i = 0; i < GRACE * 10; i++)); do
+    n=0; for f in "${sids[@]}"; do pgrep -s "$f" >/dev/null && n=$((n + 1)); done
+    [ "$n" -eq 0 ] && break; sleep 0.1
+  done
+  for i in "${sids[@]}"; do pkill -KILL -s "$i" 2>/dev/null; done
+  wait
+  local how=""; [ "$n" -gt 0 ] && how=" ($n of them needed SIGKILL)"
+  echo "run_all: stopped by $1 after $((SECONDS - t0)) s: $k of $N tests had started, ${#sids[@]} stopped unfinished$how; no result"
+  exit "$2"
+}
+GRACE=${RINGLM_TEST_STOP_GRACE_S:-10}
+[[ "$GRACE" =~ ^[0-9]+$ ]] || { echo "run_all: RINGLM_TEST_STOP_GRACE_S=$GRACE: give a whole number of seconds" >&2; exit 2; }
+
+for t in "${tests[@]}"; do n=$(name_of "$t"); rm -f "$LOGS/$n.log" "$LOGS/$n.rc" "$LOGS/$n.s" "$LOGS/$n.sid"; done
 k=0; N=${#tests[@]}; t0=$SECONDS
+trap 'stop SIGINT 130' INT; trap 'stop SIGTERM 143' TERM
 echo "run_all: $N tests, $JOBS at a time (logs in $LOGS/)"
 for t in $order; do
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
@@ -62,7 +90,8 @@ for t in $order; do
   echo "[$k/$N] start $(name_of "$t") at $((SECONDS - t0)) s$last"
   run_one "$t" &
 done
-wait
+while [ -n "$(jobs -rp)" ]; do wait; done   # (a trapped signal ends a plain wait early: wait again until all ended)
+trap - INT TERM
 
 total_p=0; total_f=0; broken=(); skipped=(); times=""
 for t in "${tests[@]}"; do
