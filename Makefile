@@ -14,6 +14,10 @@ BLAS_LIB  := /usr/lib/x86_64-linux-gnu/openblas-openmp
 H5_INC    := /usr/include/hdf5/openmpi
 H5_LIB    := /usr/lib/x86_64-linux-gnu/hdf5/openmpi
 OPT       ?= -O3 -march=native
+# quiet by default: one short line a file ("  CC    build/obj/x.o"); `make V=1` prints the full command lines
+V         ?= 0
+comma     := ,
+quiet      = $(if $(filter 1,$(V)),,@printf '  %-5s %s\n' '$(1)' '$(2)';)
 
 # library sources shared by every program (programs' main files are listed separately)
 CORE_SRC  := $(wildcard common/*.c model/*.c attention/*.c checkpoint/*.c optim/*.c) comm/comm_mpi.c comm/grid.c \
@@ -30,35 +34,35 @@ include backend/$(BACKEND)/backend.mk
 CFLAGS    := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -I. -I$(H5_INC) $(BACKEND_CFLAGS)
 LDLIBS    := $(BACKEND_LDLIBS) -L$(H5_LIB) -Wl,-rpath,$(H5_LIB) -lhdf5 -fopenmp -lm
 
-.PHONY: all cuda cuda-emu gpu-bundle test demo deps bench clean print-lib-src
+.PHONY: all cuda cuda-emu gpu-bundle test test-quick demo deps bench clean print-lib-src
 .SECONDARY:
 all: $(PROGRAMS) $(TEST_BIN)
 
 $(BD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(call quiet,CC,$@)$(CC) $(CFLAGS) -c $< -o $@
 
 $(BD)/train: $(BD)/obj/train/train.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/prepare: $(BD)/obj/data/prepare.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/reshard: $(BD)/obj/tools/reshard.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/eval: $(BD)/obj/eval/eval.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/sample: $(BD)/obj/eval/sample.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/bench_attention: $(BD)/obj/tools/bench/bench_attention.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/plan: $(BD)/obj/tools/plan.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/bench_kernels: $(BD)/obj/tools/bench/bench_kernels.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/sgemm_peak: $(BD)/obj/tools/bench/sgemm_peak.o $(BD)/obj/common/util.o
-	$(CC) $^ -o $@ $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/tests/%: $(BD)/obj/tests/%.o $(LIB_OBJ)
 	@mkdir -p $(BD)/tests
-	$(CC) $^ -o $@ $(LDLIBS)
+	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
 
 # the CUDA programs, next to the CPU ones (a machine without nvcc says so and stops)
 cuda:
@@ -88,6 +92,18 @@ test: deps
 	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory -j$(JOBS) cuda; else echo "make test: no nvcc: the CUDA programs are not built"; fi
 	@$(MAKE) --no-print-directory -j$(JOBS) cuda-emu
 	@bash tests/run_all.sh
+
+# the smoke subset (about 2 minutes on 2 cores): the model against the PyTorch reference, the attention kernel, ring
+# attention, training on a ring and in the 3-D grid, the communication layer, training/resume, sampling, data and
+# the runner (with their checks of the emulated CUDA backend: make cuda-emu, not the nvcc build). `make test` is the
+# whole suite and what CI runs.
+QUICK_TESTS := build/tests/test_attention build/tests/test_data tests/test_reference.sh tests/test_ring_attention.sh \
+               tests/test_cp.sh tests/test_comm.sh tests/test_train.sh tests/test_sample.sh tests/test_build.sh \
+               tests/test_cli.sh tests/test_runner.sh
+test-quick: deps
+	@$(MAKE) --no-print-directory -j$(JOBS) all
+	@$(MAKE) --no-print-directory -j$(JOBS) cuda-emu
+	@bash tests/run_all.sh $(QUICK_TESTS)
 
 demo: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all

@@ -50,4 +50,16 @@ n=$(grep -ln 'int make_dirs\|static void make_dirs' $(ls */*.c) | tr '\n' ' ')
 hits=$(grep -n 'strcmp(\*(char\* const\*)' $(ls */*.c) | grep -v '^common/util.c:')
 [ -z "$hits" ] && ok "one string comparator for qsort (common/util.c)" || bad "comparators: $hits"
 
+# quiet builds: one short line a file by default, the full command line with V=1; ptxas's resource table only when
+# asked (PTXAS_V=1 or V=1). One object compiled into a folder of this test's (BD on the command line).
+make --no-print-directory BD="$T/qb" "$T/qb/obj/common/util.o" >"$T/q1" 2>&1
+make --no-print-directory -B V=1 BD="$T/qb" "$T/qb/obj/common/util.o" >"$T/q2" 2>&1
+[ "$(cat "$T/q1")" = "  CC    $T/qb/obj/common/util.o" ] && grep -q "^mpicc .* -c common/util.c -o $T/qb/obj/common/util.o$" "$T/q2" \
+  && ok "a quiet build prints '$(sed "s|$T/||" "$T/q1")' a file; V=1 the command line" || bad "quiet build: $(head -c 300 "$T/q1") | V=1: $(head -c 300 "$T/q2")"
+f=backend/cuda/attn_cuda.cu
+a=$(make --no-print-directory -n -B BACKEND=cuda NVCC=nvcc BD="$T/cb" "$T/cb/obj/${f%.cu}.o" 2>&1 | grep -c 'warn-spills,-v')
+b=$(make --no-print-directory -n -B BACKEND=cuda NVCC=nvcc PTXAS_V=1 BD="$T/cb" "$T/cb/obj/${f%.cu}.o" 2>&1 | grep -c 'warn-spills,-v')
+c=$(make --no-print-directory -n -B BACKEND=cuda NVCC=nvcc V=1 BD="$T/cb" "$T/cb/obj/${f%.cu}.o" 2>&1 | grep -c 'warn-spills,-v')
+[ "$a" = 0 ] && [ "$b" = 1 ] && [ "$c" = 1 ] && ok "nvcc: ptxas -v only with PTXAS_V=1 or V=1 (spill warnings always)" || bad "ptxas -v: default $a, PTXAS_V=1 $b, V=1 $c"
+
 finish

@@ -27,24 +27,27 @@ TEST_BIN        := $(BD)/tests/test_cuda $(BD)/tests/emu_faults $(BD)/tests/mpi_
 # the emulated cuDNN: loaded at run time by backend/cuda/cudnn_sdpa.cu as the real one is
 $(BD)/libcudnn.so.9: backend/cuda/emu/emu_cudnn.cc $(wildcard backend/cuda/emu/*.h backend/cuda/emu/include/*.h)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) -fPIC -shared $< -o $@
+	$(call quiet,CXX,$@)$(EMU_CXX) -fPIC -shared $< -o $@
 
 # rule breakers for the emulation's own checks (tests/test_cuda_emu.sh)
 $(BD)/tests/emu_faults: $(BD)/obj/tests/gpu/emu_faults.o $(patsubst %,$(BD)/obj/%.o,$(basename $(EMU_SRC)))
 	@mkdir -p $(dir $@)
-	$(CC) $^ -o $@ $(BACKEND_LDLIBS)
+	$(call quiet,LD,$@)$(CC) $^ -o $@ $(BACKEND_LDLIBS)
 $(BD)/obj/%.o: %.cu $(HEADERS) $(wildcard backend/cuda/emu/*.h backend/cuda/emu/include/*.h)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) -x c++ -c $< -o $@
+	$(call quiet,CXX,$@)$(EMU_CXX) -x c++ -c $< -o $@
 $(BD)/obj/%.o: %.cc $(HEADERS) $(wildcard backend/cuda/emu/*.h backend/cuda/emu/include/*.h)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) -c $< -o $@
+	$(call quiet,CXX,$@)$(EMU_CXX) -c $< -o $@
 else
 BD              := build/cuda
 # portable x86 code: the binaries may run on another machine than the one that built them
 OPT             := -O3 -march=x86-64-v3
 NVCC_ARCH       ?= -gencode=arch=compute_90a,code=[sm_90a,compute_90a]
-NVCC_FLAGS      := -std=c++17 -O3 $(NVCC_ARCH) -Xptxas -warn-spills,-v -Xcompiler -Wall,-Wextra,-march=x86-64-v3 \
+# ptxas's per-kernel resource table (registers, shared memory, spills) only when asked: `make cuda PTXAS_V=1` (or V=1);
+# spills are warnings, and warnings are errors, either way
+PTXAS_V         ?= $(V)
+NVCC_FLAGS      := -std=c++17 -O3 $(NVCC_ARCH) -Xptxas -warn-spills$(if $(filter 1,$(PTXAS_V)),$(comma)-v) -Xcompiler -Wall,-Wextra,-march=x86-64-v3 \
                    -Werror all-warnings -I. -I$(CUDA_HOME)/include -I$(H5_INC)
 CUDA_LIB        := $(CUDA_HOME)/lib64
 BACKEND_SRC     := backend/cuda/backend_cuda.cu backend/cuda/attn_cuda.cu backend/cuda/attn_engine.cu backend/cuda/cudnn_sdpa.cu backend/cuda/anatomy.cu \
@@ -57,15 +60,15 @@ TEST_BIN        := $(BD)/tests/test_cuda
 
 $(BD)/obj/%.o: %.cu $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+	$(call quiet,NVCC,$@)$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 endif
 
 $(BD)/obj/ref/%.o: backend/cpu/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -I$(BLAS_INC) -include tests/gpu/cpu_names.h -c $< -o $@
+	$(call quiet,CC,$@)$(CC) $(CFLAGS) -I$(BLAS_INC) -include tests/gpu/cpu_names.h -c $< -o $@
 $(BD)/obj/ref/cpu_table.o: tests/gpu/cpu_table.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -include tests/gpu/cpu_names.h -c $< -o $@
+	$(call quiet,CC,$@)$(CC) $(CFLAGS) -include tests/gpu/cpu_names.h -c $< -o $@
 $(BD)/tests/test_cuda: $(BD)/obj/tests/gpu/test_cuda.o $(CPU_REF_OBJ) $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $^ -o $@ $(LDLIBS) -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas
+	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS) -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas
