@@ -40,8 +40,8 @@ $(BD)/obj/%.o: %.c $(HEADERS)
 
 $(BD)/train: $(BD)/obj/train/train.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
-$(BD)/prepare: $(BD)/obj/data/prepare.o $(LIB_OBJ)
-	$(CC) $^ -o $@ $(LDLIBS)
+$(BD)/prepare: $(BD)/obj/data/prepare.o $(BD)/obj/data/jsonl.o $(LIB_OBJ)
+	$(CC) $^ -o $@ $(LDLIBS) -lz
 $(BD)/reshard: $(BD)/obj/tools/reshard.o $(LIB_OBJ)
 	$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/eval: $(BD)/obj/eval/eval.o $(LIB_OBJ)
