@@ -17,7 +17,8 @@ OPT       ?= -O3 -march=native
 
 # library sources shared by every program (programs' main files are listed separately)
 CORE_SRC  := $(wildcard common/*.c model/*.c attention/*.c checkpoint/*.c optim/*.c) comm/comm_mpi.c comm/grid.c \
-             eval/report.c eval/passkey.c eval/doclen.c data/shards.c data/meta.c data/pack.c train/dump.c
+             eval/report.c eval/passkey.c eval/doclen.c data/shards.c data/meta.c data/pack.c data/json.c data/tokenizer.c \
+             train/dump.c
 HEADERS   := $(wildcard */*.h */*/*.h)
 LIB_SRC    = $(CORE_SRC) $(BACKEND_SRC)
 LIB_OBJ    = $(patsubst %,$(BD)/obj/%.o,$(basename $(LIB_SRC)))

@@ -1,7 +1,7 @@
 // prepare.c — turns text files, directory trees and JSON Lines records into byte-level train/val shards for
 // build/train.
 //
-//   build/prepare --out DIR [--val-frac F] [--doc-per file|dir] [--seed S] [--shard-tokens N] [--jsonl-field FIELD]
+//   build/prepare --out DIR [--val-frac F] [--doc-per file|dir] [--seed S] [--shard-tokens N] [--text-field FIELD]
 //                 [--files-from LIST] [--force] PATH...
 //
 // Tokenizer (vocab 257): token = byte value 0..255; token 256 = end-of-document, written BEFORE each
@@ -11,7 +11,7 @@
 //
 // Documents: --doc-per file (default): every text file is one document. --doc-per dir: every directory
 // PATH becomes one document, the concatenation of all its text files in walk order (e.g. a whole
-// codebase is one document); a file PATH is one document either way. With --jsonl-field FIELD, files named
+// codebase is one document); a file PATH is one document either way. With --text-field FIELD, files named
 // *.jsonl, *.ndjson, *.json.gz, *.jsonl.gz, *.ndjson.gz are JSON Lines (data/jsonl.h; gzip or plain): each record's
 // FIELD is one document, whatever --doc-per says. --files-from LIST adds LIST's paths (one a line) as PATHs.
 // Walk: depth-first, the entries of each directory sorted bytewise by name. Skipped: symlinks inside a
@@ -73,12 +73,12 @@ static const char* USAGE =
 "  --doc-per file|dir  file (default): every text file is one document. dir: every directory PATH is one\n"
 "                      document, all of its text files concatenated in walk order (a whole codebase is one\n"
 "                      document); a file PATH is one document either way.\n"
-"  --jsonl-field FIELD files named *.jsonl, *.ndjson, *.json.gz, *.jsonl.gz or *.ndjson.gz are JSON Lines (gzip\n"
+"  --text-field FIELD files named *.jsonl, *.ndjson, *.json.gz, *.jsonl.gz or *.ndjson.gz are JSON Lines (gzip\n"
 "                      or plain, read as a stream): one JSON object a line, its string field FIELD one document\n"
 "                      (null or \"\": skipped and counted). A bad line, a missing or non-string FIELD, or a\n"
 "                      corrupt gzip file is an error naming FILE:LINE. Other text files stay documents as above\n"
 "  --files-from LIST   also take the paths listed in LIST, one a line (empty lines passed over; '-': standard\n"
-"                      input), as PATHs in the option's place among them\n"
+"                      input), as PATHs after the PATH arguments (lists in the order given)\n"
 "  --doc-lengths W     afterwards, print the training documents' length distribution (log2 buckets, shares of\n"
 "                      documents and tokens) and how many fit a training window of W tokens (0: no window);\n"
 "                      build/eval --doc_lengths writes it as CSV and SVG too\n"
@@ -156,7 +156,7 @@ typedef struct {
     int64_t shard_tokens;
     int force;
     int64_t doc_lengths;                 // --doc-lengths W: print the training documents' length distribution (-1: no)
-    const char* jsonl_field;             // --jsonl-field FIELD: JSON Lines files are read, a record's FIELD a document
+    const char* text_field;             // --text-field FIELD: JSON Lines files are read, a record's FIELD a document
     StrList paths;                       // the PATH arguments and the paths of --files-from lists, in order
     StrList origins;                     // per path: "" (an argument) or "LIST:LINE" (a --files-from list's line)
 } Options;
@@ -227,7 +227,8 @@ static void read_list(Options* o, const char* list) {
 
 static Options parse_args(int argc, char** argv) {
     Options o = {.val_frac = 0.05, .shard_tokens = DEFAULT_SHARD_TOKENS, .doc_lengths = -1};
-    int only_paths = 0, lists = 0;
+    int only_paths = 0;
+    StrList lists = {0};                 // --files-from LIST: its paths come after the PATH arguments
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         if (only_paths || a[0] != '-' || a[1] == '\0') { strs_add(&o.paths, a); strs_add(&o.origins, ""); continue; }
@@ -239,10 +240,10 @@ static Options parse_args(int argc, char** argv) {
         else if (is_opt(a, "--seed")) o.seed = parse_seed(opt_value(argc, argv, &i, "--seed"));
         else if (is_opt(a, "--shard-tokens"))
             o.shard_tokens = parse_shard_tokens(opt_value(argc, argv, &i, "--shard-tokens"));
-        else if (is_opt(a, "--jsonl-field")) {
-            o.jsonl_field = opt_value(argc, argv, &i, "--jsonl-field");
-            if (!*o.jsonl_field) die("--jsonl-field expects the name of the records' text field (e.g. text), got ''");
-        } else if (is_opt(a, "--files-from")) { read_list(&o, opt_value(argc, argv, &i, "--files-from")); lists++; }
+        else if (is_opt(a, "--text-field")) {
+            o.text_field = opt_value(argc, argv, &i, "--text-field");
+            if (!*o.text_field) die("--text-field expects the name of the records' text field (e.g. text), got ''");
+        } else if (is_opt(a, "--files-from")) { strs_add(&lists, opt_value(argc, argv, &i, "--files-from")); }
         else if (is_opt(a, "--doc-lengths")) {
             const char* v = opt_value(argc, argv, &i, "--doc-lengths");
             char* end;
@@ -256,7 +257,9 @@ static Options parse_args(int argc, char** argv) {
         } else die("unknown option '%s' (see --help)", a);
     }
     if (!o.out || !*o.out) die("--out DIR is required (see --help)");
-    if (o.paths.n == 0) die(lists ? "the --files-from list names no path" : "no input PATH given (see --help)");
+    for (int i = 0; i < lists.n; i++) read_list(&o, lists.v[i]);
+    if (o.paths.n == 0) die(lists.n ? "the --files-from list names no path" : "no input PATH given (see --help)");
+    strs_free(&lists);
     return o;
 }
 
@@ -283,7 +286,7 @@ typedef struct {
     int n_jsonl, renamed;                // JSON Lines files; documents whose name was shared (see unique_keys)
     char renamed_example[2200];
     int64_t empty_records, lone_surrogates;
-    const char* field;                   // --jsonl-field (NULL: no JSON Lines)
+    const char* field;                   // --text-field (NULL: no JSON Lines)
 } Corpus;
 
 // the output directory (when it exists already): its own data files are never input (a --force run over a
@@ -336,7 +339,7 @@ static int is_text_file(Corpus* c, const char* path) {
     return 1;
 }
 
-// a regular file found (name: its last component): a JSON Lines file (with --jsonl-field) becomes a Doc of its own;
+// a regular file found (name: its last component): a JSON Lines file (with --text-field) becomes a Doc of its own;
 // a text file a document of its own (doc < 0) or a file of the open document doc
 static void add_file(Corpus* c, const char* path, const char* name, const char* key, const char* real, int doc) {
     if (c->field && jsonl_name(name)) {
@@ -1047,7 +1050,7 @@ int main(int argc, char** argv) {
     Corpus c = {0};
     g_out_known = stat(o.out, &g_out) == 0 && S_ISDIR(g_out.st_mode);
     if (g_out_known) note_leftovers(o.out);
-    c.field = o.jsonl_field;
+    c.field = o.text_field;
     collect(&c, &o);
     skip_duplicates(&c);
     if (c.n_docs == 0)
