@@ -1,6 +1,7 @@
 // tokenizer.c — tokenizer.json's byte-level decoding (tokenizer.h) and SHA-256 (FIPS 180-4) of its bytes.
 #include "data/tokenizer.h"
 #include "data/json.h"
+#include "data/meta.h"
 #include "common/files.h"
 
 #include <errno.h>
@@ -318,4 +319,26 @@ const unsigned char* tokdec_bytes(const TokDecoder* t, int id, size_t* len) {
 void tokdec_free(TokDecoder* t) {
     free(t->bytes); free(t->off); free(t->special);
     memset(t, 0, sizeof *t);
+}
+
+int tokdec_for_meta(TokDecoder* t, const DataMeta* m, char* why, size_t n) {
+    memset(t, 0, sizeof *t);
+    why[0] = 0;
+    if (!m->tokenizer[0] || !strcmp(m->tokenizer, "bytes")) return 0;
+    char path[2200];
+    const char* slash = strrchr(m->path, '/');
+    if (m->tokenizer[0] != '/' && slash && !strcmp(slash + 1, "meta.json"))   // relative to the meta.json's directory
+        snprintf(path, sizeof path, "%.*s/%s", (int)(slash - m->path), m->path, m->tokenizer);
+    else snprintf(path, sizeof path, "%s", m->tokenizer);
+    struct stat st;
+    if (stat(path, &st) != 0) { snprintf(why, n, "the tokenizer '%s' the data was prepared with is missing", path); return 0; }
+    char e[1200];
+    if (tokdec_load(t, path, e, sizeof e)) { snprintf(why, n, "%s", e); return 0; }
+    if (m->sha256[0] && strcmp(m->sha256, t->sha256)) {
+        snprintf(why, n, "the tokenizer '%s' has changed since the data was prepared (SHA-256 %.12s..., recorded %.12s...)", path,
+                 t->sha256, m->sha256);
+        tokdec_free(t);
+        return 0;
+    }
+    return 1;
 }

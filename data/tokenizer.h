@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct DataMeta;
+
 typedef struct {
     int n_ids;                   // ids 0 .. n_ids - 1 have a slot
     unsigned char* bytes;        // the tokens' bytes, concatenated
@@ -27,5 +29,10 @@ int tokdec_load(TokDecoder* t, const char* path, char* err, size_t errlen);
 // The bytes id decodes to (*len of them; none for an id outside the tokenizer).
 const unsigned char* tokdec_bytes(const TokDecoder* t, int id, size_t* len);
 void tokdec_free(TokDecoder* t);
+// The tokenizer a data description names (data/meta.h: meta.json, or a checkpoint's data_meta): 1 with t loaded when
+// it names a tokenizer.json (absolute, or relative to the meta.json's directory) whose SHA-256 is the recorded one and
+// whose decoder is byte-level; else 0 with why (one clause: "'X' is missing", "'X' has changed since the data was
+// prepared (SHA-256 ...)", the loader's error), or why "" when the description names the byte tokenizer.
+int tokdec_for_meta(TokDecoder* t, const struct DataMeta* meta, char* why, size_t n);
 // SHA-256 of a file's bytes as 64 hex digits into hex[65]: 0, or 1 with err.
 int sha256_file(const char* path, char hex[65], char* err, size_t errlen);
