@@ -448,7 +448,7 @@ def parquet_records(path, field):
     import pyarrow.parquet as pq
     where = os.fsdecode(path)
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(where)
         arrow_text_column(where, pf.schema_arrow, field)
         row = 0
         for batch in pf.iter_batches(batch_size=1024, columns=[field]):
