@@ -2,7 +2,7 @@
 // build/train.
 //
 //   build/prepare --out DIR [--val-frac F] [--doc-per file|dir] [--seed S] [--shard-tokens N] [--text-field FIELD]
-//                 [--files-from LIST] [--force] PATH...
+//                 [--files-from LIST] [--keep-duplicates] [--force] PATH...
 //
 // Tokenizer (vocab 257): token = byte value 0..255; token 256 = end-of-document, written BEFORE each
 // document, so the stream of a split is  256 doc0-bytes 256 doc1-bytes ...  Shards are llm.c uint16
@@ -17,7 +17,8 @@
 // Walk: depth-first, the entries of each directory sorted bytewise by name. Skipped: symlinks inside a
 // walked directory, non-regular files, hidden directories (.git, ...), empty files and binary files
 // (a NUL byte in the first 8 KiB). Hidden regular files are kept. Duplicates are skipped and counted: the same
-// file reached twice (by inode), then a document of the same bytes as an earlier one (skip_duplicates).
+// file reached twice (by inode), then a document of the same bytes as an earlier one (skip_duplicates; not with
+// --keep-duplicates).
 // Split: a document goes to val iff u(seed, key) < F, with u a 64-bit hash mapped to [0, 1) and key the
 // document's name relative to its PATH's parent: "<basename of PATH>/<path inside PATH>" for a file of a
 // walked directory, "<basename of PATH>" for a file PATH or a whole-directory document; documents that share that
@@ -61,7 +62,7 @@ static const char* USAGE =
 "directory in bytewise name order. Skipped: symlinks inside walked directories, non-regular files,\n"
 "hidden directories (.git, ...), empty files and binary files (a NUL byte in the first 8 KiB), and duplicates\n"
 "(counted): the same file reached twice (a path given twice, a symlinked directory, a hard link), and a document\n"
-"of the same bytes as an earlier one (copies); the first one is kept.\n"
+"of the same bytes as an earlier one (copies; --keep-duplicates keeps them); the first one is kept.\n"
 "\n"
 "options:\n"
 "  --out DIR           output directory (created if missing; required)\n"
@@ -84,6 +85,8 @@ static const char* USAGE =
 "                      build/eval --doc_lengths writes it as CSV and SVG too\n"
 "  --seed S            seed of the train/val assignment, an unsigned integer (default 0)\n"
 "  --shard-tokens N    tokens per shard, 1..2147483647 (default 100000000); the last shard may be shorter\n"
+"  --keep-duplicates   keep documents of the same bytes as an earlier one (repeated text on purpose); the same\n"
+"                      file reached twice is still read once\n"
 "  --force             replace existing DIR/train_*.bin, DIR/val_*.bin and DIR/meta.json (otherwise they are\n"
 "                      an error). The new ones are written and verified first (in DIR/.prepare-PID.tmp: the disk\n"
 "                      needs room for both), then swapped in; the old ones are removed only after that, and stay\n"
@@ -157,6 +160,7 @@ typedef struct {
     int force;
     int64_t doc_lengths;                 // --doc-lengths W: print the training documents' length distribution (-1: no)
     const char* text_field;             // --text-field FIELD: JSON Lines files are read, a record's FIELD a document
+    int keep_copies;                     // --keep-duplicates: documents of the same bytes as an earlier one stay
     StrList paths;                       // the PATH arguments and the paths of --files-from lists, in order
     StrList origins;                     // per path: "" (an argument) or "LIST:LINE" (a --files-from list's line)
 } Options;
@@ -235,6 +239,7 @@ static Options parse_args(int argc, char** argv) {
         if (!strcmp(a, "--")) only_paths = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(USAGE, stdout); exit(0); }
         else if (!strcmp(a, "--force")) o.force = 1;
+        else if (!strcmp(a, "--keep-duplicates")) o.keep_copies = 1;
         else if (is_opt(a, "--out")) o.out = opt_value(argc, argv, &i, "--out");
         else if (is_opt(a, "--val-frac")) o.val_frac = parse_frac(opt_value(argc, argv, &i, "--val-frac"));
         else if (is_opt(a, "--seed")) o.seed = parse_seed(opt_value(argc, argv, &i, "--seed"));
@@ -483,7 +488,7 @@ static int same_doc(const Corpus* c, const off_t* size, const Doc* a, const Doc*
 
 static const char* doc_name(const Corpus* c, const Doc* d) { return d->n_files == 1 ? c->files.v[d->fidx[0]] : d->real; }
 
-static void skip_duplicates(Corpus* c) {
+static void skip_duplicates(Corpus* c, int keep_copies) {
     int n = c->files.n;
     FileId* id = xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(FileId));
     off_t* size = xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(off_t));
@@ -516,6 +521,7 @@ static void skip_duplicates(Corpus* c) {
         c->docs[kept++] = *x;
     }
     c->n_docs = kept;
+    if (keep_copies) { free(id); free(size); free(dup); return; }
 
     // documents of the same bytes: candidates by (kind, files, size), hashed only where those agree, then compared
     DocId* di = xrealloc(NULL, (size_t)(kept ? kept : 1) * sizeof(DocId));
@@ -641,9 +647,12 @@ static double doc_u(uint64_t seed, const char* key) {         // FNV-1a of the k
 }
 
 static double record_u(uint64_t seed, const char* key, int64_t line) {
-    char name[4200];
-    snprintf(name, sizeof name, "%s:%lld", key, (long long)line);
-    return doc_u(seed, name);
+    size_t n = strlen(key) + 24;
+    char* name = xrealloc(NULL, n);
+    snprintf(name, n, "%s:%lld", key, (long long)line);
+    double u = doc_u(seed, name);
+    free(name);
+    return u;
 }
 
 // the records of a JSON Lines file, one at a time: fn(ctx, record index, line, text, len) for each non-empty record
@@ -1052,7 +1061,7 @@ int main(int argc, char** argv) {
     if (g_out_known) note_leftovers(o.out);
     c.field = o.text_field;
     collect(&c, &o);
-    skip_duplicates(&c);
+    skip_duplicates(&c, o.keep_copies);
     if (c.n_docs == 0)
         die("no documents found in the given paths (empty and binary files, symlinks and hidden directories are skipped%s%s)",
             c.skip_output ? ", and the output directory's own meta.json and shards are never input" : "",

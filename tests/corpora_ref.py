@@ -4,7 +4,8 @@ and the standard library only): the walk, JSON Lines records (--text-field), dup
 document: shared names keyed below their common directory) and the seeded split, checked against the shards.
 
   corpora_ref.py expect OUT SEED FRAC MODE FIELD|- PATH...   OUT's train and val shards hold exactly the documents
-                                                            the rules give, in order; prints the counts
+                                                            the rules give, in order; prints the counts (MODE: file
+                                                            or dir, with ",keep" for --keep-duplicates)
   corpora_ref.py rows OUT SEED FRAC NAME TEXTFILE           OUT's documents decoded (shards of prepare_hf, the
                                                             tokenizer in OUT/meta.json) are the records of a file of
                                                             rows named NAME: its split names NAME#ROW, the texts one
@@ -115,7 +116,7 @@ def collect(paths, per_dir, field):
     return [d for d in docs if d.files]
 
 
-def dedup(docs):
+def dedup(docs, keep_copies=False):
     seen, dups = set(), [0, 0]
     for d in docs:
         keep = []
@@ -128,6 +129,8 @@ def dedup(docs):
                 keep.append(p)
         d.files = keep
     docs = [d for d in docs if d.files]
+    if keep_copies:
+        return docs, dups
     out, contents = [], set()
     for d in docs:
         sig = (d.kind, tuple(open(p, "rb").read() for p in d.files))
@@ -200,7 +203,7 @@ def main():
     if cmd == "expect":
         out, seed, frac, mode, field, paths = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7:]
         field = None if field == "-" else field
-        docs, dups = dedup(collect(paths, mode == "dir", field))
+        docs, dups = dedup(collect(paths, mode.startswith("dir"), field), mode.endswith(",keep"))
         renamed = unique_keys(docs)
         us = units(docs, field)
         val = split(us, seed, frac)

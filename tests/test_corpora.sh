@@ -110,6 +110,9 @@ check "a symlinked directory, a hard link, a copy and a path given twice: exit 0
   eval '[ $rc -eq 0 ] && $REF expect "$T/d1" 0 0.3 file - "$D/tree" "$D/linked" "$D/copy" "$D/hardlink.txt" "$D/tree/sub/f1.txt"'
 grep -q "duplicates 7: the same file 6, the same bytes 1; e.g. '.*' is the same file as '.*')$" "$T/d1.out" \
   && ok "the duplicates counted in the summary: $(grep -o 'duplicates 7[^;]*' "$T/d1.out")" || bad "duplicates summary: $(head -1 "$T/d1.out")"
+prep --out "$T/d3" --val-frac 0.3 --keep-duplicates "$D/tree" "$D/linked" "$D/copy" "$D/hardlink.txt" > "$T/d3.out" 2>&1
+check "--keep-duplicates keeps the copy (repeated text on purpose); the same file reached twice is still read once" \
+  eval 'grep -q "duplicates 5: the same file 5, the same bytes 0" "$T/d3.out" && $REF expect "$T/d3" 0 0.3 file,keep - "$D/tree" "$D/linked" "$D/copy" "$D/hardlink.txt"'
 mkdir -p "$D/tree2" && cp -r "$D/tree/sub" "$D/tree2/"
 prep --out "$T/d2" --doc-per dir --val-frac 0 "$D/tree" "$D/tree2" "$D/copy" > "$T/d2.out" 2>&1
 check "--doc-per dir: a copy of a whole tree is skipped, equal files inside different trees are kept" \

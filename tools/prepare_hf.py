@@ -258,7 +258,7 @@ class Corpus:
                 raise H.Fail(f"{where}'{p}' is not a regular file or a directory")
         self.docs = [d for d in self.docs if d.files]
 
-    def skip_duplicates(self):
+    def skip_duplicates(self, keep_copies=False):
         """build/prepare's duplicates, skipped and counted (the first in document order kept): the same file reached
         twice (by inode), then a document of the same bytes as an earlier one (the same kind, its files in order
         byte for byte; saved datasets only by the first rule)."""
@@ -279,6 +279,8 @@ class Corpus:
                     self.dup_example = f"'{os.fsdecode(p)}' is the same file as '{os.fsdecode(q)}'"
             d.files = keep
         self.docs = [d for d in self.docs if d.files]
+        if keep_copies:
+            return
         groups = {}
         for i, d in enumerate(self.docs):
             if d.kind != "dataset":
@@ -847,6 +849,8 @@ def main():
                     "--text-field reads JSON Lines (null or \"\": skipped and counted)")
     ap.add_argument("--files-from", metavar="LIST", action="append", help="also take the paths listed in LIST, one a "
                     "line ('-': standard input; empty lines passed over), as PATHs after the others")
+    ap.add_argument("--keep-duplicates", action="store_true", help="keep documents of the same bytes as an earlier one, "
+                    "as build/prepare --keep-duplicates (the same file reached twice is still read once)")
     ap.add_argument("--force", action="store_true", help="replace existing DIR/train_*.bin, DIR/val_*.bin and "
                     "DIR/meta.json")
     ap.add_argument("--doc-lengths", metavar="W", help="afterwards, print the training documents' length distribution "
@@ -907,7 +911,7 @@ def main():
         raise H.Fail("the --files-from list names no path" if a.files_from else "no input PATH given (see --help)")
     c = Corpus(a.text_field)
     c.collect(inputs, a.doc_per == "dir")
-    c.skip_duplicates()
+    c.skip_duplicates(a.keep_duplicates)
     if not c.docs:
         raise H.Fail("no documents found in the given paths (empty, binary and non-UTF-8 files, symlinks and hidden "
                      "directories are skipped" + (", and duplicates" if c.dup_file + c.dup_content else "") + ")")

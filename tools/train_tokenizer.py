@@ -65,6 +65,7 @@ def main():
     ap.add_argument("--text-field", metavar="FIELD", help="read JSON Lines, Parquet and saved datasets (see "
                     "tools/prepare_hf --help)")
     ap.add_argument("--files-from", metavar="LIST", action="append", help="also take the paths listed in LIST")
+    ap.add_argument("--keep-duplicates", action="store_true", help="keep documents of the same bytes as an earlier one")
     ap.add_argument("--force", action="store_true", help="replace an existing DIR/tokenizer.json")
     a = ap.parse_args()
     if not a.out:
@@ -101,7 +102,7 @@ def main():
         raise H.Fail("the --files-from list names no path" if a.files_from else "no input PATH given (see --help)")
     c = P.Corpus(a.text_field)
     c.collect(inputs, a.doc_per == "dir")
-    c.skip_duplicates()
+    c.skip_duplicates(a.keep_duplicates)
     if not c.docs:
         raise H.Fail("no documents found in the given paths (empty, binary and non-UTF-8 files, symlinks and hidden "
                      "directories are skipped)")
