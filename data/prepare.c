@@ -23,7 +23,8 @@
 // document's name relative to its PATH's parent: "<basename of PATH>/<path inside PATH>" for a file of a
 // walked directory, "<basename of PATH>" for a file PATH or a whole-directory document; documents that share that
 // name (globbed files of one basename) are named by their canonical path below the deepest directory holding them
-// all (unique_keys). A JSON Lines record is named "<its file's key>:<line number>". So the split does not depend on
+// all (unique_keys). A JSON Lines record is named "<its file's key>:<line number>" (the key without a final ".gz":
+// a compressed copy splits alike). So the split does not depend on
 // where the corpus lives. With 0 < F < 1 and >= 2 documents each split gets at least one (the train document with
 // the lowest u moves to val, or the val one with the highest u to train).
 #include "data/pack.h"
@@ -69,7 +70,8 @@ static const char* USAGE =
 "  --val-frac F        fraction of documents for validation, 0..1 (default 0.05). A document goes to val\n"
 "                      by a hash of (seed, its name relative to the PATH's parent; documents that share that\n"
 "                      name, e.g. globbed files of one basename, are named by their path below the deepest\n"
-"                      directory holding them all; a JSON Lines record by its file's name and line number).\n"
+"                      directory holding them all; a JSON Lines record by its file's name, less a final .gz,\n"
+"                      and line number).\n"
 "                      With 0 < F < 1 and at least 2 documents, each split gets at least one document.\n"
 "  --doc-per file|dir  file (default): every text file is one document. dir: every directory PATH is one\n"
 "                      document, all of its text files concatenated in walk order (a whole codebase is one\n"
@@ -646,10 +648,12 @@ static double doc_u(uint64_t seed, const char* key) {         // FNV-1a of the k
     return (double)(mix64(fnv1a64(key) ^ mix64(seed)) >> 11) * 0x1.0p-53;
 }
 
+// a record's name: its file's key without a final ".gz" (compressing a file keeps its split), ":", its line number
 static double record_u(uint64_t seed, const char* key, int64_t line) {
-    size_t n = strlen(key) + 24;
+    size_t k = strlen(key), n = k + 24;
+    if (k > 3 && !strcmp(key + k - 3, ".gz")) k -= 3;
     char* name = xrealloc(NULL, n);
-    snprintf(name, n, "%s:%lld", key, (long long)line);
+    snprintf(name, n, "%.*s:%lld", (int)k, key, (long long)line);
     double u = doc_u(seed, name);
     free(name);
     return u;

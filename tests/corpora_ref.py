@@ -168,7 +168,8 @@ def units(docs, field):
         if d.kind == "text":
             out.append((d.key, b"".join(open(p, "rb").read() for p in d.files)))
         else:
-            out += [(d.key + b":%d" % n, t) for n, t in records(d.files[0], field)]
+            key = d.key[:-3] if d.key.endswith(b".gz") else d.key
+            out += [(key + b":%d" % n, t) for n, t in records(d.files[0], field)]
     return out
 
 

@@ -63,6 +63,9 @@ check "JSON Lines (plain, CRLF, blank lines, gzip, ndjson) and text files: exit 
 grep -q "^jsonl: 84 records with text from 3 JSON Lines files (field 'text'; skipped: empty or null 2)$" "$T/j1.out" \
   && grep -q "^prepare: 86 documents from 5 files " "$T/j1.out" && grep -q "^jsonl: 3 \\\\u escapes of lone UTF-16 surrogates" "$T/j1.out" \
   && ok "the summary counts records, empty ones and lone surrogates: $(grep '^jsonl: 84' "$T/j1.out")" || bad "JSON Lines summary: $(head -4 "$T/j1.out")"
+mkdir -p "$T/jz" && gzip -c "$J/a.jsonl" > "$T/jz/a.jsonl.gz"
+prep --out "$T/jz1" --text-field text --val-frac 0.3 --seed 4 "$J/a.jsonl" >/dev/null 2>&1 && prep --out "$T/jz2" --text-field text --val-frac 0.3 --seed 4 "$T/jz/a.jsonl.gz" >/dev/null 2>&1
+check "a JSON Lines file compressed splits as it did plain (the same shards)" diff -r -x meta.json "$T/jz1" "$T/jz2"
 prep --out "$T/j2" --val-frac 0.3 --seed 4 "$J" > /dev/null 2>&1
 check "without --text-field a .jsonl file is a text document like any other" $REF expect "$T/j2" 4 0.3 file - "$J"
 printf '{"text": "ok"}\n{"text": "b",}\n' > "$T/bad1.jsonl"

@@ -335,7 +335,8 @@ class Corpus:
             if d.kind == "jsonl":
                 text, n = SURROGATE.subn("\ufffd", text)
                 self.lone_surrogates += n if count else 0
-            yield d.key + ident, text
+            key = d.key[:-3] if d.kind == "jsonl" and d.key.endswith(b".gz") else d.key   # (a compressed copy splits alike)
+            yield key + ident, text
 
 
 SURROGATE = re.compile("[\ud800-\udfff]")
