@@ -22,6 +22,6 @@ int jsonl_next(JsonlReader* r, const unsigned char** text, size_t* len, int64_t*
 // \u escapes of lone surrogates replaced by U+FFFD so far
 int64_t jsonl_lone_surrogates(const JsonlReader* r);
 void jsonl_close(JsonlReader* r);
-// Does NAME end in .jsonl, .ndjson or .json.gz, or .jsonl.gz, .ndjson.gz (the names build/prepare --jsonl-field
+// Does NAME end in .jsonl, .ndjson or .json.gz, or .jsonl.gz, .ndjson.gz (the names build/prepare --text-field
 // reads as JSON Lines)?
 int jsonl_name(const char* name);
