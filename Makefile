@@ -21,7 +21,8 @@ quiet      = $(if $(filter 1,$(V)),,@printf '  %-5s %s\n' '$(1)' '$(2)';)
 
 # library sources shared by every program (programs' main files are listed separately)
 CORE_SRC  := $(wildcard common/*.c model/*.c attention/*.c checkpoint/*.c optim/*.c) comm/comm_mpi.c comm/grid.c \
-             eval/report.c eval/passkey.c eval/doclen.c data/shards.c data/meta.c data/pack.c train/dump.c
+             eval/report.c eval/passkey.c eval/doclen.c data/shards.c data/meta.c data/pack.c data/json.c data/tokenizer.c \
+             train/dump.c
 HEADERS   := $(wildcard */*.h */*/*.h)
 LIB_SRC    = $(CORE_SRC) $(BACKEND_SRC)
 LIB_OBJ    = $(patsubst %,$(BD)/obj/%.o,$(basename $(LIB_SRC)))
@@ -44,8 +45,8 @@ $(BD)/obj/%.o: %.c $(HEADERS)
 
 $(BD)/train: $(BD)/obj/train/train.o $(LIB_OBJ)
 	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
-$(BD)/prepare: $(BD)/obj/data/prepare.o $(LIB_OBJ)
-	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
+$(BD)/prepare: $(BD)/obj/data/prepare.o $(BD)/obj/data/jsonl.o $(LIB_OBJ)
+	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS) -lz
 $(BD)/reshard: $(BD)/obj/tools/reshard.o $(LIB_OBJ)
 	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/eval: $(BD)/obj/eval/eval.o $(LIB_OBJ)

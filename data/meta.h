@@ -9,7 +9,7 @@
 #pragma once
 #include <stddef.h>
 
-typedef struct {
+typedef struct DataMeta {
     int found;                    // 1: a meta.json was read
     char path[1024];              // the file read (with several directories: the first)
     char tokenizer[1024];         // "bytes" or the tokenizer.json's path

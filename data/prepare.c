@@ -1,6 +1,8 @@
-// prepare.c — turns text files and directory trees into byte-level train/val shards for build/train.
+// prepare.c — turns text files, directory trees and JSON Lines records into byte-level train/val shards for
+// build/train.
 //
-//   build/prepare --out DIR [--val-frac F] [--doc-per file|dir] [--seed S] [--shard-tokens N] [--force] PATH...
+//   build/prepare --out DIR [--val-frac F] [--doc-per file|dir] [--seed S] [--shard-tokens N] [--text-field FIELD]
+//                 [--files-from LIST] [--keep-duplicates] [--force] PATH...
 //
 // Tokenizer (vocab 257): token = byte value 0..255; token 256 = end-of-document, written BEFORE each
 // document, so the stream of a split is  256 doc0-bytes 256 doc1-bytes ...  Shards are llm.c uint16
@@ -9,20 +11,28 @@
 //
 // Documents: --doc-per file (default): every text file is one document. --doc-per dir: every directory
 // PATH becomes one document, the concatenation of all its text files in walk order (e.g. a whole
-// codebase is one document); a file PATH is one document either way.
+// codebase is one document); a file PATH is one document either way. With --text-field FIELD, files named
+// *.jsonl, *.ndjson, *.json.gz, *.jsonl.gz, *.ndjson.gz are JSON Lines (data/jsonl.h; gzip or plain): each record's
+// FIELD is one document, whatever --doc-per says. --files-from LIST adds LIST's paths (one a line) as PATHs.
 // Walk: depth-first, the entries of each directory sorted bytewise by name. Skipped: symlinks inside a
 // walked directory, non-regular files, hidden directories (.git, ...), empty files and binary files
-// (a NUL byte in the first 8 KiB). Hidden regular files are kept.
+// (a NUL byte in the first 8 KiB). Hidden regular files are kept. Duplicates are skipped and counted: the same
+// file reached twice (by inode), then a document of the same bytes as an earlier one (skip_duplicates; not with
+// --keep-duplicates).
 // Split: a document goes to val iff u(seed, key) < F, with u a 64-bit hash mapped to [0, 1) and key the
 // document's name relative to its PATH's parent: "<basename of PATH>/<path inside PATH>" for a file of a
-// walked directory, "<basename of PATH>" for a file PATH or a whole-directory document. So the split does
-// not depend on where the corpus lives. With 0 < F < 1 and >= 2 documents each split gets at least one
-// (the train document with the lowest u moves to val, or the val one with the highest u to train).
+// walked directory, "<basename of PATH>" for a file PATH or a whole-directory document; documents that share that
+// name (globbed files of one basename) are named by their canonical path below the deepest directory holding them
+// all (unique_keys). A JSON Lines record is named "<its file's key>:<line number>" (the key without a final ".gz":
+// a compressed copy splits alike). So the split does not depend on
+// where the corpus lives. With 0 < F < 1 and >= 2 documents each split gets at least one (the train document with
+// the lowest u moves to val, or the val one with the highest u to train).
 #include "data/pack.h"
 #include "eval/doclen.h"
 #include "common/files.h"
 #include "common/util.h"
 #include "data/shards.h"
+#include "data/jsonl.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -51,28 +61,42 @@ static const char* USAGE =
 "\n"
 "PATH is a file or a directory. Directories are walked recursively, depth-first, the entries of each\n"
 "directory in bytewise name order. Skipped: symlinks inside walked directories, non-regular files,\n"
-"hidden directories (.git, ...), empty files and binary files (a NUL byte in the first 8 KiB).\n"
+"hidden directories (.git, ...), empty files and binary files (a NUL byte in the first 8 KiB), and duplicates\n"
+"(counted): the same file reached twice (a path given twice, a symlinked directory, a hard link), and a document\n"
+"of the same bytes as an earlier one (copies; --keep-duplicates keeps them); the first one is kept.\n"
 "\n"
 "options:\n"
 "  --out DIR           output directory (created if missing; required)\n"
 "  --val-frac F        fraction of documents for validation, 0..1 (default 0.05). A document goes to val\n"
-"                      by a hash of (seed, its name relative to the PATH's parent). With 0 < F < 1 and at\n"
-"                      least 2 documents, each split gets at least one document.\n"
+"                      by a hash of (seed, its name relative to the PATH's parent; documents that share that\n"
+"                      name, e.g. globbed files of one basename, are named by their path below the deepest\n"
+"                      directory holding them all; a JSON Lines record by its file's name, less a final .gz,\n"
+"                      and line number).\n"
+"                      With 0 < F < 1 and at least 2 documents, each split gets at least one document.\n"
 "  --doc-per file|dir  file (default): every text file is one document. dir: every directory PATH is one\n"
 "                      document, all of its text files concatenated in walk order (a whole codebase is one\n"
 "                      document); a file PATH is one document either way.\n"
+"  --text-field FIELD files named *.jsonl, *.ndjson, *.json.gz, *.jsonl.gz or *.ndjson.gz are JSON Lines (gzip\n"
+"                      or plain, read as a stream): one JSON object a line, its string field FIELD one document\n"
+"                      (null or \"\": skipped and counted). A bad line, a missing or non-string FIELD, or a\n"
+"                      corrupt gzip file is an error naming FILE:LINE. Other text files stay documents as above\n"
+"  --files-from LIST   also take the paths listed in LIST, one a line (empty lines passed over; '-': standard\n"
+"                      input), as PATHs after the PATH arguments (lists in the order given)\n"
 "  --doc-lengths W     afterwards, print the training documents' length distribution (log2 buckets, shares of\n"
 "                      documents and tokens) and how many fit a training window of W tokens (0: no window);\n"
 "                      build/eval --doc_lengths writes it as CSV and SVG too\n"
 "  --seed S            seed of the train/val assignment, an unsigned integer (default 0)\n"
 "  --shard-tokens N    tokens per shard, 1..2147483647 (default 100000000); the last shard may be shorter\n"
+"  --keep-duplicates   keep documents of the same bytes as an earlier one (repeated text on purpose); the same\n"
+"                      file reached twice is still read once\n"
 "  --force             replace existing DIR/train_*.bin, DIR/val_*.bin and DIR/meta.json (otherwise they are\n"
 "                      an error). The new ones are written and verified first (in DIR/.prepare-PID.tmp: the disk\n"
 "                      needs room for both), then swapped in; the old ones are removed only after that, and stay\n"
 "                      as they were when anything fails\n"
 "  -h, --help          this text\n"
 "\n"
-"Prints a line of totals and, per split, a line with documents, tokens and shards, then the shard paths.\n"
+"Prints a line of totals (and of duplicates, JSON Lines records and shared names, when there are any) and, per\n"
+"split, a line with documents, tokens and shards, then the shard paths.\n"
 "Errors: one line on stderr, exit status 1.\n";
 
 // ----------------------------------------------------------------------------------------------------
@@ -137,8 +161,10 @@ typedef struct {
     int64_t shard_tokens;
     int force;
     int64_t doc_lengths;                 // --doc-lengths W: print the training documents' length distribution (-1: no)
-    const char** paths;
-    int n_paths;
+    const char* text_field;             // --text-field FIELD: JSON Lines files are read, a record's FIELD a document
+    int keep_copies;                     // --keep-duplicates: documents of the same bytes as an earlier one stay
+    StrList paths;                       // the PATH arguments and the paths of --files-from lists, in order
+    StrList origins;                     // per path: "" (an argument) or "LIST:LINE" (a --files-from list's line)
 } Options;
 
 static double parse_frac(const char* s) {
@@ -181,21 +207,50 @@ static int is_opt(const char* a, const char* name) {
     return strncmp(a, name, n) == 0 && (a[n] == '\0' || a[n] == '=');
 }
 
+// --files-from LIST: one path a line ('-': standard input); empty lines are passed over, a trailing '\r' dropped
+static void read_list(Options* o, const char* list) {
+    FILE* f = strcmp(list, "-") ? fopen(list, "r") : stdin;
+    if (!f) die("--files-from: cannot read '%s': %s", list, strerror(errno));
+    char* line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int lineno = 0;
+    char origin[4200];
+    while ((n = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        if (memchr(line, 0, (size_t)n)) die("--files-from '%s': line %d holds a NUL byte: not a list of paths, one a line", list, lineno);
+        if (n == 0) continue;
+        snprintf(origin, sizeof origin, "%s:%d", list, lineno);
+        strs_add(&o->paths, line);
+        strs_add(&o->origins, origin);
+    }
+    int err = ferror(f);
+    free(line);
+    if (f != stdin) fclose(f);
+    if (err) die("--files-from: cannot read '%s': read error", list);
+}
+
 static Options parse_args(int argc, char** argv) {
     Options o = {.val_frac = 0.05, .shard_tokens = DEFAULT_SHARD_TOKENS, .doc_lengths = -1};
-    o.paths = xrealloc(NULL, (size_t)(argc + 1) * sizeof(char*));
     int only_paths = 0;
+    StrList lists = {0};                 // --files-from LIST: its paths come after the PATH arguments
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
-        if (only_paths || a[0] != '-' || a[1] == '\0') { o.paths[o.n_paths++] = a; continue; }
+        if (only_paths || a[0] != '-' || a[1] == '\0') { strs_add(&o.paths, a); strs_add(&o.origins, ""); continue; }
         if (!strcmp(a, "--")) only_paths = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(USAGE, stdout); exit(0); }
         else if (!strcmp(a, "--force")) o.force = 1;
+        else if (!strcmp(a, "--keep-duplicates")) o.keep_copies = 1;
         else if (is_opt(a, "--out")) o.out = opt_value(argc, argv, &i, "--out");
         else if (is_opt(a, "--val-frac")) o.val_frac = parse_frac(opt_value(argc, argv, &i, "--val-frac"));
         else if (is_opt(a, "--seed")) o.seed = parse_seed(opt_value(argc, argv, &i, "--seed"));
         else if (is_opt(a, "--shard-tokens"))
             o.shard_tokens = parse_shard_tokens(opt_value(argc, argv, &i, "--shard-tokens"));
+        else if (is_opt(a, "--text-field")) {
+            o.text_field = opt_value(argc, argv, &i, "--text-field");
+            if (!*o.text_field) die("--text-field expects the name of the records' text field (e.g. text), got ''");
+        } else if (is_opt(a, "--files-from")) { strs_add(&lists, opt_value(argc, argv, &i, "--files-from")); }
         else if (is_opt(a, "--doc-lengths")) {
             const char* v = opt_value(argc, argv, &i, "--doc-lengths");
             char* end;
@@ -209,19 +264,36 @@ static Options parse_args(int argc, char** argv) {
         } else die("unknown option '%s' (see --help)", a);
     }
     if (!o.out || !*o.out) die("--out DIR is required (see --help)");
-    if (o.n_paths == 0) die("no input PATH given (see --help)");
+    for (int i = 0; i < lists.n; i++) read_list(&o, lists.v[i]);
+    if (o.paths.n == 0) die(lists.n ? "the --files-from list names no path" : "no input PATH given (see --help)");
+    strs_free(&lists);
     return o;
 }
 
 // ----------------------------------------------------------------------------------------------------
-// collecting documents: files[] in stream order, docs[] = runs of consecutive files
-
-typedef struct { char* key; int first, n_files; int val; double u; } Doc;
+// collecting documents: files[] (every text and JSON Lines file, in walk order), docs[] (the documents and the JSON
+// Lines files, each naming its files by index into files[])
 
 typedef struct {
-    StrList files;                       // every text file, in document order
+    char* key;                           // the split's name of the document (see "Split" at the top)
+    char* real;                          // its canonical path (the file, or the directory of a --doc-per dir document)
+    int* fidx; int n_files, cap_files;   // its files (indices into Corpus.files), in walk order
+    int jsonl;                           // 1: a JSON Lines file (fidx[0]): each record is a document
+    int64_t n_rec;                       // JSONL: records (documents), counted by assign()
+    uint8_t* valbits;                    // JSONL: per record, 1 = val
+    int val; double u;                   // a text document: its split and hash
+} Doc;
+
+typedef struct {
+    StrList files;                       // every text and JSON Lines file, in document order
     Doc* docs; int n_docs, cap_docs;
     int skip_binary, skip_empty, skip_symlink, skip_hidden, skip_other, skip_output;
+    int dup_file, dup_content;           // skipped: the same file as an earlier one (inode), the same bytes
+    char dup_example[2200];              // the first of them, for the summary
+    int n_jsonl, renamed;                // JSON Lines files; documents whose name was shared (see unique_keys)
+    char renamed_example[2200];
+    int64_t empty_records, lone_surrogates;
+    const char* field;                   // --text-field (NULL: no JSON Lines)
 } Corpus;
 
 // the output directory (when it exists already): its own data files are never input (a --force run over a
@@ -235,22 +307,27 @@ static int is_output_file(const char* dir, const char* name) {
     return !stat(dir, &st) && st.st_dev == g_out.st_dev && st.st_ino == g_out.st_ino;
 }
 
-static void doc_begin(Corpus* c, const char* key) {
+static int doc_new(Corpus* c, const char* key, const char* real) {
     if (c->n_docs == c->cap_docs) {
         c->cap_docs = c->cap_docs ? 2 * c->cap_docs : 64;
         c->docs = xrealloc(c->docs, c->cap_docs * sizeof(Doc));
     }
-    c->docs[c->n_docs++] = (Doc){.key = xstrdup(key), .first = c->files.n};
+    c->docs[c->n_docs] = (Doc){.key = xstrdup(key), .real = xstrdup(real)};
+    return c->n_docs++;
 }
 
-static void doc_end(Corpus* c) {                             // drops a document that got no file
-    Doc* d = &c->docs[c->n_docs - 1];
-    d->n_files = c->files.n - d->first;
-    if (d->n_files == 0) { free(d->key); c->n_docs--; }
+static void doc_add_file(Corpus* c, int d, const char* path) {
+    Doc* x = &c->docs[d];
+    if (x->n_files == x->cap_files) {
+        x->cap_files = x->cap_files ? 2 * x->cap_files : 4;
+        x->fidx = xrealloc(x->fidx, x->cap_files * sizeof(int));
+    }
+    x->fidx[x->n_files++] = c->files.n;
+    strs_add(&c->files, path);
 }
 
 static void corpus_free(Corpus* c) {
-    for (int i = 0; i < c->n_docs; i++) free(c->docs[i].key);
+    for (int i = 0; i < c->n_docs; i++) { free(c->docs[i].key); free(c->docs[i].real); free(c->docs[i].fidx); free(c->docs[i].valbits); }
     free(c->docs);
     strs_free(&c->files);
 }
@@ -269,9 +346,25 @@ static int is_text_file(Corpus* c, const char* path) {
     return 1;
 }
 
+// a regular file found (name: its last component): a JSON Lines file (with --text-field) becomes a Doc of its own;
+// a text file a document of its own (doc < 0) or a file of the open document doc
+static void add_file(Corpus* c, const char* path, const char* name, const char* key, const char* real, int doc) {
+    if (c->field && jsonl_name(name)) {
+        struct stat st;
+        if (stat(path, &st) != 0) die("cannot read '%s': %s", path, strerror(errno));
+        if (st.st_size == 0) { c->skip_empty++; return; }
+        int d = doc_new(c, key, real);
+        c->docs[d].jsonl = 1;
+        doc_add_file(c, d, path);
+        c->n_jsonl++;
+        return;
+    }
+    if (!is_text_file(c, path)) return;
+    doc_add_file(c, doc >= 0 ? doc : doc_new(c, key, real), path);
+}
 
-// depth-first walk of dir; every text file is appended to c->files. key = dir's key (for per-file docs).
-static void walk(Corpus* c, const char* dir, const char* key, int doc_per_file) {
+// depth-first walk of dir (canonical path real); key = dir's key; doc: the open --doc-per dir document, or -1
+static void walk(Corpus* c, const char* dir, const char* key, const char* real, int doc) {
     DIR* d = opendir(dir);
     if (!d) die("cannot open directory '%s': %s", dir, strerror(errno));
     StrList names = {0};
@@ -283,113 +376,365 @@ static void walk(Corpus* c, const char* dir, const char* key, int doc_per_file) 
     for (int i = 0; i < names.n; i++) {
         char* path = join(dir, names.v[i]);
         char* sub = join(key, names.v[i]);
+        char* rsub = join(real, names.v[i]);
         struct stat st;
         if (lstat(path, &st) != 0) die("cannot read '%s': %s", path, strerror(errno));
         if (S_ISLNK(st.st_mode)) c->skip_symlink++;
         else if (S_ISREG(st.st_mode) && is_output_file(dir, names.v[i])) c->skip_output++;
         else if (S_ISDIR(st.st_mode)) {
             if (names.v[i][0] == '.') c->skip_hidden++;
-            else walk(c, path, sub, doc_per_file);
+            else walk(c, path, sub, rsub, doc);
         } else if (!S_ISREG(st.st_mode)) c->skip_other++;
-        else if (is_text_file(c, path)) {
-            if (doc_per_file) doc_begin(c, sub);
-            strs_add(&c->files, path);
-            if (doc_per_file) doc_end(c);
-        }
-        free(path); free(sub); free(names.v[i]);
+        else add_file(c, path, names.v[i], sub, rsub, doc);
+        free(path); free(sub); free(rsub); free(names.v[i]);
     }
     free(names.v);
 }
 
-// basename of the canonical path: the root of a PATH's document keys
-static char* root_key(const char* path) {
-    char* real = realpath(path, NULL);
-    if (!real) die("cannot read '%s': %s", path, strerror(errno));
-    char* slash = strrchr(real, '/');
-    char* key = xstrdup(slash && slash[1] ? slash + 1 : real);
-    free(real);
-    return key;
-}
-
 static void collect(Corpus* c, const Options* o) {
-    for (int i = 0; i < o->n_paths; i++) {
-        const char* p = o->paths[i];
+    for (int i = 0; i < o->paths.n; i++) {
+        const char* p = o->paths.v[i];
+        const char* from = o->origins.v[i];
+        char where[4300] = "";
+        if (*from) snprintf(where, sizeof where, "--files-from %s: ", from);
         struct stat st;
-        if (stat(p, &st) != 0) die("cannot read '%s': %s", p, strerror(errno));
-        char* key = root_key(p);
+        if (stat(p, &st) != 0) die("%scannot read '%s': %s", where, p, strerror(errno));
+        char* real = realpath(p, NULL);                      // the root of the PATH's keys: its canonical basename
+        if (!real) die("%scannot read '%s': %s", where, p, strerror(errno));
+        char* slash = strrchr(real, '/');
+        char* key = xstrdup(slash && slash[1] ? slash + 1 : real);
         char* pdir = xstrdup(p);
-        char* slash = strrchr(pdir, '/');
-        if (slash) *slash = 0;
-        if (S_ISREG(st.st_mode) && is_output_file(slash ? (*pdir ? pdir : "/") : ".", slash ? slash + 1 : p))
+        char* ps = strrchr(pdir, '/');
+        if (ps) *ps = 0;
+        if (S_ISREG(st.st_mode) && is_output_file(ps ? (*pdir ? pdir : "/") : ".", ps ? ps + 1 : p))
             die("'%s' is one of the output directory's own files, which this run replaces: give the text to prepare", p);
         free(pdir);
         if (S_ISREG(st.st_mode)) {
-            doc_begin(c, key);
-            if (is_text_file(c, p)) strs_add(&c->files, p);
-            doc_end(c);
-        } else if (S_ISDIR(st.st_mode)) {
-            if (o->doc_per_dir) doc_begin(c, key);
-            walk(c, p, key, !o->doc_per_dir);
-            if (o->doc_per_dir) doc_end(c);
-        } else die("'%s' is not a regular file or a directory", p);
+            const char* name = strrchr(p, '/');
+            add_file(c, p, name ? name + 1 : p, key, real, -1);
+        } else if (S_ISDIR(st.st_mode))
+            walk(c, p, key, real, o->doc_per_dir ? doc_new(c, key, real) : -1);
+        else die("%s'%s' is not a regular file or a directory", where, p);
         free(key);
+        free(real);
     }
 }
 
-// the same file reached twice (a PATH given twice, a directory and a path inside it, a hard link): its text would
-// be in the data twice without anyone asking for that
+// ----------------------------------------------------------------------------------------------------
+// duplicates, skipped and counted (the first in document order is kept): the same file reached twice (a PATH given
+// twice, a directory and a path inside it, a symlinked directory, a hard link), and then a document of the same
+// bytes as an earlier one (its files, in order, byte for byte: copies of a file or of a whole tree). A document left
+// without files is dropped. (Files of the same bytes inside different --doc-per dir documents are parts of their
+// trees, and kept.)
+
 typedef struct { dev_t dev; ino_t ino; int idx; } FileId;
-static int cmp_fileid(const void* a, const void* b) {
+static int cmp_inode(const void* a, const void* b) {
     const FileId *x = a, *y = b;
     if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
     if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
     return x->idx - y->idx;
 }
 
-static void refuse_duplicates(const Corpus* c) {
+typedef struct { int jsonl, n_files; int64_t size; uint64_t hash; int idx; } DocId;
+static int cmp_docid(const void* a, const void* b) {
+    const DocId *x = a, *y = b;
+    if (x->jsonl != y->jsonl) return x->jsonl - y->jsonl;
+    if (x->n_files != y->n_files) return x->n_files - y->n_files;
+    if (x->size != y->size) return x->size < y->size ? -1 : 1;
+    if (x->hash != y->hash) return x->hash < y->hash ? -1 : 1;
+    return x->idx - y->idx;
+}
+
+#define READ_BLOCK (1 << 20)
+static uint64_t file_hash(const char* path, uint64_t h) {   // a 64-bit hash of the bytes, continuing h
+    FILE* f = fopen(path, "rb");
+    if (!f) die("cannot read '%s': %s", path, strerror(errno));
+    static unsigned char buf[READ_BLOCK];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        for (size_t i = 0; i < n; i += 8) {
+            uint64_t w = 0;
+            memcpy(&w, buf + i, n - i < 8 ? n - i : 8);
+            h = mix64(h ^ w);
+        }
+    int err = ferror(f);
+    fclose(f);
+    if (err) die("cannot read '%s': read error", path);
+    return mix64(h);
+}
+
+static int same_bytes(const char* a, const char* b) {
+    FILE* f = fopen(a, "rb");
+    FILE* g = fopen(b, "rb");
+    if (!f || !g) die("cannot read '%s': %s", f ? b : a, strerror(errno));
+    static unsigned char x[READ_BLOCK], y[READ_BLOCK];
+    int same = 1;
+    for (;;) {
+        size_t n = fread(x, 1, sizeof x, f), m = fread(y, 1, sizeof y, g);
+        if (n != m || memcmp(x, y, n)) { same = 0; break; }
+        if (n == 0) break;
+    }
+    int err = ferror(f) || ferror(g);
+    fclose(f); fclose(g);
+    if (err) die("cannot read '%s' or '%s': read error", a, b);
+    return same;
+}
+
+static int same_doc(const Corpus* c, const off_t* size, const Doc* a, const Doc* b) {
+    for (int j = 0; j < a->n_files; j++)
+        if (size[a->fidx[j]] != size[b->fidx[j]]) return 0;
+    for (int j = 0; j < a->n_files; j++)
+        if (!same_bytes(c->files.v[a->fidx[j]], c->files.v[b->fidx[j]])) return 0;
+    return 1;
+}
+
+static const char* doc_name(const Corpus* c, const Doc* d) { return d->n_files == 1 ? c->files.v[d->fidx[0]] : d->real; }
+
+static void skip_duplicates(Corpus* c, int keep_copies) {
     int n = c->files.n;
-    FileId* ids = xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(FileId));
+    FileId* id = xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(FileId));
+    off_t* size = xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(off_t));
+    char* dup = xrealloc(NULL, (size_t)(n ? n : 1));         // per file: 1 = the same file as an earlier one
+    memset(dup, 0, (size_t)(n ? n : 1));
     for (int i = 0; i < n; i++) {
         struct stat st;
         if (stat(c->files.v[i], &st) != 0) die("cannot read '%s': %s", c->files.v[i], strerror(errno));
-        ids[i] = (FileId){st.st_dev, st.st_ino, i};
+        id[i] = (FileId){st.st_dev, st.st_ino, i};
+        size[i] = st.st_size;
     }
-    qsort(ids, (size_t)n, sizeof(FileId), cmp_fileid);
+    qsort(id, (size_t)n, sizeof(FileId), cmp_inode);
     for (int i = 1; i < n; i++)
-        if (ids[i].dev == ids[i - 1].dev && ids[i].ino == ids[i - 1].ino)
-        {
-            const char *a = c->files.v[ids[i - 1].idx], *b = c->files.v[ids[i].idx];
-            if (!strcmp(a, b)) die("'%s' would be read twice (given twice, or given and also inside a directory given): its "
-                                   "text would be in the data twice; give each path once", a);
-            die("'%s' and '%s' are the same file: its text would be in the data twice (a path given twice, a directory "
-                "and a path inside it, or a link); give each file once", a, b);
+        if (id[i].dev == id[i - 1].dev && id[i].ino == id[i - 1].ino) {
+            int k = i - 1;
+            while (k > 0 && id[k - 1].dev == id[i].dev && id[k - 1].ino == id[i].ino) k--;   // the first: kept
+            dup[id[i].idx] = 1;
+            c->dup_file++;
+            if (!c->dup_example[0])
+                snprintf(c->dup_example, sizeof c->dup_example, "'%s' is the same file as '%s'", c->files.v[id[i].idx],
+                         c->files.v[id[k].idx]);
         }
-    free(ids);
+    int kept = 0;                                            // drop the skipped files, then documents left empty
+    for (int d = 0; d < c->n_docs; d++) {
+        Doc* x = &c->docs[d];
+        int k = 0;
+        for (int j = 0; j < x->n_files; j++) if (!dup[x->fidx[j]]) x->fidx[k++] = x->fidx[j];
+        x->n_files = k;
+        if (k == 0) { free(x->key); free(x->real); free(x->fidx); continue; }
+        c->docs[kept++] = *x;
+    }
+    c->n_docs = kept;
+    if (keep_copies) { free(id); free(size); free(dup); return; }
+
+    // documents of the same bytes: candidates by (kind, files, size), hashed only where those agree, then compared
+    DocId* di = xrealloc(NULL, (size_t)(kept ? kept : 1) * sizeof(DocId));
+    char* drop = xrealloc(NULL, (size_t)(kept ? kept : 1));
+    memset(drop, 0, (size_t)(kept ? kept : 1));
+    for (int d = 0; d < kept; d++) {
+        int64_t total = 0;
+        for (int j = 0; j < c->docs[d].n_files; j++) total += size[c->docs[d].fidx[j]];
+        di[d] = (DocId){c->docs[d].jsonl, c->docs[d].n_files, total, 0, d};
+    }
+    qsort(di, (size_t)kept, sizeof(DocId), cmp_docid);
+    for (int i = 0; i < kept;) {
+        int j = i + 1;
+        while (j < kept && di[j].jsonl == di[i].jsonl && di[j].n_files == di[i].n_files && di[j].size == di[i].size) j++;
+        if (j - i > 1) {
+            for (int k = i; k < j; k++) {
+                uint64_t h = 0x243F6A8885A308D3ULL;
+                for (int f = 0; f < di[k].n_files; f++) h = file_hash(c->files.v[c->docs[di[k].idx].fidx[f]], h);
+                di[k].hash = h;
+            }
+            qsort(di + i, (size_t)(j - i), sizeof(DocId), cmp_docid);
+            for (int k = i + 1; k < j; k++)
+                for (int q = i; q < k; q++) {
+                    if (drop[di[q].idx] || di[q].hash != di[k].hash) continue;
+                    const Doc *a = &c->docs[di[q].idx], *b = &c->docs[di[k].idx];
+                    if (!same_doc(c, size, a, b)) continue;
+                    drop[di[k].idx] = 1;
+                    c->dup_content++;
+                    break;
+                }
+        }
+        i = j;
+    }
+    int first = -1, of = -1;                                 // the first dropped document (in document order), for the summary
+    for (int i = 0; i < kept && first < 0; i++) if (drop[i]) first = i;
+    if (first >= 0) {
+        for (int i = 0; i < first && of < 0; i++)
+            if (!drop[i] && c->docs[i].jsonl == c->docs[first].jsonl && c->docs[i].n_files == c->docs[first].n_files &&
+                same_doc(c, size, &c->docs[i], &c->docs[first])) of = i;
+        if (!c->dup_file && of >= 0)
+            snprintf(c->dup_example, sizeof c->dup_example, "'%s' has the same bytes as '%s'", doc_name(c, &c->docs[first]),
+                     doc_name(c, &c->docs[of]));
+    }
+    int m = 0;
+    for (int d = 0; d < kept; d++) {
+        Doc* x = &c->docs[d];
+        if (drop[d]) { free(x->key); free(x->real); free(x->fidx); continue; }
+        c->docs[m++] = *x;
+    }
+    c->n_docs = m;
+    free(di); free(drop);
+    free(id); free(size); free(dup);
 }
 
 // ----------------------------------------------------------------------------------------------------
-// train/val assignment
+// unique split names. A document's name is first its name relative to its PATH's parent (see "Split" at the top).
+// Documents that share one (files of the same basename given as PATHs, e.g. /usr/share/doc/*/copyright, or the same
+// tree under two roots) would all land on one side: each of them is named instead by its canonical path relative to
+// the deepest directory that holds all of their PATHs' parents ("acl/copyright" for /usr/share/doc/acl/copyright).
+// Names still shared after that (rare) become the canonical paths. So names that were unique stay as they were, and
+// the split still does not depend on where the corpus lives.
+
+static int cmp_key_idx(const void* a, const void* b, void* ctx) {
+    const Doc* d = ctx;
+    int x = *(const int*)a, y = *(const int*)b;
+    int r = strcmp(d[x].key, d[y].key);
+    return r ? r : x - y;
+}
+
+// length of the deepest common directory of the parents of the docs' canonical paths
+static size_t common_dir(const Doc* docs, const int* idx, int n) {
+    const char* a = docs[idx[0]].real;
+    size_t len = (size_t)(strrchr(a, '/') - a);              // a's parent
+    for (int k = 1; k < n; k++) {
+        const char* b = docs[idx[k]].real;
+        size_t pb = (size_t)(strrchr(b, '/') - b), i = 0;
+        while (i < len && i < pb && a[i] == b[i]) i++;
+        if (!(i == len && (pb == len || b[len] == '/')) && !(i == pb && a[pb] == '/')) while (i > 0 && a[i] != '/') i--;
+        len = i;
+    }
+    return len;
+}
+
+static int rename_shared(Corpus* c, int pass) {               // 1 when some names were shared
+    int n = c->n_docs, shared = 0;
+    int* idx = xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(int));
+    for (int i = 0; i < n; i++) idx[i] = i;
+    qsort_r(idx, (size_t)n, sizeof(int), cmp_key_idx, c->docs);
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        while (j < n && !strcmp(c->docs[idx[j]].key, c->docs[idx[i]].key)) j++;
+        if (j - i > 1) {
+            shared = 1;
+            size_t root = pass == 0 ? common_dir(c->docs, idx + i, j - i) : 0;
+            for (int k = i; k < j; k++) {
+                Doc* d = &c->docs[idx[k]];
+                const char* name = d->real + root + (pass == 0 && d->real[root] == '/');
+                if (pass == 0 && !c->renamed_example[0])
+                    snprintf(c->renamed_example, sizeof c->renamed_example, "'%s' is named '%s'", d->key, name);
+                char* key = xstrdup(name);
+                free(d->key);
+                d->key = key;
+                if (pass == 0) c->renamed++;
+            }
+        }
+        i = j;
+    }
+    free(idx);
+    return shared;
+}
+
+static void unique_keys(Corpus* c) {
+    if (rename_shared(c, 0)) rename_shared(c, 1);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// train/val assignment: a text document, or a record of a JSON Lines file (named KEY:LINE), goes to val iff
+// u(seed, name) < F; with 0 < F < 1 and >= 2 documents each split gets at least one (the train document with the
+// lowest u moves to val, or the val one with the highest u to train)
 
 static double doc_u(uint64_t seed, const char* key) {         // FNV-1a of the key, mixed with the seed -> [0, 1)
     return (double)(mix64(fnv1a64(key) ^ mix64(seed)) >> 11) * 0x1.0p-53;
 }
 
-static void assign(Corpus* c, double frac, uint64_t seed) {
-    int n_val = 0;
+// a record's name: its file's key without a final ".gz" (compressing a file keeps its split), ":", its line number
+static double record_u(uint64_t seed, const char* key, int64_t line) {
+    size_t k = strlen(key), n = k + 24;
+    if (k > 3 && !strcmp(key + k - 3, ".gz")) k -= 3;
+    char* name = xrealloc(NULL, n);
+    snprintf(name, n, "%.*s:%lld", (int)k, key, (long long)line);
+    double u = doc_u(seed, name);
+    free(name);
+    return u;
+}
+
+// the records of a JSON Lines file, one at a time: fn(ctx, record index, line, text, len) for each non-empty record
+typedef void (*RecordFn)(void* ctx, int64_t rec, int64_t line, const unsigned char* text, size_t len);
+static void each_record(Corpus* c, const Doc* d, RecordFn fn, void* ctx, int count) {
+    char err[4400];
+    JsonlReader* r;
+    if (jsonl_open(&r, c->files.v[d->fidx[0]], c->field, err, sizeof err)) die("%s", err);
+    const unsigned char* text;
+    size_t len;
+    int64_t line, rec = 0;
+    int rc;
+    while ((rc = jsonl_next(r, &text, &len, &line, err, sizeof err)) > 0) {
+        if (len == 0) { if (count) c->empty_records++; continue; }
+        fn(ctx, rec++, line, text, len);
+    }
+    if (rc < 0) die("%s", err);
+    if (count) c->lone_surrogates += jsonl_lone_surrogates(r);
+    jsonl_close(r);
+}
+
+typedef struct {
+    uint64_t seed; double frac;
+    int64_t n_units, n_val;              // documents (text documents and records) so far, and those in val
+    double lo, hi; int lo_d, hi_d; int64_t lo_r, hi_r;   // the documents of the lowest and the highest u (rec -1: text)
+    Doc* d; int di; int64_t bytes;       // the JSON Lines file being read, and its valbits' size
+} Assign;
+
+static void see_unit(Assign* a, int di, int64_t rec, double u, int val) {
+    if (a->n_units == 0 || u < a->lo) { a->lo = u; a->lo_d = di; a->lo_r = rec; }
+    if (a->n_units == 0 || u > a->hi) { a->hi = u; a->hi_d = di; a->hi_r = rec; }
+    a->n_units++;
+    a->n_val += val;
+}
+
+static void set_val(Doc* d, int64_t rec, int val) {
+    if (rec < 0) { d->val = val; return; }
+    if (val) d->valbits[rec / 8] |= (uint8_t)(1u << (rec % 8));
+    else d->valbits[rec / 8] &= (uint8_t)~(1u << (rec % 8));
+}
+
+static int get_val(const Doc* d, int64_t rec) { return rec < 0 ? d->val : (d->valbits[rec / 8] >> (rec % 8)) & 1; }
+
+static void assign_record(void* ctx, int64_t rec, int64_t line, const unsigned char* text, size_t len) {
+    (void)text; (void)len;
+    Assign* a = ctx;
+    Doc* d = a->d;
+    if (rec / 8 >= a->bytes) {
+        int64_t bytes = a->bytes ? 2 * a->bytes : 4096;
+        d->valbits = xrealloc(d->valbits, (size_t)bytes);
+        memset(d->valbits + a->bytes, 0, (size_t)(bytes - a->bytes));
+        a->bytes = bytes;
+    }
+    double u = record_u(a->seed, d->key, line);
+    set_val(d, rec, u < a->frac);
+    d->n_rec = rec + 1;
+    see_unit(a, a->di, rec, u, u < a->frac);
+}
+
+// returns the number of documents (text documents + records)
+static int64_t assign(Corpus* c, double frac, uint64_t seed) {
+    Assign a = {.seed = seed, .frac = frac};
     for (int i = 0; i < c->n_docs; i++) {
         Doc* d = &c->docs[i];
+        if (d->jsonl) {
+            a.d = d; a.di = i; a.bytes = 0;
+            each_record(c, d, assign_record, &a, 1);
+            continue;
+        }
         d->u = doc_u(seed, d->key);
-        d->val = c->n_docs == 1 ? frac >= 1.0 : d->u < frac;
-        n_val += d->val;
+        d->val = d->u < frac;
+        see_unit(&a, i, -1, d->u, d->val);
     }
-    if (c->n_docs < 2 || frac <= 0.0 || frac >= 1.0) return;
-    int pick = -1;                                           // the document closest to the other side
-    for (int i = 0; i < c->n_docs; i++) {
-        Doc* d = &c->docs[i];
-        if (n_val == 0 && (pick < 0 || d->u < c->docs[pick].u)) pick = i;
-        if (n_val == c->n_docs && (pick < 0 || d->u > c->docs[pick].u)) pick = i;
-    }
-    if (pick >= 0) c->docs[pick].val = !c->docs[pick].val;
+    if (a.n_units == 1) set_val(&c->docs[a.lo_d], a.lo_r, frac >= 1.0);
+    if (a.n_units < 2 || frac <= 0.0 || frac >= 1.0) return a.n_units;
+    if (a.n_val == 0) set_val(&c->docs[a.lo_d], a.lo_r, 1);                // the document closest to the other side
+    if (a.n_val == a.n_units) set_val(&c->docs[a.hi_d], a.hi_r, 0);
+    return a.n_units;
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -479,7 +824,7 @@ typedef struct {
     const char* dir; const char* split; int64_t max_tokens;
     FILE* f; char* path;
     int64_t n_shard;                     // tokens in the open shard
-    int n_shards; int64_t n_tokens; int n_docs;
+    int n_shards; int64_t n_tokens; int64_t n_docs;
     uint16_t buf[WBUF]; int nbuf;
 } Writer;
 
@@ -562,19 +907,36 @@ static void w_append_file(Writer* w, const char* path) {
     if (err) die("cannot read '%s': read error", path);
 }
 
-static void write_split(Writer* w, const Corpus* c, int val) {
+typedef struct { const Doc* d; Writer* w[2]; } WriteCtx;
+static void write_record(void* ctx, int64_t rec, int64_t line, const unsigned char* text, size_t len) {
+    (void)line;
+    WriteCtx* x = ctx;
+    Writer* w = x->w[get_val(x->d, rec)];
+    w_put(w, BOS_TOKEN);
+    for (size_t i = 0; i < len; i++) w_put(w, text[i]);
+    w->n_docs++;
+}
+
+// every document into the shards of its split (w[0] train, w[1] val), in document order
+static void write_splits(Writer* w[2], Corpus* c) {
     for (int i = 0; i < c->n_docs; i++) {
         const Doc* d = &c->docs[i];
-        if (d->val != val) continue;
-        w_put(w, BOS_TOKEN);
-        for (int j = 0; j < d->n_files; j++) w_append_file(w, c->files.v[d->first + j]);
-        w->n_docs++;
+        if (d->jsonl) {
+            WriteCtx x = {d, {w[0], w[1]}};
+            each_record(c, d, write_record, &x, 0);
+            continue;
+        }
+        Writer* wd = w[d->val];
+        w_put(wd, BOS_TOKEN);
+        for (int j = 0; j < d->n_files; j++) w_append_file(wd, c->files.v[d->fidx[j]]);
+        wd->n_docs++;
     }
-    w_close_shard(w);
+    w_close_shard(w[0]);
+    w_close_shard(w[1]);
 }
 
 static void print_split(const Writer* w, const char* dir) {
-    printf("%s: %d document%s, %lld tokens, %d shard%s", w->split, w->n_docs, w->n_docs == 1 ? "" : "s",
+    printf("%s: %lld document%s, %lld tokens, %d shard%s", w->split, (long long)w->n_docs, w->n_docs == 1 ? "" : "s",
            (long long)w->n_tokens, w->n_shards, w->n_shards == 1 ? "" : "s");
     if (w->n_shards == 0) { printf(" (none written)\n"); return; }
     char pat[64];
@@ -612,9 +974,9 @@ static void write_meta(const char* dir, const Writer* tr, const Writer* va, int 
     strs_add(&g_created, tmp);
     fprintf(f, "{\n  \"format\": \"ringlm-data-1\",\n  \"tokenizer\": \"bytes\",\n  \"tokenizer_sha256\": null,\n"
                "  \"vocab_size\": 257,\n  \"eod_id\": %d,\n  \"bos_id\": null,\n  \"dtype\": \"uint16\",\n"
-               "  \"documents\": {\"train\": %d, \"val\": %d},\n  \"tokens\": {\"train\": %lld, \"val\": %lld},\n"
+               "  \"documents\": {\"train\": %lld, \"val\": %lld},\n  \"tokens\": {\"train\": %lld, \"val\": %lld},\n"
                "  \"shards\": {\"train\": %d, \"val\": %d},\n  \"command\": ",
-            BOS_TOKEN, tr->n_docs, va->n_docs, (long long)tr->n_tokens, (long long)va->n_tokens, tr->n_shards, va->n_shards);
+            BOS_TOKEN, (long long)tr->n_docs, (long long)va->n_docs, (long long)tr->n_tokens, (long long)va->n_tokens, tr->n_shards, va->n_shards);
     size_t n = 1;
     for (int i = 0; i < argc; i++) n += strlen(argv[i]) * 4 + 3;
     char* cmd = xrealloc(NULL, n);
@@ -701,12 +1063,15 @@ int main(int argc, char** argv) {
     Corpus c = {0};
     g_out_known = stat(o.out, &g_out) == 0 && S_ISDIR(g_out.st_mode);
     if (g_out_known) note_leftovers(o.out);
+    c.field = o.text_field;
     collect(&c, &o);
+    skip_duplicates(&c, o.keep_copies);
     if (c.n_docs == 0)
-        die("no documents found in the given paths (empty and binary files, symlinks and hidden directories are skipped%s)",
-            c.skip_output ? ", and the output directory's own meta.json and shards are never input" : "");
-    refuse_duplicates(&c);
-    assign(&c, o.val_frac, o.seed);
+        die("no documents found in the given paths (empty and binary files, symlinks and hidden directories are skipped%s%s)",
+            c.skip_output ? ", and the output directory's own meta.json and shards are never input" : "",
+            c.dup_file + c.dup_content ? ", and duplicates" : "");
+    unique_keys(&c);
+    int64_t n_units = assign(&c, o.val_frac, o.seed);
     make_out_dir(o.out);
     StrList old = list_old(o.out, o.force);
 
@@ -719,8 +1084,8 @@ int main(int argc, char** argv) {
     static Writer train, val;                                // static: each holds a 128 KiB buffer
     w_init(&train, staging, "train", o.shard_tokens);
     w_init(&val, staging, "val", o.shard_tokens);
-    write_split(&train, &c, 0);
-    write_split(&val, &c, 1);
+    Writer* w[2] = {&train, &val};
+    write_splits(w, &c);
     write_meta(staging, &train, &val, argc, argv);
     StrList neu = {0};
     w_verify(&train, &neu);
@@ -730,23 +1095,48 @@ int main(int argc, char** argv) {
     swap_in(o.out, staging, &old, &neu);
     if (rmdir(staging) == 0) g_staging = NULL;
 
-    printf("prepare: %d documents from %d files (skipped: binary %d, empty %d, symlinks %d, hidden dirs %d, "
-           "other %d", c.n_docs, c.files.n, c.skip_binary, c.skip_empty, c.skip_symlink, c.skip_hidden, c.skip_other);
+    int n_files = 0;
+    for (int i = 0; i < c.n_docs; i++) n_files += c.docs[i].n_files;
+    printf("prepare: %lld documents from %d files (skipped: binary %d, empty %d, symlinks %d, hidden dirs %d, "
+           "other %d", (long long)n_units, n_files, c.skip_binary, c.skip_empty, c.skip_symlink, c.skip_hidden, c.skip_other);
     if (c.skip_output) printf(", the output directory's own meta.json and shards %d", c.skip_output);
+    if (c.dup_file + c.dup_content)
+        printf(", duplicates %d: the same file %d, the same bytes %d; e.g. %s", c.dup_file + c.dup_content, c.dup_file,
+               c.dup_content, c.dup_example);
     printf(")\n");
+    if (c.n_jsonl)
+        printf("jsonl: %lld records with text from %d JSON Lines file%s (field '%s'; skipped: empty or null %lld)\n",
+               (long long)(n_units - (c.n_docs - c.n_jsonl)), c.n_jsonl, c.n_jsonl == 1 ? "" : "s", c.field,
+               (long long)c.empty_records);
+    if (c.lone_surrogates)
+        printf("jsonl: %lld \\u escapes of lone UTF-16 surrogates (no character) were replaced by U+FFFD\n",
+               (long long)c.lone_surrogates);
+    if (c.renamed)
+        printf("split: %d documents shared their name with another (e.g. files of one basename from several "
+               "directories): each is split by its path below the directory that holds them all, e.g. %s\n",
+               c.renamed, c.renamed_example);
     print_split(&train, o.out);
     print_split(&val, o.out);
-    if (o.val_frac > 0 && val.n_docs < VAL_FEW_DOCS)   // asked for a held-out split, got one too small to compare with
-        printf("WARNING: the held-out split has only %d document%s (--val-frac %g of %d): a validation loss or a "
+    if (o.val_frac > 0 && val.n_docs < VAL_FEW_DOCS) {  // asked for a held-out split, got one too small to compare with
+        double expect = o.val_frac * (double)n_units;
+        char why[512];
+        if (expect < VAL_FEW_DOCS)
+            snprintf(why, sizeof why, "%g x %lld documents is %.1f%s", o.val_frac, (long long)n_units, expect,
+                     o.doc_per_dir ? "; --doc-per dir makes each directory PATH one document" : "");
+        else
+            snprintf(why, sizeof why, "about %.0f were expected (%g x %lld documents): the seeded hash of the documents' "
+                     "names gave fewer by chance, another --seed gives another draw", expect, o.val_frac, (long long)n_units);
+        printf("WARNING: the held-out split has only %lld document%s (%s): a validation loss or a "
                "perplexity by position over so few documents is noisy, and differences between settings may not show; "
-               "give more documents (more paths, or --doc-per file) or a larger --val-frac\n", val.n_docs,
-               val.n_docs == 1 ? "" : "s", o.val_frac, c.n_docs);
+               "give more documents (more paths%s) or a larger --val-frac\n", (long long)val.n_docs,
+               val.n_docs == 1 ? "" : "s", why, o.doc_per_dir ? ", or --doc-per file" : "");
+    }
     if (o.doc_lengths >= 0) print_doc_lengths(o.out, train.n_shards, o.doc_lengths);
     free(train.path); free(val.path);
     corpus_free(&c);
     strs_free(&g_created);
     strs_free(&old); strs_free(&neu);
     free(staging);
-    free(o.paths);
+    strs_free(&o.paths); strs_free(&o.origins);
     return fflush(stdout) == 0 ? 0 : 1;
 }

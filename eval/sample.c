@@ -1,18 +1,22 @@
 // sample.c — build/sample: text from a checkpoint, with a KV cache (model/decode.h).
 //   [mpirun -np tp*cp] build/sample --ckpt PATH [--prompt TEXT | --prompt_ids 1,2,3 | --prompt_file FILE]
 //        [--max_tokens N] [--temperature T] [--top_k K] [--top_p P] [--seed S] [--greedy] [--stop_at_eod 0|1]
-//        [--tp N] [--cp N] [--cp_layout zigzag|contiguous] [--comm NAME] [--ids] [--verify]
+//        [--tp N] [--cp N] [--cp_layout zigzag|contiguous] [--comm NAME] [--tokenizer PATH] [--ids] [--verify]
 // The prompt (all but its last token) is prefilled by one forward of the model in the given layout — with cp > 1
 // the ring does it and each rank keeps its chunk's K/V —; then one token at a time: every rank runs the layer for
 // the new token, attention over the distributed cache merged across the cp ranks. Byte-level models (vocab_size
-// 257) take and print text; others take token ids (--prompt_ids; tools/sample_text runs the data set's
-// tokenizer) and print ids. Generation stops after max_tokens, at the end-of-document token (stop_at_eod), or at
+// 257) take and print text; others take token ids (--prompt_ids; tools/sample_text encodes a text prompt with the
+// tokenizer) and print text through the tokenizer (data/tokenizer.h: --tokenizer, else the one the checkpoint's
+// training data was prepared with, its data_meta), or ids when there is none that decodes (a note says why).
+// Generation stops after max_tokens, at the end-of-document token (stop_at_eod), or at
 // max_seq_len. --verify recomputes the logits of every generated position with one full forward over the whole
 // sequence and reports the largest difference from the cached path (exit 1 above 1e-4 relative).
 #include "backend/backend.h"
 #include "checkpoint/ckpt.h"
 #include "comm/grid.h"
 #include "common/util.h"
+#include "data/meta.h"
+#include "data/tokenizer.h"
 #include "model/config.h"
 #include "model/decode.h"
 #include "model/model.h"
@@ -28,7 +32,7 @@
 static char msg[1024];
 
 typedef struct {
-    const char *ckpt, *prompt, *prompt_ids, *prompt_file, *layout, *comm, *precision;
+    const char *ckpt, *prompt, *prompt_ids, *prompt_file, *layout, *comm, *precision, *tokenizer;
     int max_tokens, top_k, greedy, stop_at_eod, tp, cp, ids, verify;
     float temperature, top_p;
     long long seed;
@@ -37,11 +41,13 @@ typedef struct {
 static void usage(FILE* f) {
     fprintf(f, "usage: [mpirun -np tp*cp] build/sample --ckpt PATH [--prompt TEXT | --prompt_ids 1,2,3 | --prompt_file FILE]\n"
                "       [--max_tokens N] [--temperature T] [--top_k K] [--top_p P] [--seed S] [--greedy] [--stop_at_eod 0|1]\n"
-               "       [--tp N] [--cp N] [--cp_layout zigzag|contiguous] [--comm auto|mpi|nccl] [--matmul_precision P] [--ids] [--verify]\n"
+               "       [--tp N] [--cp N] [--cp_layout zigzag|contiguous] [--comm auto|mpi|nccl] [--matmul_precision P]\n"
+               "       [--tokenizer PATH] [--ids] [--verify]\n"
                "Generates text from a checkpoint (a file, or a directory: its latest) with a KV cache.\n"
                "  --prompt TEXT        the prompt as bytes (byte-level models: vocab_size 257); default: the end-of-document\n"
                "                       token (the start of a document)\n"
-               "  --prompt_ids LIST    the prompt as token ids (any vocabulary); --prompt_file FILE: its bytes\n"
+               "  --prompt_ids LIST    the prompt as token ids (any vocabulary; tools/sample_text encodes a text prompt with\n"
+               "                       the tokenizer and runs this); --prompt_file FILE: its bytes\n"
                "  --max_tokens N       tokens to generate (default 128)\n"
                "  --temperature T      softmax temperature (default 0.8); --greedy (or T = 0): the most likely token\n"
                "  --top_k K            draw from the K most likely tokens only (default 0: all)\n"
@@ -51,6 +57,10 @@ static void usage(FILE* f) {
                "  --stop_at_eod 0|1    stop at the end-of-document token (default 1)\n"
                "  --tp N --cp N        layout (tp * cp ranks): heads split over tp; the prompt and the KV cache over cp\n"
                "  --matmul_precision P a GPU's matmuls: fp32 (default) | tf32 | bf16 (the CPU computes fp32 always)\n"
+               "  --tokenizer PATH     print the text of a byte-level BPE tokenizer.json (or a directory holding one); default:\n"
+               "                       the one the checkpoint's training data was prepared with (tools/prepare_hf's\n"
+               "                       meta.json, SHA-256 checked); without one, models of vocab_size 257 print bytes,\n"
+               "                       others ids (with a note)\n"
                "  --ids                print token ids, not text\n"
                "  --verify             check the cached path against a full forward of the whole sequence (relative\n"
                "                       1e-4 of the largest logit in fp32, 3e-2 in tf32 / bf16)\n"
@@ -86,7 +96,7 @@ static int parse_args(int argc, char** argv, Args* a) {
     static const char* const FLAGS[] = { "--greedy", "--ids", "--verify", "--help", "-h", NULL };
     static const char* const OPTS[] = { "ckpt", "prompt", "prompt_ids", "prompt_file", "cp_layout", "comm", "max_tokens",
                                         "top_k", "stop_at_eod", "tp", "cp", "seed", "temperature", "top_p",
-                                        "matmul_precision", "greedy", "ids", "verify", "help", NULL };
+                                        "matmul_precision", "tokenizer", "greedy", "ids", "verify", "help", NULL };
     char e[512];
     argc = config_argv(argc, argv, FLAGS, &argv, e, sizeof e);
     if (argc < 0) { snprintf(msg, sizeof msg, "sample: %s", e); return 1; }
@@ -113,6 +123,7 @@ static int parse_args(int argc, char** argv, Args* a) {
         else if (!strcmp(o, "--cp_layout")) a->layout = v;
         else if (!strcmp(o, "--comm")) a->comm = v;
         else if (!strcmp(o, "--matmul_precision")) a->precision = v;
+        else if (!strcmp(o, "--tokenizer")) a->tokenizer = v;
         else if (!strcmp(o, "--max_tokens")) { if (parse_int(o, v, 0, 1 << 24, &x)) return 1; a->max_tokens = (int)x; }
         else if (!strcmp(o, "--top_k")) { if (parse_int(o, v, 0, 1 << 30, &x)) return 1; a->top_k = (int)x; }
         else if (!strcmp(o, "--stop_at_eod")) { if (parse_int(o, v, 0, 1, &x)) return 1; a->stop_at_eod = (int)x; }
@@ -183,7 +194,8 @@ static int prompt_tokens(const Args* a, const Config* c, int** out, int* n) {
     if (a->prompt || a->prompt_file) {
         if (!byte) {
             snprintf(msg, sizeof msg, "sample: a text prompt needs the byte vocabulary (vocab_size 257; this model has %d): give "
-                     "--prompt_ids, or use tools/sample_text with the data set's tokenizer", c->vocab_size);
+                     "--prompt_ids, or run tools/sample_text (the same options), which encodes the prompt with the tokenizer",
+                     c->vocab_size);
             return 1;
         }
         const char* s = a->prompt;
@@ -229,10 +241,45 @@ static int prompt_tokens(const Args* a, const Config* c, int** out, int* n) {
     return 0;
 }
 
-static void print_token(int tok, int byte, int ids, int first) {
-    if (ids || !byte) { printf(first ? "%d" : ",%d", tok); return; }
+enum { PRINT_IDS, PRINT_BYTES, PRINT_TOKENIZER };
+
+static void print_token(int tok, int mode, const TokDecoder* td, int first) {
+    if (mode == PRINT_IDS) { printf(first ? "%d" : ",%d", tok); return; }
+    if (mode == PRINT_TOKENIZER) {
+        size_t n;
+        const unsigned char* b = tokdec_bytes(td, tok, &n);
+        fwrite(b, 1, n, stdout);
+        return;
+    }
     if (tok < 256) putchar(tok);
-    else printf("\n<|eod|>\n");
+    else if (tok == 256) printf("\n<|eod|>\n");
+    else printf("<|%d|>", tok);                             // (a vocabulary larger than the data's: never trained)
+}
+
+// how the tokens are printed (the root rank): the tokenizer of --tokenizer, else the one the checkpoint's training
+// data names (data_meta), else bytes (vocab_size 257) or ids with a note; 0, or 1 + msg
+static int pick_printing(const Args* a, const Config* c, const char* path, TokDecoder* td, int* mode) {
+    *mode = a->ids ? PRINT_IDS : c->vocab_size == 257 ? PRINT_BYTES : PRINT_IDS;
+    if (a->ids) return 0;
+    static char text[1 << 16];
+    char e[900], why[2400] = "";
+    DataMeta m;
+    int have = ckpt_read_data_meta(path, text, sizeof text, e, sizeof e) == 0 &&
+               !data_meta_parse(text, "the checkpoint's data_meta", &m, e, sizeof e);
+    if (a->tokenizer) {
+        if (tokdec_load(td, a->tokenizer, e, sizeof e)) { snprintf(msg, sizeof msg, "sample: --tokenizer: %s", e); if (have) data_meta_free(&m); return 1; }
+        if (have && m.sha256[0] && strcmp(m.sha256, td->sha256))
+            fprintf(stderr, "sample: note: --tokenizer '%s' (SHA-256 %.12s...) is not the tokenizer the training data was "
+                    "prepared with ('%s', %.12s...)\n", a->tokenizer, td->sha256, m.tokenizer, m.sha256);
+        *mode = PRINT_TOKENIZER;
+    } else if (have && tokdec_for_meta(td, &m, why, sizeof why)) *mode = PRINT_TOKENIZER;
+    else if (have && !why[0] && !strcmp(m.tokenizer, "bytes")) *mode = PRINT_BYTES;
+    else if (c->vocab_size != 257)
+        fprintf(stderr, "sample: note: %s: printing token ids (give --tokenizer PATH: a tokenizer.json or a model's "
+                "directory; --ids says ids are wanted)\n", why[0] ? why : "the checkpoint names no tokenizer (its training "
+                "data had no meta.json naming one, or it was imported)");
+    if (have) data_meta_free(&m);
+    return 0;
 }
 
 // a model for one sequence of seq_len tokens in the grid's layout: the parameters of `from` (a model of the same
@@ -322,6 +369,10 @@ int main(int argc, char** argv) {
     int *prompt = NULL, np = 0;
     fail = prompt_tokens(&a, &c, &prompt, &np);
     grid_check(world, fail, msg);
+    int root = group_rank(world) == 0, mode = PRINT_IDS;
+    TokDecoder td = {0};
+    fail = root && pick_printing(&a, &c, path, &td, &mode);
+    grid_check(world, fail, msg);
     int parts = strcmp(a.layout, "zigzag") == 0 ? 2 * a.cp : a.cp;
     int prefill = np - 1;                                     // the last prompt token goes through the cache
     int S = prefill > 0 ? (prefill + parts - 1) / parts * parts : parts;
@@ -341,14 +392,14 @@ int main(int argc, char** argv) {
         free(ign);
         decoder_take_prefill(&d, prefill);
     }
-    int root = group_rank(world) == 0, byte = c.vocab_size == 257 && !a.ids, eod = config_eod(&c);
+    int eod = config_eod(&c);
     int* seq = malloc((size_t)(np + a.max_tokens + 1) * sizeof(int));
     memcpy(seq, prompt, np * sizeof(int));
     int n = np;
     float* gen_logits = a.verify ? malloc((size_t)(a.max_tokens + 1) * c.vocab_size * sizeof(float)) : NULL;
     uint64_t rng = mix64((uint64_t)a.seed ^ 0x53414d504c45ULL);
     if (root) {
-        for (int i = 0; i < np; i++) print_token(prompt[i], byte, a.ids, i == 0);
+        for (int i = 0; i < np; i++) print_token(prompt[i], mode, &td, i == 0);
         fflush(stdout);
     }
     double t0 = now_s();
@@ -358,7 +409,7 @@ int main(int argc, char** argv) {
         if (gen_logits) memcpy(gen_logits + (size_t)made * c.vocab_size, lg, (size_t)c.vocab_size * sizeof(float));
         int next = sample_logits(lg, c.vocab_size, a.temperature, a.top_k, a.top_p, &rng);
         seq[n++] = next;
-        if (root) { print_token(next, byte, a.ids, 0); fflush(stdout); }
+        if (root) { print_token(next, mode, &td, 0); fflush(stdout); }
         if (a.stop_at_eod && next == eod) { made++; break; }
         if (made + 1 < a.max_tokens) lg = decoder_step(&d, next, n - 1);
     }
@@ -390,6 +441,7 @@ int main(int argc, char** argv) {
         if (!(rel <= tol)) { decoder_free(&d); model_free(&m); grid_exit(1); }
     }
     free(gen_logits); free(seq); free(prompt);
+    tokdec_free(&td);
     decoder_free(&d);
     model_free(&m);
     grid_exit(0);

@@ -295,6 +295,8 @@ int config_load_file(Config* c, const char* path, char* err, size_t errlen) {
     text[len] = 0;
     char line[CONFIG_MAX_LINE + 1], origin[1200];
     int lineno = 0, rc = 0;
+    int set_at[NKEYS];   // the line of this file that set each key (0: none yet): a key set twice is refused
+    memset(set_at, 0, sizeof set_at);
     for (size_t pos = 0; !rc && pos < len;) {
         const char* nl = memchr(text + pos, '\n', len - pos);
         size_t l = (nl ? (size_t)(nl - text) : len) - pos;
@@ -318,7 +320,16 @@ int config_load_file(Config* c, const char* path, char* err, size_t errlen) {
         char* eq = strchr(s, '=');
         if (!eq) { ERR("config: %s: expected 'key = value', got '%.200s'", origin, s); rc = 1; break; }
         *eq = 0;
-        rc = config_set(c, trim(s), trim(eq + 1), origin, err, errlen);
+        const char* name = trim(s);
+        const Key* k = find_key(name);
+        if (k && set_at[k - KEYS]) {
+            ERR("config: key '%s' is set twice, at %s:%d and %s:%d (the last would silently win): keep one of them",
+                name, path, set_at[k - KEYS], path, lineno);
+            rc = 1;
+            break;
+        }
+        if (k) set_at[k - KEYS] = lineno;
+        rc = config_set(c, name, trim(eq + 1), origin, err, errlen);
     }
     return rc;
 }

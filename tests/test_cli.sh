@@ -51,6 +51,16 @@ train_err "train: flag given a value" "train: command line: option '--force' tak
 train_err "train: empty value after =" "key 'lr' has invalid value '' (expected a number)" --lr=
 echo "max_step = 3" > "$T/typo.conf"
 ERR_RC=1 expect_err "train: misspelt key in a file" "typo.conf:1: unknown key 'max_step' — did you mean 'max_steps'?" 1 build/train -c "$T/typo.conf"
+# a key set twice in one file: one line naming both lines (before: the last one silently won); the command line may
+# still override a file's key, and a second -c file another's
+{ cat "$T/tiny.conf"; printf '# later\nval_every = 0\n\n lr=0.01  # again\n'; } > "$T/dup.conf"
+l1=$(grep -n '^lr = ' "$T/dup.conf" | cut -d: -f1); l2=$(grep -n '^ lr=' "$T/dup.conf" | cut -d: -f1)
+ERR_RC=1 expect_err "train: a key set twice in a config file" "config: key 'lr' is set twice, at $T/dup.conf:$l1 and $T/dup.conf:$l2|keep one" 1 \
+  build/train -c "$T/dup.conf" --out_dir "$T/bad"
+ERR_RC=1 expect_err "plan: a key set twice in a config file" "key 'lr' is set twice, at $T/dup.conf:$l1 and $T/dup.conf:$l2" 1 build/plan -c "$T/dup.conf"
+printf 'lr = 0.004\n' > "$T/lr.conf"
+build/train -c "$T/tiny.conf" -c "$T/lr.conf" --lr 0.003 --max_steps 1 --out_dir "$T/two" >"$T/two.out" 2>&1 && grep -q "^lr = 0.003$" "$T/two.out" \
+  && ok "train: two -c files and the command line may each set lr (the last given wins)" || bad "train: -c -c --lr: $(tail -2 "$T/two.out")"
 build/train --help | grep -q -- "--key=value" && ok "train --help mentions --key=value" || bad "train --help"
 
 # ---- floats: the shortest text in the dump and config.txt; checkpoints exact ----

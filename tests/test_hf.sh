@@ -392,7 +392,7 @@ grep -qF "; tokenizer: none written: vocab_size $VOCAB is not the byte tokenizer
 # a byte-level run (a memorised text; plain RoPE) exported without --tokenizer gets the byte tokenizer; generate()
 # from the export equals build/sample --greedy on the checkpoint
 mkdir -p "$T/fox"; for i in $(seq 1 40); do echo "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." >"$T/fox/d$i.txt"; done
-build/prepare --out "$T/foxd" --val-frac 0 "$T/fox" >/dev/null \
+build/prepare --out "$T/foxd" --val-frac 0 --keep-duplicates "$T/fox" >/dev/null \
   && build/train --vocab_size 257 --d_model 48 --n_layer 2 --n_head 4 --n_kv_head 2 --d_ff 96 --max_seq_len 128 --seq_len 64 \
      --batch_size 8 --micro_batch 8 --max_steps 120 --lr 1e-2 --warmup_steps 5 --train_data "$T/foxd" --out_dir "$T/F" >"$T/F.out" 2>&1 \
   && check "export the byte-level run F (no --tokenizer)" "${SY[@]}" tools/hf_export "$T/F" --out "$T/eF" \

@@ -215,8 +215,9 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, rc)" "${PH[@]}" --
   ERR_RC=1 ERR_ALSO='unchanged "$T/pd"' expect_err "prepare_hf --force: a failing swap puts the previous shards back" \
     "prepare_hf: cannot move the previous files aside in '$T/pd'|the previous files are back in place" 1 \
     env RINGLM_TEST_HF_FAIL=prepare_hf:swap "${PH[@]:1}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force --val-frac 0.5 eval
-  ERR_RC=1 ERR_ALSO='unchanged "$T/pd"' expect_err "prepare_hf --force with a file given twice: refused, as build/prepare" \
-    "prepare_hf: '$T/train.txt' would be read twice" 1 "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force "$T/train.txt" "$T/train.txt"
+  printf '{"text": "a"}\n{"text": 1}\n' > "$T/bad.jsonl"
+  ERR_RC=1 ERR_ALSO='unchanged "$T/pd"' expect_err "prepare_hf --force with a bad JSON Lines record: refused, as build/prepare, the previous shards kept" \
+    "prepare_hf: $T/bad.jsonl:2: the record's field 'text' is a number, not a string" 1 "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force --text-field text "$T/train.txt" "$T/bad.jsonl"
   # SIGTERM in the middle of a --force run (3 MB to encode): one line, the previous shards byte for byte
   "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force --val-frac 0 "$T/doc/big.txt" >"$T/o" 2>"$T/e" & job=$!
   # the signal once the run writes (its temporary folder exists: its handlers are in place, whatever the load)

@@ -18,7 +18,7 @@ ntok() { head -1 "$1" | tr ',' '\n' | grep -c .; }
 
 mkdir -p "$T/docs"
 for i in $(seq 1 60); do echo "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." >"$T/docs/d$i.txt"; done
-build/prepare --out "$T/data" --val-frac 0 "$T/docs" >/dev/null || { bad prepare; finish; }
+build/prepare --out "$T/data" --val-frac 0 --keep-duplicates "$T/docs" >/dev/null || { bad prepare; finish; }
 build/train --vocab_size 257 --d_model 64 --n_layer 2 --n_head 4 --n_kv_head 2 --d_ff 128 --max_seq_len 128 \
   --seq_len 64 --batch_size 8 --micro_batch 8 --max_steps 150 --lr 1e-2 --warmup_steps 5 --rope_scaling yarn \
   --rope_factor 2 --rope_original_max_seq_len 64 --train_data "$T/data/train_*.bin" --out_dir "$T/run" \

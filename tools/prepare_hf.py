@@ -56,6 +56,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import shlex
 import stat
 import struct
@@ -70,6 +71,7 @@ SNIFF = 8192
 BLOCK = 1 << 20                       # bytes read at a time
 MAGIC16, MAGIC32, VERSION, HEADER_INTS = 20240520, 20240521, 1, 256
 BATCH_DOCS = 64
+VAL_FEW_DOCS = 8                      # a held-out split of fewer documents gets a warning (as build/prepare's)
 
 
 def env_int(name, default, lo, hi):
@@ -113,13 +115,36 @@ def read_error(path, e):
     return H.Fail(H.os_error(e, f"cannot read '{os.fsdecode(path)}'"))
 
 
-class Corpus:
-    """The documents of the walk, as file names: docs = [[key (bytes), [(path, size)]]]; no text is kept."""
+JSONL_SUFFIXES = (b".jsonl", b".ndjson", b".json.gz", b".jsonl.gz", b".ndjson.gz")
 
-    def __init__(self):
+
+def is_dataset_dir(d):
+    """A directory datasets' save_to_disk wrote (one Dataset: state.json and dataset_info.json)."""
+    return os.path.isfile(os.path.join(d, b"state.json")) and os.path.isfile(os.path.join(d, b"dataset_info.json"))
+
+
+class Doc:
+    """A document (kind "text": its files' text, concatenated) or a file of records, each record a document (kind
+    "jsonl", "parquet" or "dataset"); key: its split name (bytes); real: its canonical path; files: [(path, size)]."""
+
+    def __init__(self, key, real, kind="text"):
+        self.key, self.real, self.kind, self.files, self.valbits = key, real, kind, [], None
+
+
+class Corpus:
+    """The documents of the walk, as file names (no text is kept): build/prepare's documents, walk, skips,
+    duplicates and split names (data/prepare.c), plus Parquet files and saved datasets as files of records."""
+
+    def __init__(self, field):
         self.docs = []
         self.skip = dict(binary=0, empty=0, symlinks=0, hidden_dirs=0, other=0, not_utf8=0)
-        self.files = []
+        self.field = field
+        self.dup_file = self.dup_content = self.renamed = 0
+        self.dup_example = self.renamed_example = ""
+        self.empty_records = self.lone_surrogates = 0
+
+    def files(self):
+        return [f for d in self.docs for f in d.files]
 
     def is_text(self, path):
         """The file's size when it is UTF-8 text; None (counted as skipped) when it is empty, binary (a NUL byte in
@@ -151,13 +176,44 @@ class Corpus:
         except OSError as e:
             raise read_error(path, e)
 
-    def walk(self, d, key, per_file, into):
+    def add_file(self, path, name, key, real, into):
+        """A regular file found: with --text-field a JSON Lines or Parquet file is a document of records of its own;
+        a text file is a document of its own (into None) or a file of the open --doc-per dir document."""
+        kind = None
+        if self.field is not None:
+            kind = "jsonl" if name.endswith(JSONL_SUFFIXES) else "parquet" if name.endswith(b".parquet") else None
+        if kind:
+            try:
+                size = os.stat(path).st_size
+            except OSError as e:
+                raise read_error(path, e)
+            if not size:
+                self.skip["empty"] += 1
+                return
+            d = Doc(key, real, kind)
+            d.files.append((path, size))
+            self.docs.append(d)
+            return
+        size = self.is_text(path)
+        if size is None:
+            return
+        if into is None:
+            into = Doc(key, real)
+            self.docs.append(into)
+        into.files.append((path, size))
+
+    def add_dataset(self, path, key, real):
+        d = Doc(key, real, "dataset")
+        d.files.append((path, 0))
+        self.docs.append(d)
+
+    def walk(self, d, key, real, into):
         try:
             names = sorted(os.listdir(d))            # bytes paths: sorted bytewise, as build/prepare
         except OSError as e:
             raise H.Fail(H.os_error(e, f"cannot open directory '{os.fsdecode(d)}'"))
         for n in names:
-            p, k = os.path.join(d, n), key + b"/" + n
+            p, k, r = os.path.join(d, n), key + b"/" + n, real + b"/" + n
             try:
                 st = os.lstat(p)
             except OSError as e:
@@ -167,58 +223,266 @@ class Corpus:
             elif stat.S_ISDIR(st.st_mode):
                 if n.startswith(b"."):
                     self.skip["hidden_dirs"] += 1
+                elif self.field is not None and is_dataset_dir(p):
+                    self.add_dataset(p, k, r)
                 else:
-                    self.walk(p, k, per_file, into)
+                    self.walk(p, k, r, into)
             elif not stat.S_ISREG(st.st_mode):
                 self.skip["other"] += 1
             else:
-                size = self.is_text(p)
-                if size is not None:
-                    self.files.append(p)
-                    if per_file:
-                        self.docs.append([k, [(p, size)]])
-                    else:
-                        into.append((p, size))
+                self.add_file(p, n, k, r, into)
 
-    def collect(self, paths, per_dir):
-        for p in paths:
+    def collect(self, inputs, per_dir):
+        """inputs: [(path, origin)], origin "" for an argument or "LIST:LINE" for a --files-from line."""
+        for p, origin in inputs:
+            where = f"--files-from {origin}: " if origin else ""
             bp = os.fsencode(p)
             try:
                 st = os.stat(bp)
             except OSError as e:
-                raise read_error(bp, e)
+                raise H.Fail(where + H.os_error(e, f"cannot read '{p}'"))
             real = os.path.realpath(bp)
             key = os.path.basename(real) or real
             if stat.S_ISREG(st.st_mode):
-                size = self.is_text(bp)
-                if size is not None:
-                    self.files.append(bp)
-                    self.docs.append([key, [(bp, size)]])
+                self.add_file(bp, os.path.basename(bp), key, real, None)
             elif stat.S_ISDIR(st.st_mode):
-                files = []
-                self.walk(bp, key, not per_dir, files)
-                if per_dir and files:
-                    self.docs.append([key, files])
+                if self.field is not None and is_dataset_dir(bp):
+                    self.add_dataset(bp, key, real)
+                    continue
+                into = None
+                if per_dir:
+                    into = Doc(key, real)
+                    self.docs.append(into)
+                self.walk(bp, key, real, into)
             else:
-                raise H.Fail(f"'{p}' is not a regular file or a directory")
+                raise H.Fail(f"{where}'{p}' is not a regular file or a directory")
+        self.docs = [d for d in self.docs if d.files]
 
-    def refuse_duplicates(self):
-        """The same file reached twice (a PATH given twice, a directory and a path inside it, a hard link) would put
-        its text in the data twice: refused, as build/prepare refuses it."""
+    def skip_duplicates(self, keep_copies=False):
+        """build/prepare's duplicates, skipped and counted (the first in document order kept): the same file reached
+        twice (by inode), then a document of the same bytes as an earlier one (the same kind, its files in order
+        byte for byte; saved datasets only by the first rule)."""
         seen = {}
-        for p in self.files:
+        for d in self.docs:
+            keep = []
+            for p, size in d.files:
+                try:
+                    st = os.stat(p)
+                except OSError as e:
+                    raise read_error(p, e)
+                q = seen.setdefault((st.st_dev, st.st_ino), p)
+                if q is p:
+                    keep.append((p, size))
+                    continue
+                self.dup_file += 1
+                if not self.dup_example:
+                    self.dup_example = f"'{os.fsdecode(p)}' is the same file as '{os.fsdecode(q)}'"
+            d.files = keep
+        self.docs = [d for d in self.docs if d.files]
+        if keep_copies:
+            return
+        groups = {}
+        for i, d in enumerate(self.docs):
+            if d.kind != "dataset":
+                groups.setdefault((d.kind, len(d.files), sum(s for _, s in d.files)), []).append(i)
+        drop, first = set(), {}
+        for g in groups.values():
+            for i in g if len(g) > 1 else ():
+                sig = tuple((s, file_digest(p)) for p, s in self.docs[i].files)
+                j = first.setdefault((self.docs[i].kind, sig), i)
+                if j != i:
+                    drop.add(i)
+                    self.dup_content += 1
+                    if not self.dup_file and (not self.dup_example or i < self._dup_at):
+                        name = lambda x: os.fsdecode(x.files[0][0] if len(x.files) == 1 else x.real)
+                        self.dup_example = f"'{name(self.docs[i])}' has the same bytes as '{name(self.docs[j])}'"
+                        self._dup_at = i
+        self.docs = [d for i, d in enumerate(self.docs) if i not in drop]
+
+    def unique_keys(self):
+        """build/prepare's split names: documents that share a name are named by their canonical path below the
+        deepest directory holding all of their parents; names still shared after that, by their canonical path."""
+        for rnd in (0, 1):
+            groups = {}
+            for d in self.docs:
+                groups.setdefault(d.key, []).append(d)
+            shared = [g for g in groups.values() if len(g) > 1]
+            if not shared:
+                return
+            for g in shared:
+                root = os.path.commonpath([os.path.dirname(d.real) for d in g]) if rnd == 0 else None
+                for d in g:
+                    name = os.path.relpath(d.real, root) if rnd == 0 else d.real
+                    if rnd == 0:
+                        if not self.renamed_example:
+                            self.renamed_example = f"'{os.fsdecode(d.key)}' is named '{os.fsdecode(name)}'"
+                        self.renamed += 1
+                    d.key = name
+
+    def records(self, d, count=False):
+        """The records of a file of records, one at a time: (name for the split, text) for each non-empty one. A lone
+        UTF-16 surrogate (a JSON \\u escape that is no character) becomes U+FFFD, as build/prepare writes it."""
+        if d.kind == "jsonl":
+            it = jsonl_records(d.files[0][0], self.field)
+        elif d.kind == "parquet":
+            it = parquet_records(d.files[0][0], self.field)
+        else:
+            it = dataset_records(d.files[0][0], self.field)
+        for ident, text in it:
+            if not text:
+                self.empty_records += count
+                continue
+            if d.kind == "jsonl":
+                text, n = SURROGATE.subn("\ufffd", text)
+                self.lone_surrogates += n if count else 0
+            key = d.key[:-3] if d.kind == "jsonl" and d.key.endswith(b".gz") else d.key   # (a compressed copy splits alike)
+            yield key + ident, text
+
+
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def file_digest(p, cache={}):
+    """SHA-256 of a file's bytes, read in blocks."""
+    if p not in cache:
+        h = hashlib.sha256()
+        try:
+            with open(p, "rb") as f:
+                while True:
+                    b = f.read(BLOCK)
+                    if not b:
+                        break
+                    h.update(b)
+        except OSError as e:
+            raise read_error(p, e)
+        cache[p] = h.digest()
+    return cache[p]
+
+
+class _Pairs(list):
+    """A JSON object as its (key, value) pairs (so that a field given twice is seen)."""
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def jsonl_records(path, field):
+    """JSON Lines records (data/jsonl.h's rules): (b":LINE", the field's text or None) per record."""
+    import gzip
+    where = os.fsdecode(path)
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        f = gzip.open(path, "rb") if gz else open(path, "rb")
+    except OSError as e:
+        raise read_error(path, e)
+    with f:
+        n = 0
+        while True:
             try:
-                st = os.stat(p)
-            except OSError as e:
-                raise read_error(p, e)
-            q = seen.setdefault((st.st_dev, st.st_ino), p)
-            if q is not p:
-                a, b = os.fsdecode(q), os.fsdecode(p)
-                if a == b:
-                    raise H.Fail(f"'{a}' would be read twice (given twice, or given and also inside a directory given): "
-                                 "its text would be in the data twice; give each path once")
-                raise H.Fail(f"'{a}' and '{b}' are the same file: its text would be in the data twice (a path given "
-                             "twice, a directory and a path inside it, or a link); give each file once")
+                line = f.readline()
+            except (OSError, EOFError, gzip.BadGzipFile, zlib_error()) as e:
+                raise H.Fail(f"'{where}' cannot be decompressed (gzip: {' '.join(str(e).split()) or type(e).__name__}): "
+                             "a corrupt or truncated file?")
+            if not line:
+                return
+            n += 1
+            if not line.strip(b" \t\r\n"):
+                continue
+            try:
+                s = line.decode("utf-8")
+            except UnicodeDecodeError:
+                raise H.Fail(f"{where}:{n}: not a valid JSON record: bytes that are not UTF-8 (JSON text is UTF-8)")
+            try:
+                obj = json.loads(s, object_pairs_hook=_Pairs, parse_constant=_no_constant)
+            except (ValueError, RecursionError) as e:
+                raise H.Fail(f"{where}:{n}: not a valid JSON record: {' '.join(str(e).split())[:160]}")
+            if not isinstance(obj, _Pairs):
+                raise H.Fail(f"{where}:{n}: not a valid JSON record: a record must be a JSON object")
+            vals = [v for k, v in obj if k == field]
+            if not vals:
+                names = ", ".join(k for k, _ in obj)
+                raise H.Fail(f"{where}:{n}: the record has no field '{field}' (its fields: {names or 'none'}): name the "
+                             "text field with --text-field")
+            if len(vals) > 1:
+                raise H.Fail(f"{where}:{n}: the record has the field '{field}' twice")
+            v = vals[0]
+            if v is not None and not isinstance(v, str):
+                raise H.Fail(f"{where}:{n}: the record's field '{field}' is {json_kind(v)}, not a string (text)")
+            yield b":%d" % n, v
+
+
+def zlib_error():
+    import zlib
+    return zlib.error
+
+
+def json_kind(v):
+    return ("a boolean" if isinstance(v, bool) else "a number" if isinstance(v, (int, float)) else
+            "an object" if isinstance(v, _Pairs) else "an array")
+
+
+def arrow_text_column(where, schema, field):
+    """Check that the table has a string column FIELD."""
+    import pyarrow as pa
+    names = list(schema.names)
+    if field not in names:
+        raise H.Fail(f"{where}: no column '{field}' (its columns: {', '.join(names) or 'none'}): name the text column "
+                     "with --text-field")
+    t = schema.field(field).type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        raise H.Fail(f"{where}: column '{field}' is of type {t}, not a string (text)")
+
+
+def import_arrow(what):
+    try:
+        import pyarrow  # noqa: F401
+        if what == "dataset":
+            import datasets  # noqa: F401
+    except ImportError:
+        raise H.Fail(f"the Python package '{'datasets' if what == 'dataset' else 'pyarrow'}' is missing: run 'bash "
+                     "tools/setup/hf_env.sh' (it adds datasets and pyarrow to build/hfenv)")
+
+
+def parquet_records(path, field):
+    """The rows of a Parquet file: (b"#ROW", the column's text or None), ROW counted from 0."""
+    import_arrow("parquet")
+    import pyarrow.parquet as pq
+    where = os.fsdecode(path)
+    try:
+        pf = pq.ParquetFile(where)
+        arrow_text_column(where, pf.schema_arrow, field)
+        row = 0
+        for batch in pf.iter_batches(batch_size=1024, columns=[field]):
+            for v in batch.column(0).to_pylist():
+                yield b"#%d" % row, v
+                row += 1
+    except H.Fail:
+        raise
+    except OSError as e:
+        raise H.Fail(f"'{where}' cannot be read as Parquet: {' '.join(str(e).split())[:160]}")
+    except Exception as e:  # pyarrow's own errors (ArrowInvalid, ...) for a file that is not Parquet
+        raise H.Fail(f"'{where}' cannot be read as Parquet: {' '.join(str(e).split())[:160]}")
+
+
+def dataset_records(path, field):
+    """The rows of a dataset saved by datasets' save_to_disk: (b"#ROW", the column's text or None)."""
+    import_arrow("dataset")
+    import datasets
+    where = os.fsdecode(path)
+    try:
+        ds = datasets.load_from_disk(where)
+    except Exception as e:
+        raise H.Fail(f"'{where}' cannot be loaded by datasets.load_from_disk: {' '.join(str(e).split())[:160]}")
+    if not isinstance(ds, datasets.Dataset):
+        raise H.Fail(f"'{where}' is not one saved Dataset")
+    arrow_text_column(where, ds.data.schema, field)
+    row = 0
+    for batch in ds.select_columns([field]).iter(batch_size=1024):
+        for v in batch[field]:
+            yield b"#%d" % row, v
+            row += 1
 
 
 def text_blocks(files):
@@ -240,16 +504,38 @@ def text_blocks(files):
             raise read_error(p, e)
 
 
-def assign(docs, frac, seed):
-    """build/prepare's split: val iff u < frac; with 0 < frac < 1 and >= 2 documents each split gets one."""
-    u = [doc_u(seed, k) for k, _ in docs]
-    val = [(frac >= 1.0) if len(docs) == 1 else x < frac for x in u]
-    if len(docs) >= 2 and 0.0 < frac < 1.0:
-        if not any(val):
-            val[min(range(len(u)), key=u.__getitem__)] = True
-        elif all(val):
-            val[max(range(len(u)), key=u.__getitem__)] = False
-    return val
+def assign(c, frac, seed):
+    """build/prepare's split over its documents (text documents and records): val iff u < frac; with 0 < frac < 1
+    and >= 2 documents each split gets one. Text documents get d.val; files of records d.valbits (one per
+    record). Returns the number of documents."""
+    units = []                                   # (u, doc, record index or -1)
+    for d in c.docs:
+        if d.kind == "text":
+            d.val = doc_u(seed, d.key) < frac
+            units.append((doc_u(seed, d.key), d, -1))
+            continue
+        d.valbits = bytearray()
+        for k, (name, _) in enumerate(c.records(d, count=True)):
+            u = doc_u(seed, name)
+            d.valbits.append(u < frac)
+            units.append((u, d, k))
+
+    def setv(unit, v):
+        _, d, k = unit
+        if k < 0:
+            d.val = v
+        else:
+            d.valbits[k] = v
+    n = len(units)
+    if n == 1:
+        setv(units[0], frac >= 1.0)
+    elif n >= 2 and 0.0 < frac < 1.0:
+        n_val = sum(int(d.val if k < 0 else d.valbits[k]) for _, d, k in units)
+        if n_val == 0:
+            setv(min(units, key=lambda x: x[0]), True)
+        elif n_val == n:
+            setv(max(units, key=lambda x: x[0]), False)
+    return n
 
 
 # ----------------------------------------------------------------------------------------------- long documents
@@ -509,6 +795,22 @@ def parse_size(s, what):
     return v
 
 
+def read_list(lst):
+    """--files-from LIST: [(path, "LIST:LINE")] for its non-empty lines ('-': standard input)."""
+    try:
+        data = sys.stdin.buffer.read() if lst == "-" else open(lst, "rb").read()
+    except OSError as e:
+        raise H.Fail("--files-from: " + H.os_error(e, f"cannot read '{lst}'"))
+    out = []
+    for n, line in enumerate(data.split(b"\n"), 1):
+        line = line.rstrip(b"\r")
+        if b"\0" in line:
+            raise H.Fail(f"--files-from '{lst}': line {n} holds a NUL byte: not a list of paths, one a line")
+        if line:
+            out.append((os.fsdecode(line), f"{lst}:{n}"))
+    return out
+
+
 def load_tokenizer(info):
     """(tokenizers.Tokenizer without the special added tokens and the post-processor, raw bytes of tokenizer.json)."""
     try:
@@ -542,6 +844,14 @@ def main():
     ap.add_argument("--seed", default="0", help="seed of the train/val assignment (default 0)")
     ap.add_argument("--shard-tokens", default="100000000", help="tokens per shard (default 100000000)")
     ap.add_argument("--sep", help="the document separator: a token or an id (default: see below)")
+    ap.add_argument("--text-field", metavar="FIELD", help="read JSON Lines files (*.jsonl, *.ndjson, *.json.gz, "
+                    "*.jsonl.gz, *.ndjson.gz; gzip or plain), Parquet files (*.parquet) and directories a datasets "
+                    "save_to_disk wrote: each record's (row's) string field FIELD is one document, as build/prepare "
+                    "--text-field reads JSON Lines (null or \"\": skipped and counted)")
+    ap.add_argument("--files-from", metavar="LIST", action="append", help="also take the paths listed in LIST, one a "
+                    "line ('-': standard input; empty lines passed over), as PATHs after the others")
+    ap.add_argument("--keep-duplicates", action="store_true", help="keep documents of the same bytes as an earlier one, "
+                    "as build/prepare --keep-duplicates (the same file reached twice is still read once)")
     ap.add_argument("--force", action="store_true", help="replace existing DIR/train_*.bin, DIR/val_*.bin and "
                     "DIR/meta.json")
     ap.add_argument("--doc-lengths", metavar="W", help="afterwards, print the training documents' length distribution "
@@ -553,8 +863,8 @@ def main():
         raise H.Fail("--tokenizer TOKENIZER is required (a tokenizer.json or a directory holding one)")
     if not a.out:
         raise H.Fail("--out DIR is required (see --help)")
-    if not a.paths:
-        raise H.Fail("no input PATH given (see --help)")
+    if a.text_field == "":
+        raise H.Fail("--text-field expects the name of the records' text field (e.g. text), got ''")
     try:
         frac = float(a.val_frac)
     except ValueError:
@@ -595,13 +905,19 @@ def main():
         raise H.Fail(f"'{tj}': a vocabulary of {vocab_size} tokens exceeds ringlm's vocab_size limit of 2147483647")
     wide = vocab_size > 65536
 
-    c = Corpus()
-    c.collect(a.paths, a.doc_per == "dir")
+    inputs = [(p, "") for p in a.paths]
+    for lst in a.files_from or []:
+        inputs += read_list(lst)
+    if not inputs:
+        raise H.Fail("the --files-from list names no path" if a.files_from else "no input PATH given (see --help)")
+    c = Corpus(a.text_field)
+    c.collect(inputs, a.doc_per == "dir")
+    c.skip_duplicates(a.keep_duplicates)
     if not c.docs:
         raise H.Fail("no documents found in the given paths (empty, binary and non-UTF-8 files, symlinks and hidden "
-                     "directories are skipped)")
-    c.refuse_duplicates()
-    val = assign(c.docs, frac, seed)
+                     "directories are skipped" + (", and duplicates" if c.dup_file + c.dup_content else "") + ")")
+    c.unique_keys()
+    n_units = assign(c, frac, seed)
 
     # the output directory: previous shards and meta.json only with --force; everything is staged inside it
     if os.path.lexists(a.out) and not os.path.isdir(a.out):
@@ -627,36 +943,52 @@ def main():
     writers = {0: Writer(a.out, stage.dir, "train", max_tokens, wide), 1: Writer(a.out, stage.dir, "val", max_tokens, wide)}
     stats = {"cuts": 0, "inexact": 0, "long": 0}
     longdoc = LongDoc(tok, chunk, ctx, stats)
-    for split in (0, 1):
-        w = writers[split]
-        batch, chars = [], 0
+    batches, chars = {0: [], 1: []}, {0: 0, 1: 0}
 
-        def flush():
-            for enc in encode_batch(tok, batch):
-                w.put([sep_id])
-                w.put(enc.ids)
-                w.n_docs += 1
-            batch.clear()
-        for i, (key, files) in enumerate(c.docs):
-            if val[i] != split:
-                continue
-            if sum(size for _, size in files) <= chunk:          # bytes >= characters: the whole text fits a batch
-                text = "".join(text_blocks(files))
-                batch.append(text)
-                chars += len(text)
-                if len(batch) >= BATCH_DOCS or chars >= chunk:
-                    flush()
-                    chars = 0
-                continue
-            flush()
-            chars = 0
-            stats["long"] += 1
+    def flush(split):
+        w = writers[split]
+        for enc in encode_batch(tok, batches[split]):
             w.put([sep_id])
-            for ids in longdoc.ids(text_blocks(files)):
-                w.put(ids)
+            w.put(enc.ids)
             w.n_docs += 1
-        flush()
-        w.finish()
+        batches[split].clear()
+        chars[split] = 0
+
+    def put_text(split, text):                                   # a document that fits a batch
+        batches[split].append(text)
+        chars[split] += len(text)
+        if len(batches[split]) >= BATCH_DOCS or chars[split] >= chunk:
+            flush(split)
+
+    def put_long(split, blocks):                                 # a document encoded in pieces
+        flush(split)
+        stats["long"] += 1
+        w = writers[split]
+        w.put([sep_id])
+        for ids in longdoc.ids(blocks):
+            w.put(ids)
+        w.n_docs += 1
+    for d in c.docs:                                             # in document order, each into its split's shards
+        if d.kind == "text":
+            if sum(size for _, size in d.files) <= chunk:        # bytes >= characters: the whole text fits a batch
+                put_text(int(d.val), "".join(text_blocks(d.files)))
+            else:
+                put_long(int(d.val), text_blocks(d.files))
+            continue
+        k = -1
+        for k, (_, text) in enumerate(c.records(d)):
+            if k >= len(d.valbits):
+                break
+            if len(text) <= chunk:
+                put_text(d.valbits[k], text)
+            else:
+                put_long(d.valbits[k], iter([text[i:i + BLOCK] for i in range(0, len(text), BLOCK)]))
+        if k + 1 != len(d.valbits):
+            raise H.Fail(f"'{os.fsdecode(d.files[0][0])}' has another number of records than when it was first read "
+                         "(was it changed while prepare_hf ran?)")
+    for split in (0, 1):
+        flush(split)
+        writers[split].finish()
     for w in writers.values():
         w.verify()
     tok_path = os.path.abspath(info["json"])
@@ -673,11 +1005,32 @@ def main():
     note = stage.swap(old, writers[0].names + writers[1].names + ["meta.json"])
     meta = os.path.join(a.out, "meta.json")
     sk = c.skip
-    print(f"prepare_hf: {len(c.docs)} documents from {len(c.files)} files (skipped: binary {sk['binary']}, empty "
+    dups = c.dup_file + c.dup_content
+    print(f"prepare_hf: {n_units} documents from {len(c.files())} files (skipped: binary {sk['binary']}, empty "
           f"{sk['empty']}, not UTF-8 {sk['not_utf8']}, symlinks {sk['symlinks']}, hidden dirs {sk['hidden_dirs']}, "
-          f"other {sk['other']})")
+          f"other {sk['other']}" + (f", duplicates {dups}: the same file {c.dup_file}, the same bytes {c.dup_content}; "
+                                    f"e.g. {c.dup_example}" if dups else "") + ")")
+    n_rec = sum(1 for d in c.docs if d.kind != "text")
+    if n_rec:
+        print(f"records: {n_units - (len(c.docs) - n_rec)} with text from {n_rec} file{'' if n_rec == 1 else 's'} of "
+              f"records (field '{c.field}'; skipped: empty or null {c.empty_records})")
+    if c.lone_surrogates:
+        print(f"jsonl: {c.lone_surrogates} \\u escapes of lone UTF-16 surrogates (no character) were replaced by U+FFFD")
+    if c.renamed:
+        print(f"split: {c.renamed} documents shared their name with another (e.g. files of one basename from several "
+              f"directories): each is split by its path below the directory that holds them all, e.g. {c.renamed_example}")
     print(writers[0].line())
     print(writers[1].line())
+    if frac > 0 and writers[1].n_docs < VAL_FEW_DOCS:
+        expect = frac * n_units
+        reason = (f"{frac:g} x {n_units} documents is {expect:.1f}" + ("; --doc-per dir makes each directory PATH one document"
+               if a.doc_per == "dir" else "") if expect < VAL_FEW_DOCS else
+               f"about {expect:.0f} were expected ({frac:g} x {n_units} documents): the seeded hash of the documents' names "
+               "gave fewer by chance, another --seed gives another draw")
+        print(f"WARNING: the held-out split has only {writers[1].n_docs} document{'' if writers[1].n_docs == 1 else 's'} "
+              f"({reason}): a validation loss or a perplexity by position over so few documents is noisy, and differences "
+              "between settings may not show; give more documents (more paths"
+              + (", or --doc-per file" if a.doc_per == "dir" else "") + ") or a larger --val-frac")
     print(f"tokenizer: {tok_path} (sha256 {sha256[:12]}...), vocabulary {vocab_size}; "
           f"{'uint32 shards (magic 20240521)' if wide else 'uint16 shards'}")
     print(f"separator: {sep_tok!r} id {sep_id} before every document ({why})")

@@ -11,6 +11,7 @@
 #include "common/tbevents.h"
 #include "common/util.h"
 #include "data/meta.h"
+#include "data/tokenizer.h"
 #include "data/shards.h"
 #include "model/config.h"
 #include "model/decode.h"
@@ -514,15 +515,26 @@ static int sample_prompt_tokens(const Config* c, int* out, int cap, char* err, s
     return k;
 }
 
+static TokDecoder g_tokdec;                   // the training data's tokenizer, for the samples' text (n_ids 0: none)
+
+static void put_escaped(FILE* f, int t) {              // a byte of a sample's text, on one line
+    if (t == '\n') fputs("\\n", f);
+    else if (t == '\\') fputs("\\\\", f);
+    else if (t < 32 || t == 127) fprintf(f, "\\x%02x", t);
+    else fputc(t, f);
+}
+
+// the tokens as text: bytes (the byte tokenizer), the bytes of their tokens (the data's tokenizer), else ids
 static void print_sample(FILE* f, const int* tok, int n, int byte, int eod) {
     for (int i = 0; i < n; i++) {
         int t = tok[i];
-        if (!byte) { fprintf(f, i ? ",%d" : "%d", t); continue; }
-        if (t == eod) fputs("<|eod|>", f);
-        else if (t == '\n') fputs("\\n", f);
-        else if (t == '\\') fputs("\\\\", f);
-        else if (t < 32 || t == 127) fprintf(f, "\\x%02x", t);
-        else fputc(t, f);
+        if (g_tokdec.n_ids) {
+            size_t len;
+            const unsigned char* b = tokdec_bytes(&g_tokdec, t, &len);
+            for (size_t j = 0; j < len; j++) put_escaped(f, b[j]);
+        } else if (!byte) fprintf(f, i ? ",%d" : "%d", t);
+        else if (t == eod) fputs("<|eod|>", f);
+        else put_escaped(f, t);
     }
 }
 
@@ -549,10 +561,10 @@ static void train_sample(Run* r, int step) {
     }
     decoder_free(&d);
     if (r->rank0) {
-        int byte = c->vocab_size == 257;
-        printf("sample (step %d, %d tokens, temperature %g): %s", step, made, c->sample_temperature, byte ? "\"" : "");
+        int byte = c->vocab_size == 257, text = byte || g_tokdec.n_ids;
+        printf("sample (step %d, %d tokens, temperature %g): %s", step, made, c->sample_temperature, text ? "\"" : "");
         print_sample(stdout, tok, n, byte, config_eod(c));
-        printf("%s\n", byte ? "\"" : "");
+        printf("%s\n", text ? "\"" : "");
         fflush(stdout);
     }
     free(tok);
@@ -577,6 +589,10 @@ static int sample_ready(const Run* r) {
                              "samples in this run (build/sample runs any checkpoint)\n");
         return 0;
     }
+    char why[2400];   // the text of a tokenizer's tokens: the one the training data's meta.json names
+    if (r->rank0 && g_meta.found && !tokdec_for_meta(&g_tokdec, &g_meta, why, sizeof why) && why[0])
+        printf("note: sample_every: %s: the samples print token ids\n", why);
+    if (r->rank0 && g_tokdec.n_ids) printf("sample_every: the samples' text through the tokenizer %s\n", g_meta.tokenizer);
     return 1;
 }
 
