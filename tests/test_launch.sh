@@ -57,7 +57,8 @@ mkdir -p "$T/bin"
 # hands it to the tasks as SIGUSR1: the trainer treats both alike)
 cat >"$T/bin/srun" <<EOF
 #!/usr/bin/env bash
-while [[ "\$1" == --* ]]; do shift; done     # srun's own options (--kill-on-bad-exit=1, --gpu-bind=none, ...)
+o=(); while [[ "\$1" == --* ]]; do o+=("\$1"); shift; done     # srun's own options (--mpi=pmix, --kill-on-bad-exit=1, ...)
+echo "\${o[*]} \${1##*/}" >>"$T/srun.log"
 exec "$PWD/tools/preemptible" ${MPI[*]} -np "\$SLURM_NTASKS" "\$@"
 EOF
 printf '#!/usr/bin/env bash\necho "$@" >>"%s/scontrol.log"\n' "$T" >"$T/bin/scontrol"
@@ -84,6 +85,11 @@ for kind in cpu gpu; do
     ok "slurm_$kind.sbatch requeued: resumed, finished step $((s + 2)), no further requeue, evaluated"
   else bad "slurm_$kind.sbatch requeued run: rc $rc, last step $(last_step "$T/$name"): $(tail -3 "$T/$name.2")"; fi
 done
+# every srun of the batch scripts (train and eval, CPU and GPU) names its PMI plug-in: without one, on a cluster whose
+# MpiDefault is none, the tasks would start as singletons
+n=$(grep -c . "$T/srun.log"); m=$(grep -c -- "--mpi=pmix" "$T/srun.log")
+[ "$n" -ge 6 ] && [ "$m" = "$n" ] && ok "every srun of the batch scripts says --mpi=pmix ($n of $n: $(sort -u "$T/srun.log" | awk '{print $NF}' | sort -u | tr '\n' ' '))" \
+  || bad "srun without --mpi=pmix: $m of $n: $(grep -v -- --mpi=pmix "$T/srun.log" | head -3 | tr '\n' ';')"
 grep -q "backend cuda" "$T/sgpu.1" && grep -q "^transport: nccl" "$T/sgpu.1" && ok "the GPU job ran the CUDA backend over NCCL: $(grep -m1 "^transport" "$T/sgpu.1")" \
   || bad "the GPU job's log names no CUDA backend / NCCL: $(grep -m1 "ringlm train" "$T/sgpu.1"); $(grep -m1 "^transport" "$T/sgpu.1")"
 
@@ -121,11 +127,63 @@ if [ $rc -eq 0 ] && grep -q "^launch: '$T/s17b' has no 'latest' (a job stopped a
   ok "slurm_cpu.sbatch after a job stopped between a save and its 'latest': resumed from ckpt_00000002.h5, finished step 4"
 else bad "requeue without latest: rc $rc: $(grep -m2 'launch:\|train:' "$T/s17b.out" | sed "s|$T/||g")"; fi
 
+# 2d. the first submit from a fresh clone, as Slurm runs it: Slurm opens the #SBATCH --output file (%x the job name,
+# %j the job id; relative to the submit directory) before the script runs, and a job whose log directory does not
+# exist fails with no log at all. The submit directory here holds what a clone has (the tracked top-level entries) and
+# the build; the defaults (OUT_DIR out/tiny) are kept
+mkdir -p "$T/fresh"
+{ git ls-files 2>/dev/null | cut -d/ -f1 | sort -u; echo build; } | while read -r e; do [ -e "$e" ] && ln -s "$PWD/$e" "$T/fresh/$e"; done
+for kind in cpu gpu; do
+  script=configs/launch/slurm_$kind.sbatch
+  out=$(sed -n 's/^#SBATCH --output=//p' "$script"); jn=$(sed -n 's/^#SBATCH --job-name=//p' "$script")
+  log=${out//%x/$jn}; log=${log//%j/4243}; [[ $log == /* ]] || log=$T/fresh/$log
+  extra=(); [ $kind = gpu ] && extra=(TRAIN=build/emu/train)
+  if ! { : >>"$log"; } 2>/dev/null; then bad "slurm_$kind.sbatch: Slurm could not open its log '$out' in a fresh clone (no directory '$(dirname "$out")')"; continue; fi
+  (cd "$T/fresh" && env PATH="$T/bin:$PATH" SLURM_JOB_ID=4243 SLURM_NTASKS=2 SLURM_SUBMIT_DIR="$T/fresh" SLURM_CPUS_PER_TASK=1 \
+    CONFIG=configs/tiny.conf DATA="$T/data" TP=1 CP=2 "${extra[@]}" bash "$script" --max_steps 2 --val_every 0 </dev/null >>"$log" 2>&1); rc=$?
+  if [ $rc -eq 0 ] && grep -q "^done: 2 steps" "$log" && ls "$T/fresh/out/tiny/eval/"*.csv >/dev/null 2>&1; then
+    ok "slurm_$kind.sbatch submitted from a fresh clone: its log ${log#$T/fresh/} (--output=$out) holds the run; out/tiny trained and evaluated"
+  else bad "slurm_$kind.sbatch from a fresh clone: rc $rc: $(tail -3 "$log")"; fi
+  rm -rf "$T/fresh/out"
+done
+
+# 2e. RANKS_PER_NODE=slots: the ranks of each HOSTFILE line's slots=N (hosts of different sizes)
+printf 'localhost slots=2\n' >"$T/hosts1"
+env HOSTFILE="$T/hosts1" RANKS_PER_NODE=slots TP=1 CP=2 CONFIG=configs/tiny.conf DATA="$T/data" OUT_DIR="$T/slots" \
+  bash configs/launch/mpirun_cpu.sh --max_steps 2 --val_every 0 </dev/null >"$T/slots.out" 2>&1; rc=$?
+[ $rc -eq 0 ] && grep -q "^grid: world 2 = dp 1 x cp 2 x tp 1" "$T/slots.out" && [ "$(last_step "$T/slots")" = 2 ] \
+  && ok "mpirun_cpu.sh RANKS_PER_NODE=slots: 2 ranks from 'localhost slots=2'" || bad "RANKS_PER_NODE=slots: rc $rc: $(tail -3 "$T/slots.out")"
+printf 'localhost slots=2\nnode2\n' >"$T/hosts2"; printf 'localhost slots=3\n' >"$T/hosts3"
+expect_err "slots: a hostfile line without slots=N" "hosts2 line 2 ('node2 ')|slots=N" 1 env HOSTFILE="$T/hosts2" RANKS_PER_NODE=slots TP=1 CP=1 bash configs/launch/mpirun_cpu.sh
+expect_err "slots: a host's slots not a multiple of TP" "hosts3 line 1|a multiple of TP = 2" 1 env HOSTFILE="$T/hosts3" RANKS_PER_NODE=slots TP=2 CP=1 bash configs/launch/mpirun_cpu.sh
+expect_err "slots without a hostfile" "RANKS_PER_NODE=slots needs HOSTFILE" 1 env RANKS_PER_NODE=slots TP=1 CP=1 bash configs/launch/mpirun_cpu.sh
+
+# 2f. tools/preemptible ends a launcher that outlives the job's abort line by its grace (mpirun waiting for an
+# unreachable host: tests/test_multihost.sh does it for real); one that ends by itself keeps its status
+stuck='echo "comm: ring hop on the ring group (2 ranks) did not finish within timeout_s = 1 s: rank 1 (no answer: stopped, hung or dead) did not arrive; rank 0 aborts the job" >&2; trap "" TERM; sleep 300'
+t0=$SECONDS; RINGLM_LAUNCH_GRACE_S=2 timeout $HANG_S tools/preemptible bash -c "$stuck" >"$T/g.out" 2>"$T/g.err"; rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -c . "$T/g.err")" = 2 ] && grep -q "rank 0 aborts the job$" "$T/g.err" \
+   && grep -qx "launch: [a-z]* had not ended 2 s after the job's abort line (a host unreachable? docs/reliability.md): ended it" "$T/g.err"; then
+  ok "tools/preemptible: a launcher ignoring SIGTERM after the abort line ended after the 2 s grace ($((SECONDS - t0)) s), exit 1, 2 lines"
+else bad "the grace after an abort line: rc $rc after $((SECONDS - t0)) s: $(head -c 500 "$T/g.err")"; fi
+RINGLM_LAUNCH_GRACE_S=30 timeout $HANG_S tools/preemptible bash -c 'echo "x: rank 0 aborts the job" >&2; sleep 1; exit 3' 2>"$T/g2.err"; rc=$?
+[ $rc -eq 3 ] && [ "$(grep -c . "$T/g2.err")" = 1 ] && ok "tools/preemptible: a launcher that ends within the grace keeps its exit status (3) and its one line" \
+  || bad "a launcher ending within the grace: rc $rc: $(head -c 300 "$T/g2.err")"
+expect_err "RINGLM_LAUNCH_GRACE_S not a whole number" "RINGLM_LAUNCH_GRACE_S='1.5' must be a whole number" 1 env RINGLM_LAUNCH_GRACE_S=1.5 tools/preemptible true
+
 # 3. mpirun_gpu.sh on one node of (emulated) GPUs, tp 2 x cp 2
-env NODES=1 GPUS_PER_NODE=4 TP=2 CP=2 CONFIG=configs/tiny.conf DATA="$T/data" OUT_DIR="$T/gpu" TRAIN=build/emu/train \
+REAL_MPIRUN=$(command -v mpirun)
+mkdir -p "$T/mpi/bin"   # (an mpirun that records its command line: the Open MPI installation the script names is $T/mpi)
+printf '#!/bin/sh\necho "$*" >>"%s/mpirun.log"\nexec "%s" "$@"\n' "$T" "$REAL_MPIRUN" >"$T/mpi/bin/mpirun"; chmod +x "$T/mpi/bin/mpirun"
+env PATH="$T/mpi/bin:$PATH" LD_LIBRARY_PATH="$T/lib:${LD_LIBRARY_PATH:-}" NODES=1 GPUS_PER_NODE=4 TP=2 CP=2 CONFIG=configs/tiny.conf DATA="$T/data" OUT_DIR="$T/gpu" TRAIN=build/emu/train \
   bash configs/launch/mpirun_gpu.sh --max_steps 3 --val_every 0 </dev/null >"$T/gpu.out" 2>&1; rc=$?
 [ $rc -eq 0 ] && [ "$(last_step "$T/gpu")" = 3 ] && ls "$T"/gpu/eval/*.csv >/dev/null 2>&1 && ok "mpirun_gpu.sh: tp 2 x cp 2 on 4 emulated GPUs trained and evaluated" \
   || bad "mpirun_gpu.sh: rc $rc: $(tail -3 "$T/gpu.out")"
+# its mpirun lines (train, eval) name Open MPI's installation (remote daemons find their programs and libraries
+# whatever a node's login shell sets) and forward PATH and LD_LIBRARY_PATH (CUDA, NCCL) to the ranks
+n=$(grep -c . "$T/mpirun.log" 2>/dev/null); m=$(grep -cE -- "--prefix $T/mpi .*-x PATH -x LD_LIBRARY_PATH( |$)" "$T/mpirun.log" 2>/dev/null)
+[ "${n:-0}" = 2 ] && [ "$m" = 2 ] && ok "mpirun_gpu.sh's mpirun (train, eval): --prefix \$T/mpi (from the mpirun on PATH), -x PATH -x LD_LIBRARY_PATH" \
+  || bad "mpirun_gpu.sh's mpirun lines: $(sed "s|$T/||g" "$T/mpirun.log" 2>/dev/null | head -c 400)"
 
 # 4. bad input: one line, exit 1
 expect_err "a world that is not a multiple of tp x cp" "3 ranks|tp x cp = 1 x 2" 1 env NODES=1 RANKS_PER_NODE=3 TP=1 CP=2 bash configs/launch/mpirun_cpu.sh
