@@ -51,6 +51,37 @@ if [ $rc -eq 0 ] && [ -n "$s" ] && grep -q "run this script again to continue" "
 else bad "mpirun_cpu.sh, 2.5 s steps, SIGTERM to the group: rc $rc, step '$s': $(grep -v '^step' "$T/cpuslow.out" | tail -3)"; fi
 end_session "$(cat "$T/cpuslow.sid")"
 
+# 1c. tools/requeue_lead: the requeue signal's lead time from the planned checkpoint size and a save rate; against
+# the parameter count the trainer printed and the size of the checkpoint it wrote (HDF5's own bytes on top: < 10 %)
+P=$(sed -nE 's/^params ([0-9]+) .*/\1/p' "$T/cpu1.out" | head -n 1); ck=$(ls "$T"/cpu/ckpt_*.h5 | tail -n 1)
+tools/requeue_lead -c configs/tiny.conf --save_mbs 0.5 --step_s 2 >"$T/lead.out" 2>&1; rc=$?
+want=$($PY -c "import math,sys; p=int(sys.argv[1]); print(math.ceil(1.5 * (2 + 2 * 12 * p / 0.5e6)))" "${P:-0}")
+gb=$(sed -nE 's/.*a checkpoint of ([0-9.e+-]+) GB.*/\1/p' "$T/lead.out")
+if [ $rc -eq 0 ] && [ "$(tail -n 1 "$T/lead.out")" = "$want" ] && $PY -c "import os,sys; r = float(sys.argv[1]) * 1e9 / os.path.getsize(sys.argv[2]); sys.exit(not 0.9 < r <= 1.0)" "$gb" "$ck"; then
+  ok "tools/requeue_lead: $P parameters -> ${gb} GB (the checkpoint: $(stat -c %s "$ck") bytes); 1.5 x (2 s + 2 saves at 0.5 MB/s) = $want s"
+else bad "tools/requeue_lead: rc $rc, want $want (params $P), checkpoint $(stat -c %s "$ck" 2>/dev/null) bytes: $(tr '\n' ' ' <"$T/lead.out")"; fi
+js=$(build/plan -c configs/llama_1b_128k.conf --tp 2 --cp 16 --json); mo=$(sed -nE 's/.*"moments": ([0-9.e+]+).*/\1/p' <<<"$js")
+whole=$(build/plan -c configs/llama_1b_128k.conf --zero 0 --device cpu --json | sed -nE 's/.*"moments": ([0-9.e+]+).*/\1/p')
+st=$(sed -nE 's/.*"step_s": ([0-9.e+]+).*/\1/p' <<<"$js")
+want=$($PY -c "import math,sys; b = 12 * float(sys.argv[1]) / 8; print(math.ceil(1.5 * (float(sys.argv[2]) + 2 * b / 500e6)))" "$whole" "$st")
+got=$(tools/requeue_lead -c configs/llama_1b_128k.conf --tp 2 --cp 16 --save_mbs 500 2>&1 | tail -n 1)
+[ "$got" = "$want" ] && ok "tools/requeue_lead for slurm_gpu.sbatch's default (llama_1b_128k, tp 2 x cp 16, build/plan's step $st s) at 500 MB/s: $got s" \
+  || bad "tools/requeue_lead with build/plan's step: $got, want $want"
+# the Slurm scripts' --signal lead: at least what the command in their "lead time:" comment prints
+for kind in cpu gpu; do
+  f=configs/launch/slurm_$kind.sbatch
+  sig=$(sed -nE 's/^#SBATCH --signal=USR1@([0-9]+)$/\1/p' "$f"); cmd=$(sed -nE 's/^#   lead time: (tools\/requeue_lead .*)$/\1/p' "$f")
+  # shellcheck disable=SC2086
+  need=$([ -n "$cmd" ] && $cmd 2>&1 | tail -n 1)
+  [[ $need =~ ^[0-9]+$ ]] && [ -n "$sig" ] && [ "$sig" -ge "$need" ] && ok "slurm_$kind.sbatch: --signal=USR1@$sig covers its default's lead time ($need s: $cmd)" \
+    || bad "slurm_$kind.sbatch: --signal=USR1@'$sig' against '$cmd': '$need'"
+done
+for a in "--save_mbs 0|--save_mbs '0' must be a positive number" "--save_mbs 5 --safety 0.5|--safety '0.5' must be at least 1" \
+         "|give the measured save rate" "--save_mbs 5 --tp 3|not divisible by tp = 3" "--save_mbs 5 --choose|build/plan's own mode"; do
+  # shellcheck disable=SC2086
+  expect_err "requeue_lead ${a%%|*}" "${a#*|}" 1 tools/requeue_lead -c configs/tiny.conf ${a%%|*}
+done
+
 # 2. Slurm stand-ins: srun runs its command on SLURM_NTASKS ranks with mpirun; scontrol logs what it was asked
 mkdir -p "$T/bin"
 # (srun forwards a SIGTERM to its tasks; mpirun cannot, so the stand-in goes through tools/preemptible, which

@@ -4,7 +4,7 @@
 # PyPI into a virtual environment for tools/prepare_hf and tests/test_hf.sh; Debian 12 packages none of them.)
 set -euo pipefail
 pkgs=(build-essential libopenblas-openmp-dev libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
-      python3 python3-venv python3-torch python3-h5py python3-numpy time procps)
+      python3 python3-venv python3-torch python3-h5py python3-numpy time procps iproute2)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
