@@ -1,10 +1,12 @@
 // grid.c — building the 3-D process grid and its communicators.
 #include "comm/grid.h"
 #include "comm/comm_mpi.h"
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 // this process's rank as the launcher set it (MPI is not up yet); 0 when none says
@@ -14,9 +16,9 @@ static int launch_rank(void) {
     return 0;
 }
 
-// MPI's start-up waits for every rank without a watchdog (the comm layer's needs MPI): an alarm ends this rank with
-// one line when it has not finished after RINGLM_INIT_TIMEOUT_S (default 600 s; 0: none), rank r r x 2 s later (the
-// lowest rank still waiting says it; mpirun then ends the others)
+// MPI's start-up waits for every rank without a watchdog (the comm layer's needs MPI): a timer ends this rank with
+// one line when it has not finished after RINGLM_INIT_TIMEOUT_S (default 600 s; 0: none; fractions of a second are
+// kept), rank r r x 2 s later (the lowest rank still waiting says it; mpirun then ends the others)
 static char init_line[256];
 static size_t init_len;
 static void on_init_alarm(int sig) {
@@ -25,10 +27,73 @@ static void on_init_alarm(int sig) {
     _exit(1);
 }
 
-void grid_mpi_init(int* argc, char*** argv) {
-    int provided, r = launch_rank();
+// before MPI is up no rank can tell the others: launch rank 0 says it, the others exit quietly
+static void pre_init_fail(int r, const char* line) {
+    if (r == 0) { fprintf(stderr, "%s\n", line); fflush(stderr); }
+    exit(1);
+}
+
+// RINGLM_INIT_TIMEOUT_S: unset or empty 600, "0" none, else a number of seconds in (0, 1e6]; a value that is none
+// of these (ten, inf, -1, 1e9) ends the job with one line
+static double init_timeout(int r) {
     const char* e = getenv("RINGLM_INIT_TIMEOUT_S");
-    double t = e && *e ? atof(e) : 600;
+    if (!e || !*e) return 600;
+    char* end;
+    errno = 0;
+    double t = strtod(e, &end);
+    int none = end == e;
+    while (*end == ' ') end++;
+    if (none || *end || errno || !(t >= 0 && t <= 1e6)) {
+        char line[256];
+        snprintf(line, sizeof line, "ringlm: RINGLM_INIT_TIMEOUT_S = '%.60s' must be a number of seconds above 0 and at "
+                 "most 1e6 (0 turns the start-up limit off; unset: 600)", e);
+        pre_init_fail(r, line);
+    }
+    return t;
+}
+
+static void arm_timer(double s) {
+    struct itimerval it = { { 0, 0 }, { (time_t)s, (suseconds_t)((s - (double)(time_t)s) * 1e6) } };
+    if (s > 0 && !it.it_value.tv_sec && !it.it_value.tv_usec) it.it_value.tv_usec = 1;
+    setitimer(ITIMER_REAL, &it, NULL);
+}
+
+// a numeric environment variable, -1 when unset or not a whole number
+static long env_long(const char* name) {
+    const char* v = getenv(name);
+    if (!v || !*v) return -1;
+    char* end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    return *end || errno || x < 0 ? -1 : x;
+}
+
+// Launched by srun itself (a job step's task: SLURM_STEP_ID a step's number, not the batch script's or a special
+// step's; not under mpirun, whose own daemons srun may start: OMPI_COMM_WORLD_SIZE): the step's task count
+// (SLURM_STEP_NUM_TASKS, or SLURM_NTASKS) must be the MPI world's size. Tasks that srun started without a PMI
+// plug-in (MpiDefault = none, no --mpi) are singletons, each a world of 1: launch rank (SLURM_PROCID) 0 says so.
+static void slurm_check(int had_ompi_world, int r) {
+    long step = env_long("SLURM_STEP_ID");
+    if (step < 0) step = env_long("SLURM_STEPID");
+    long n = env_long("SLURM_STEP_NUM_TASKS");
+    if (n < 0) n = env_long("SLURM_NTASKS");
+    if (had_ompi_world || step < 0 || step >= 0xfffffff0L || n < 1) return;
+    int world;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world == n) return;
+    if (r == 0)
+        fprintf(stderr, "ringlm: srun started %ld tasks but MPI sees a world of %d rank%s: %s; launch with srun "
+                "--mpi=pmix (or --mpi=pmi2: `srun --mpi=list` shows what the cluster has; docs/scale.md, PMI)\n", n, world,
+                world == 1 ? "" : "s", world == 1 ? "the tasks started as singletons, without a PMI plug-in to join them"
+                                             : "the step's tasks and the MPI job differ");
+    fflush(stderr);
+    MPI_Finalize();
+    exit(1);
+}
+
+void grid_mpi_init(int* argc, char*** argv) {
+    int provided, r = launch_rank(), had_ompi_world = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
+    double t = init_timeout(r);
     const char* stop = getenv("RINGLM_TEST_STOP_BEFORE_INIT");   // test hook: this rank stops (SIGSTOP) before MPI starts
     if (stop && *stop && atoi(stop) == r) raise(SIGSTOP);
     if (t > 0) {
@@ -36,13 +101,29 @@ void grid_mpi_init(int* argc, char*** argv) {
                                     "another rank did not start or stopped (stopped, hung, or its host is gone); this rank "
                                     "ends the job\n", r, t);
         signal(SIGALRM, on_init_alarm);
-        alarm((unsigned)(t + 2 * (r < 50 ? r : 50) + 0.5));
+        arm_timer(t + 2 * (r < 50 ? r : 50));
     }
     // (several threads: the watchdog's phase thread answers and reports while the main thread is in HDF5's MPI-IO)
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    slurm_check(had_ompi_world, r);
     comm_watch_init(provided);
     group_world();   // group ids are agreed at creation: the world's first, on every rank
-    if (t > 0) { alarm(0); signal(SIGALRM, SIG_DFL); }
+    if (t > 0) { arm_timer(0); signal(SIGALRM, SIG_DFL); }
+    const char* stop2 = getenv("RINGLM_TEST_STOP_AFTER_INIT");   // test hook: this rank stops once MPI is up
+    if (stop2 && *stop2 && atoi(stop2) == r) raise(SIGSTOP);
+}
+
+int grid_parse_timeout(const char* who, const char* v, double* out, char* err, size_t errlen) {
+    char* end;
+    errno = 0;
+    double t = v ? strtod(v, &end) : 0;
+    if (!v || end == v || *end || errno || !(t >= 0 && t <= 1e9)) {
+        snprintf(err, errlen, "%s: --timeout_s '%.60s' must be a number of seconds >= 0 and at most 1e9 (the watchdog's "
+                 "limit on a wait for other ranks; 0: no watchdog; default 600)", who, v ? v : "");
+        return 1;
+    }
+    *out = t;
+    return 0;
 }
 
 const Group* group_world(void) {

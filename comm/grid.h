@@ -26,9 +26,13 @@ typedef struct {
 // `who`. Call first thing in main, before grid_mpi_init, so that a signal during start-up is handled too.
 void grid_stop_on_signals(const char* who);
 // MPI_Init (MPI_THREAD_MULTIPLE when the library has it: the watchdog's phase thread) — call first thing in main.
-// A start-up that does not finish within RINGLM_INIT_TIMEOUT_S (default 600 s; 0: no limit) — a rank that never
-// arrived — ends the job with one line.
+// A start-up that does not finish within RINGLM_INIT_TIMEOUT_S seconds (default 600; fractions kept; 0: no limit) —
+// a rank that never arrived — ends the job with one line; a value that is not a number in [0, 1e6] too. Tasks that
+// srun started (not mpirun) must form one MPI world of the step's task count: singletons (no PMI) end with one line.
 void grid_mpi_init(int* argc, char*** argv);
+// A program's --timeout_s VALUE (the watchdog, as build/train's key timeout_s: seconds >= 0, 0 off, at most 1e9):
+// 0 with *out set, or 1 with one line in err naming `who` (the program).
+int grid_parse_timeout(const char* who, const char* v, double* out, char* err, size_t errlen);
 // Every rank of the job (valid after grid_mpi_init).
 const Group* group_world(void);
 // Build the grid for the given tp and cp (dp = world / (tp * cp)), the cp ranks split into all-to-all groups of

@@ -67,6 +67,7 @@ typedef struct {
     const char* out; const char* name;
     int passkey, trials; long long seed;
     int doc_lengths;                    // --doc_lengths: the data's document length distribution (no checkpoint)
+    double timeout_s;                   // --timeout_s: the watchdog (comm_set_timeout)
     int lens[64], nlens; double depths[64]; int ndepths;
 } Args;
 
@@ -117,6 +118,8 @@ static void usage(FILE* f) {
         "  --comm NAME            data transport: auto | mpi | nccl (as the training key comm)\n"
         "  --out DIR              output directory (default out/eval); --name NAME file stem (default ppl)\n"
         "  --force                replace existing output files\n"
+        "  --timeout_s S          the watchdog: a wait for other ranks longer than S seconds ends the job with one\n"
+        "                         line naming the ranks that did not arrive (default 600; 0: none; as build/train's)\n"
         "  --doc_lengths          the --data's document length distribution instead (no checkpoint): a table,\n"
         "                         OUT/NAME_doclen.csv and .svg (log2 buckets; with --seq_len, what fits a window)\n"
         "  --passkey              passkey retrieval instead of perplexity (one series; byte-level text: refused\n"
@@ -165,7 +168,7 @@ static int parse_list(const char* s, double* out, int max) {
 static const char* const OPTIONS[] = { "ckpt", "label", "data", "seq_len", "docs", "bucket", "log_buckets", "stride",
     "doc_mask", "doc_positions", "doc_len", "eod", "data_meta", "rope", "rope_scaling", "rope_factor", "rope_original_max_seq_len",
     "rope_theta", "tp", "cp", "cp_layout", "cp_shard", "cp_shard_min", "comm", "out", "name", "force", "passkey", "passkey_lens", "passkey_depths",
-    "passkey_trials", "seed", "help", NULL };
+    "passkey_trials", "seed", "timeout_s", "help", NULL };
 
 static int to_int(const char* s, int* v) { char* e; long x = strtol(s, &e, 10); *v = (int)x; return *e || e == s; }
 
@@ -173,7 +176,7 @@ static int parse_args(int argc, char** argv, Args* a) {
     memset(a, 0, sizeof *a);
     a->docs = 16; a->eod = -2; a->data_meta = 1; a->doc_positions = -1; a->tp = 1; a->cp = 1; snprintf(a->layout, sizeof a->layout, "zigzag");
     snprintf(a->shard, sizeof a->shard, "window"); a->shard_min = -1;
-    a->out = "out/eval"; a->name = "ppl"; a->trials = 4; a->seed = 1; a->comm = "auto";
+    a->out = "out/eval"; a->name = "ppl"; a->trials = 4; a->seed = 1; a->comm = "auto"; a->timeout_s = 600;
     int lens[3] = { 256, 512, 1024 };
     for (int i = 0; i < 3; i++) a->lens[i] = lens[i];
     a->nlens = 3;
@@ -240,6 +243,7 @@ static int parse_args(int argc, char** argv, Args* a) {
         else if (!strcmp(k, "--cp_shard")) { snprintf(a->shard, sizeof a->shard, "%s", v); bad = shard_mode_parse(v) < 0; }
         else if (!strcmp(k, "--cp_shard_min")) bad = to_int(v, &a->shard_min);
         else if (!strcmp(k, "--comm")) a->comm = v;
+        else if (!strcmp(k, "--timeout_s")) { if (grid_parse_timeout("eval", v, &a->timeout_s, msg, sizeof msg)) return 1; }
         else if (!strcmp(k, "--out")) a->out = v;
         else if (!strcmp(k, "--name")) {
             a->name = v;
@@ -976,6 +980,7 @@ int main(int argc, char** argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { if (!group_rank(world)) usage(stdout); grid_exit(0); }
     Args a;
     int fail = parse_args(argc, argv, &a);
+    if (!fail) comm_set_timeout(a.timeout_s);   // (every rank parses the same options: the first wait has it too)
     grid_check(world, fail, msg);
     fail = comm_set_transport(a.comm, msg, sizeof msg);
     grid_check(world, fail, msg);

@@ -36,13 +36,14 @@ typedef struct {
     int max_tokens, top_k, greedy, stop_at_eod, tp, cp, ids, verify;
     float temperature, top_p;
     long long seed;
+    double timeout_s;   // --timeout_s: the watchdog (comm_set_timeout)
 } Args;
 
 static void usage(FILE* f) {
     fprintf(f, "usage: [mpirun -np tp*cp] build/sample --ckpt PATH [--prompt TEXT | --prompt_ids 1,2,3 | --prompt_file FILE]\n"
                "       [--max_tokens N] [--temperature T] [--top_k K] [--top_p P] [--seed S] [--greedy] [--stop_at_eod 0|1]\n"
                "       [--tp N] [--cp N] [--cp_layout zigzag|contiguous] [--comm auto|mpi|nccl] [--matmul_precision P]\n"
-               "       [--tokenizer PATH] [--ids] [--verify]\n"
+               "       [--tokenizer PATH] [--ids] [--verify] [--timeout_s S]\n"
                "Generates text from a checkpoint (a file, or a directory: its latest) with a KV cache.\n"
                "  --prompt TEXT        the prompt as bytes (byte-level models: vocab_size 257); default: the end-of-document\n"
                "                       token (the start of a document)\n"
@@ -62,6 +63,8 @@ static void usage(FILE* f) {
                "                       meta.json, SHA-256 checked); without one, models of vocab_size 257 print bytes,\n"
                "                       others ids (with a note)\n"
                "  --ids                print token ids, not text\n"
+               "  --timeout_s S        the watchdog: a wait for other ranks longer than S seconds ends the job with one\n"
+               "                       line naming the ranks that did not arrive (default 600; 0: none; as build/train's)\n"
                "  --verify             check the cached path against a full forward of the whole sequence (relative\n"
                "                       1e-4 of the largest logit in fp32, 3e-2 in tf32 / bf16)\n"
                "Options may be written --name=value, with dashes for underscores (--max-tokens=20).\n");
@@ -92,11 +95,11 @@ static int parse_float(const char* opt, const char* v, double lo, double hi, flo
 static int parse_args(int argc, char** argv, Args* a) {
     memset(a, 0, sizeof *a);
     a->max_tokens = 128; a->temperature = 0.8f; a->top_p = 1.0f; a->seed = 1; a->stop_at_eod = 1;
-    a->tp = 1; a->cp = 1; a->layout = "zigzag"; a->comm = "auto"; a->precision = "fp32";
+    a->tp = 1; a->cp = 1; a->layout = "zigzag"; a->comm = "auto"; a->precision = "fp32"; a->timeout_s = 600;
     static const char* const FLAGS[] = { "--greedy", "--ids", "--verify", "--help", "-h", NULL };
     static const char* const OPTS[] = { "ckpt", "prompt", "prompt_ids", "prompt_file", "cp_layout", "comm", "max_tokens",
                                         "top_k", "stop_at_eod", "tp", "cp", "seed", "temperature", "top_p",
-                                        "matmul_precision", "tokenizer", "greedy", "ids", "verify", "help", NULL };
+                                        "matmul_precision", "tokenizer", "greedy", "ids", "verify", "timeout_s", "help", NULL };
     char e[512];
     argc = config_argv(argc, argv, FLAGS, &argv, e, sizeof e);
     if (argc < 0) { snprintf(msg, sizeof msg, "sample: %s", e); return 1; }
@@ -132,6 +135,7 @@ static int parse_args(int argc, char** argv, Args* a) {
         else if (!strcmp(o, "--seed")) { if (parse_int(o, v, 0, 0x7fffffffL, &x)) return 1; a->seed = x; }
         else if (!strcmp(o, "--temperature")) { if (parse_float(o, v, 0, 100, &a->temperature)) return 1; }
         else if (!strcmp(o, "--top_p")) { if (parse_float(o, v, 0, 1, &a->top_p)) return 1; }
+        else if (!strcmp(o, "--timeout_s")) { if (grid_parse_timeout("sample", v, &a->timeout_s, msg, sizeof msg)) return 1; }
         else { snprintf(msg, sizeof msg, "sample: unknown option '%s' (see --help)", o); return 1; }
     }
     if (!a->ckpt) { snprintf(msg, sizeof msg, "sample: --ckpt PATH is required (see --help)"); return 1; }
@@ -340,6 +344,7 @@ int main(int argc, char** argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { if (!group_rank(world)) usage(stdout); grid_exit(0); }
     Args a;
     int fail = parse_args(argc, argv, &a);
+    if (!fail) comm_set_timeout(a.timeout_s);   // (every rank parses the same options: the first wait has it too)
     grid_check(world, fail, msg);
     comm_set_note_stderr(1);   // stdout is the text
     fail = comm_set_transport(a.comm, msg, sizeof msg);

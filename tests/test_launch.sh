@@ -51,13 +51,45 @@ if [ $rc -eq 0 ] && [ -n "$s" ] && grep -q "run this script again to continue" "
 else bad "mpirun_cpu.sh, 2.5 s steps, SIGTERM to the group: rc $rc, step '$s': $(grep -v '^step' "$T/cpuslow.out" | tail -3)"; fi
 end_session "$(cat "$T/cpuslow.sid")"
 
+# 1c. tools/requeue_lead: the requeue signal's lead time from the planned checkpoint size and a save rate; against
+# the parameter count the trainer printed and the size of the checkpoint it wrote (HDF5's own bytes on top: < 10 %)
+P=$(sed -nE 's/^params ([0-9]+) .*/\1/p' "$T/cpu1.out" | head -n 1); ck=$(ls "$T"/cpu/ckpt_*.h5 | tail -n 1)
+tools/requeue_lead -c configs/tiny.conf --save_mbs 0.5 --step_s 2 >"$T/lead.out" 2>&1; rc=$?
+want=$($PY -c "import math,sys; p=int(sys.argv[1]); print(math.ceil(1.5 * (2 + 2 * 12 * p / 0.5e6)))" "${P:-0}")
+gb=$(sed -nE 's/.*a checkpoint of ([0-9.e+-]+) GB.*/\1/p' "$T/lead.out")
+if [ $rc -eq 0 ] && [ "$(tail -n 1 "$T/lead.out")" = "$want" ] && $PY -c "import os,sys; r = float(sys.argv[1]) * 1e9 / os.path.getsize(sys.argv[2]); sys.exit(not 0.9 < r <= 1.0)" "$gb" "$ck"; then
+  ok "tools/requeue_lead: $P parameters -> ${gb} GB (the checkpoint: $(stat -c %s "$ck") bytes); 1.5 x (2 s + 2 saves at 0.5 MB/s) = $want s"
+else bad "tools/requeue_lead: rc $rc, want $want (params $P), checkpoint $(stat -c %s "$ck" 2>/dev/null) bytes: $(tr '\n' ' ' <"$T/lead.out")"; fi
+js=$(build/plan -c configs/llama_1b_128k.conf --tp 2 --cp 16 --json); mo=$(sed -nE 's/.*"moments": ([0-9.e+]+).*/\1/p' <<<"$js")
+whole=$(build/plan -c configs/llama_1b_128k.conf --zero 0 --device cpu --json | sed -nE 's/.*"moments": ([0-9.e+]+).*/\1/p')
+st=$(sed -nE 's/.*"step_s": ([0-9.e+]+).*/\1/p' <<<"$js")
+want=$($PY -c "import math,sys; b = 12 * float(sys.argv[1]) / 8; print(math.ceil(1.5 * (float(sys.argv[2]) + 2 * b / 500e6)))" "$whole" "$st")
+got=$(tools/requeue_lead -c configs/llama_1b_128k.conf --tp 2 --cp 16 --save_mbs 500 2>&1 | tail -n 1)
+[ "$got" = "$want" ] && ok "tools/requeue_lead for slurm_gpu.sbatch's default (llama_1b_128k, tp 2 x cp 16, build/plan's step $st s) at 500 MB/s: $got s" \
+  || bad "tools/requeue_lead with build/plan's step: $got, want $want"
+# the Slurm scripts' --signal lead: at least what the command in their "lead time:" comment prints
+for kind in cpu gpu; do
+  f=configs/launch/slurm_$kind.sbatch
+  sig=$(sed -nE 's/^#SBATCH --signal=USR1@([0-9]+)$/\1/p' "$f"); cmd=$(sed -nE 's/^#   lead time: (tools\/requeue_lead .*)$/\1/p' "$f")
+  # shellcheck disable=SC2086
+  need=$([ -n "$cmd" ] && $cmd 2>&1 | tail -n 1)
+  [[ $need =~ ^[0-9]+$ ]] && [ -n "$sig" ] && [ "$sig" -ge "$need" ] && ok "slurm_$kind.sbatch: --signal=USR1@$sig covers its default's lead time ($need s: $cmd)" \
+    || bad "slurm_$kind.sbatch: --signal=USR1@'$sig' against '$cmd': '$need'"
+done
+for a in "--save_mbs 0|--save_mbs '0' must be a positive number" "--save_mbs 5 --safety 0.5|--safety '0.5' must be at least 1" \
+         "|give the measured save rate" "--save_mbs 5 --tp 3|not divisible by tp = 3" "--save_mbs 5 --choose|build/plan's own mode"; do
+  # shellcheck disable=SC2086
+  expect_err "requeue_lead ${a%%|*}" "${a#*|}" 1 tools/requeue_lead -c configs/tiny.conf ${a%%|*}
+done
+
 # 2. Slurm stand-ins: srun runs its command on SLURM_NTASKS ranks with mpirun; scontrol logs what it was asked
 mkdir -p "$T/bin"
 # (srun forwards a SIGTERM to its tasks; mpirun cannot, so the stand-in goes through tools/preemptible, which
 # hands it to the tasks as SIGUSR1: the trainer treats both alike)
 cat >"$T/bin/srun" <<EOF
 #!/usr/bin/env bash
-while [[ "\$1" == --* ]]; do shift; done     # srun's own options (--kill-on-bad-exit=1, --gpu-bind=none, ...)
+o=(); while [[ "\$1" == --* ]]; do o+=("\$1"); shift; done     # srun's own options (--mpi=pmix, --kill-on-bad-exit=1, ...)
+echo "\${o[*]} \${1##*/}" >>"$T/srun.log"
 exec "$PWD/tools/preemptible" ${MPI[*]} -np "\$SLURM_NTASKS" "\$@"
 EOF
 printf '#!/usr/bin/env bash\necho "$@" >>"%s/scontrol.log"\n' "$T" >"$T/bin/scontrol"
@@ -84,6 +116,11 @@ for kind in cpu gpu; do
     ok "slurm_$kind.sbatch requeued: resumed, finished step $((s + 2)), no further requeue, evaluated"
   else bad "slurm_$kind.sbatch requeued run: rc $rc, last step $(last_step "$T/$name"): $(tail -3 "$T/$name.2")"; fi
 done
+# every srun of the batch scripts (train and eval, CPU and GPU) names its PMI plug-in: without one, on a cluster whose
+# MpiDefault is none, the tasks would start as singletons
+n=$(grep -c . "$T/srun.log"); m=$(grep -c -- "--mpi=pmix" "$T/srun.log")
+[ "$n" -ge 6 ] && [ "$m" = "$n" ] && ok "every srun of the batch scripts says --mpi=pmix ($n of $n: $(sort -u "$T/srun.log" | awk '{print $NF}' | sort -u | tr '\n' ' '))" \
+  || bad "srun without --mpi=pmix: $m of $n: $(grep -v -- --mpi=pmix "$T/srun.log" | head -3 | tr '\n' ';')"
 grep -q "backend cuda" "$T/sgpu.1" && grep -q "^transport: nccl" "$T/sgpu.1" && ok "the GPU job ran the CUDA backend over NCCL: $(grep -m1 "^transport" "$T/sgpu.1")" \
   || bad "the GPU job's log names no CUDA backend / NCCL: $(grep -m1 "ringlm train" "$T/sgpu.1"); $(grep -m1 "^transport" "$T/sgpu.1")"
 
@@ -121,11 +158,63 @@ if [ $rc -eq 0 ] && grep -q "^launch: '$T/s17b' has no 'latest' (a job stopped a
   ok "slurm_cpu.sbatch after a job stopped between a save and its 'latest': resumed from ckpt_00000002.h5, finished step 4"
 else bad "requeue without latest: rc $rc: $(grep -m2 'launch:\|train:' "$T/s17b.out" | sed "s|$T/||g")"; fi
 
+# 2d. the first submit from a fresh clone, as Slurm runs it: Slurm opens the #SBATCH --output file (%x the job name,
+# %j the job id; relative to the submit directory) before the script runs, and a job whose log directory does not
+# exist fails with no log at all. The submit directory here holds what a clone has (the tracked top-level entries) and
+# the build; the defaults (OUT_DIR out/tiny) are kept
+mkdir -p "$T/fresh"
+{ git ls-files 2>/dev/null | cut -d/ -f1 | sort -u; echo build; } | while read -r e; do [ -e "$e" ] && ln -s "$PWD/$e" "$T/fresh/$e"; done
+for kind in cpu gpu; do
+  script=configs/launch/slurm_$kind.sbatch
+  out=$(sed -n 's/^#SBATCH --output=//p' "$script"); jn=$(sed -n 's/^#SBATCH --job-name=//p' "$script")
+  log=${out//%x/$jn}; log=${log//%j/4243}; [[ $log == /* ]] || log=$T/fresh/$log
+  extra=(); [ $kind = gpu ] && extra=(TRAIN=build/emu/train)
+  if ! { : >>"$log"; } 2>/dev/null; then bad "slurm_$kind.sbatch: Slurm could not open its log '$out' in a fresh clone (no directory '$(dirname "$out")')"; continue; fi
+  (cd "$T/fresh" && env PATH="$T/bin:$PATH" SLURM_JOB_ID=4243 SLURM_NTASKS=2 SLURM_SUBMIT_DIR="$T/fresh" SLURM_CPUS_PER_TASK=1 \
+    CONFIG=configs/tiny.conf DATA="$T/data" TP=1 CP=2 "${extra[@]}" bash "$script" --max_steps 2 --val_every 0 </dev/null >>"$log" 2>&1); rc=$?
+  if [ $rc -eq 0 ] && grep -q "^done: 2 steps" "$log" && ls "$T/fresh/out/tiny/eval/"*.csv >/dev/null 2>&1; then
+    ok "slurm_$kind.sbatch submitted from a fresh clone: its log ${log#$T/fresh/} (--output=$out) holds the run; out/tiny trained and evaluated"
+  else bad "slurm_$kind.sbatch from a fresh clone: rc $rc: $(tail -3 "$log")"; fi
+  rm -rf "$T/fresh/out"
+done
+
+# 2e. RANKS_PER_NODE=slots: the ranks of each HOSTFILE line's slots=N (hosts of different sizes)
+printf 'localhost slots=2\n' >"$T/hosts1"
+env HOSTFILE="$T/hosts1" RANKS_PER_NODE=slots TP=1 CP=2 CONFIG=configs/tiny.conf DATA="$T/data" OUT_DIR="$T/slots" \
+  bash configs/launch/mpirun_cpu.sh --max_steps 2 --val_every 0 </dev/null >"$T/slots.out" 2>&1; rc=$?
+[ $rc -eq 0 ] && grep -q "^grid: world 2 = dp 1 x cp 2 x tp 1" "$T/slots.out" && [ "$(last_step "$T/slots")" = 2 ] \
+  && ok "mpirun_cpu.sh RANKS_PER_NODE=slots: 2 ranks from 'localhost slots=2'" || bad "RANKS_PER_NODE=slots: rc $rc: $(tail -3 "$T/slots.out")"
+printf 'localhost slots=2\nnode2\n' >"$T/hosts2"; printf 'localhost slots=3\n' >"$T/hosts3"
+expect_err "slots: a hostfile line without slots=N" "hosts2 line 2 ('node2 ')|slots=N" 1 env HOSTFILE="$T/hosts2" RANKS_PER_NODE=slots TP=1 CP=1 bash configs/launch/mpirun_cpu.sh
+expect_err "slots: a host's slots not a multiple of TP" "hosts3 line 1|a multiple of TP = 2" 1 env HOSTFILE="$T/hosts3" RANKS_PER_NODE=slots TP=2 CP=1 bash configs/launch/mpirun_cpu.sh
+expect_err "slots without a hostfile" "RANKS_PER_NODE=slots needs HOSTFILE" 1 env RANKS_PER_NODE=slots TP=1 CP=1 bash configs/launch/mpirun_cpu.sh
+
+# 2f. tools/preemptible ends a launcher that outlives the job's abort line by its grace (mpirun waiting for an
+# unreachable host: tests/test_multihost.sh does it for real); one that ends by itself keeps its status
+stuck='echo "comm: ring hop on the ring group (2 ranks) did not finish within timeout_s = 1 s: rank 1 (no answer: stopped, hung or dead) did not arrive; rank 0 aborts the job" >&2; trap "" TERM; sleep 300'
+t0=$SECONDS; RINGLM_LAUNCH_GRACE_S=2 timeout $HANG_S tools/preemptible bash -c "$stuck" >"$T/g.out" 2>"$T/g.err"; rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -c . "$T/g.err")" = 2 ] && grep -q "rank 0 aborts the job$" "$T/g.err" \
+   && grep -qx "launch: [a-z]* had not ended 2 s after the job's abort line (a host unreachable? docs/reliability.md): ended it" "$T/g.err"; then
+  ok "tools/preemptible: a launcher ignoring SIGTERM after the abort line ended after the 2 s grace ($((SECONDS - t0)) s), exit 1, 2 lines"
+else bad "the grace after an abort line: rc $rc after $((SECONDS - t0)) s: $(head -c 500 "$T/g.err")"; fi
+RINGLM_LAUNCH_GRACE_S=30 timeout $HANG_S tools/preemptible bash -c 'echo "x: rank 0 aborts the job" >&2; sleep 1; exit 3' 2>"$T/g2.err"; rc=$?
+[ $rc -eq 3 ] && [ "$(grep -c . "$T/g2.err")" = 1 ] && ok "tools/preemptible: a launcher that ends within the grace keeps its exit status (3) and its one line" \
+  || bad "a launcher ending within the grace: rc $rc: $(head -c 300 "$T/g2.err")"
+expect_err "RINGLM_LAUNCH_GRACE_S not a whole number" "RINGLM_LAUNCH_GRACE_S='1.5' must be a whole number" 1 env RINGLM_LAUNCH_GRACE_S=1.5 tools/preemptible true
+
 # 3. mpirun_gpu.sh on one node of (emulated) GPUs, tp 2 x cp 2
-env NODES=1 GPUS_PER_NODE=4 TP=2 CP=2 CONFIG=configs/tiny.conf DATA="$T/data" OUT_DIR="$T/gpu" TRAIN=build/emu/train \
+REAL_MPIRUN=$(command -v mpirun)
+mkdir -p "$T/mpi/bin"   # (an mpirun that records its command line: the Open MPI installation the script names is $T/mpi)
+printf '#!/bin/sh\necho "$*" >>"%s/mpirun.log"\nexec "%s" "$@"\n' "$T" "$REAL_MPIRUN" >"$T/mpi/bin/mpirun"; chmod +x "$T/mpi/bin/mpirun"
+env PATH="$T/mpi/bin:$PATH" LD_LIBRARY_PATH="$T/lib:${LD_LIBRARY_PATH:-}" NODES=1 GPUS_PER_NODE=4 TP=2 CP=2 CONFIG=configs/tiny.conf DATA="$T/data" OUT_DIR="$T/gpu" TRAIN=build/emu/train \
   bash configs/launch/mpirun_gpu.sh --max_steps 3 --val_every 0 </dev/null >"$T/gpu.out" 2>&1; rc=$?
 [ $rc -eq 0 ] && [ "$(last_step "$T/gpu")" = 3 ] && ls "$T"/gpu/eval/*.csv >/dev/null 2>&1 && ok "mpirun_gpu.sh: tp 2 x cp 2 on 4 emulated GPUs trained and evaluated" \
   || bad "mpirun_gpu.sh: rc $rc: $(tail -3 "$T/gpu.out")"
+# its mpirun lines (train, eval) name Open MPI's installation (remote daemons find their programs and libraries
+# whatever a node's login shell sets) and forward PATH and LD_LIBRARY_PATH (CUDA, NCCL) to the ranks
+n=$(grep -c . "$T/mpirun.log" 2>/dev/null); m=$(grep -cE -- "--prefix $T/mpi .*-x PATH -x LD_LIBRARY_PATH( |$)" "$T/mpirun.log" 2>/dev/null)
+[ "${n:-0}" = 2 ] && [ "$m" = 2 ] && ok "mpirun_gpu.sh's mpirun (train, eval): --prefix \$T/mpi (from the mpirun on PATH), -x PATH -x LD_LIBRARY_PATH" \
+  || bad "mpirun_gpu.sh's mpirun lines: $(sed "s|$T/||g" "$T/mpirun.log" 2>/dev/null | head -c 400)"
 
 # 4. bad input: one line, exit 1
 expect_err "a world that is not a multiple of tp x cp" "3 ranks|tp x cp = 1 x 2" 1 env NODES=1 RANKS_PER_NODE=3 TP=1 CP=2 bash configs/launch/mpirun_cpu.sh

@@ -40,10 +40,10 @@
 #define CHUNK_MAX_BYTES 0xFFFFFFFFULL      // HDF5's limit on one chunk
 
 static const char* USAGE =
-"usage: [mpirun -np P] build/reshard --info CKPT\n"
-"       [mpirun -np P] build/reshard --verify CKPT\n"
+"usage: [mpirun -np P] build/reshard --info CKPT [--timeout_s S]\n"
+"       [mpirun -np P] build/reshard --verify CKPT [--timeout_s S]\n"
 "       [mpirun -np P] build/reshard --tp N --cp N --dp N --out NEW [--dtype keep|fp32|bf16] [--model-only]\n"
-"                                    [--force] CKPT\n"
+"                                    [--force] [--timeout_s S] CKPT\n"
 "\n"
 "Inspects, verifies and converts ringlm checkpoints (HDF5, format: checkpoint/FORMAT.md). Runs on one\n"
 "process or under mpirun: tensors, or row blocks of large tensors, are divided among the ranks.\n"
@@ -74,6 +74,11 @@ static const char* USAGE =
 "                 always fp32.\n"
 "  --model-only   omit /optimizer: resuming from NEW starts the AdamW moments at zero\n"
 "  --force        replace an existing NEW (otherwise an error)\n"
+"\n"
+"every mode:\n"
+"  --timeout_s S  the watchdog: a wait for other ranks (or one rank's file work in a collective phase) longer\n"
+"                 than S seconds ends the job with one line naming the ranks (default 600; 0: none; as\n"
+"                 build/train's); raise it for multi-GB checkpoints on a slow file system\n"
 "  -h, --help     this text\n"
 "\n"
 "Errors (missing or truncated file, not HDF5, corrupt HDF5 metadata, not a ringlm checkpoint, another\n"
@@ -94,6 +99,7 @@ typedef struct {
     int tp, cp, dp;
     int dtype;              // DT_*
     int model_only, force;
+    double timeout_s;       // --timeout_s: the watchdog (comm_set_timeout)
     int layout_given;       // any of --tp/--cp/--dp/--dtype/--model-only/--force
 } Opts;
 
@@ -149,9 +155,10 @@ static int parse_degree(const char* opt, const char* v, int* out) {
 static int parse_args(int argc, char** argv, Opts* o) {
     memset(o, 0, sizeof *o);
     o->tp = o->cp = o->dp = 1;
+    o->timeout_s = 600;
     // --name value or --name=value, dashes and underscores alike (config_argv: --model-only reads as --model_only)
     static const char* const FLAGS[] = { "--info", "--verify", "--model_only", "--force", "--help", "-h", NULL };
-    static const char* const OPTS[] = { "info", "verify", "out", "tp", "cp", "dp", "dtype", "model-only", "force", "help", NULL };
+    static const char* const OPTS[] = { "info", "verify", "out", "tp", "cp", "dp", "dtype", "model-only", "force", "timeout_s", "help", NULL };
     char err[512];
     argc = config_argv(argc, argv, FLAGS, &argv, err, sizeof err);
     if (argc < 0) return FAIL("reshard: %s", err);
@@ -176,6 +183,10 @@ static int parse_args(int argc, char** argv, Opts* o) {
             else if (v && !strcmp(v, "bf16")) o->dtype = DT_BF16;
             else return FAIL("reshard: --dtype must be keep, fp32 or bf16, got '%s'", v ? v : "");
             i++; o->layout_given = 1;
+        }
+        else if (!strcmp(a, "--timeout_s")) {
+            if (grid_parse_timeout("reshard", v, &o->timeout_s, msg, sizeof msg)) return 1;
+            i++;
         }
         else if (!strcmp(a, "--model_only")) o->model_only = o->layout_given = 1;
         else if (!strcmp(a, "--force")) o->force = o->layout_given = 1;
@@ -889,7 +900,9 @@ int main(int argc, char** argv) {
             grid_exit(0);
         }
     Opts o;
-    grid_check(W, parse_args(argc, argv, &o), msg);
+    int fail = parse_args(argc, argv, &o);
+    if (!fail) comm_set_timeout(o.timeout_s);   // (every rank parses the same options: the first wait has it too)
+    grid_check(W, fail, msg);
     char ph[300];   // HDF5's collective I/O and one rank's file work under the watchdog (comm_phase_begin)
     snprintf(ph, sizeof ph, "%s %.250s", o.mode == MODE_CONVERT ? "converting" : "reading", o.in);
     comm_phase_begin(ph);

@@ -16,6 +16,14 @@
 #                                stopped by a signal; 1 when finished
 #   launch_int NAME MIN          exits 1 with one line unless the variable NAME holds a whole number >= MIN; leading
 #                                zeros are dropped (08 is 8)
+#   launch_mpirun NP             sets MPI to the start of an Open MPI command line for NP ranks: --prefix (Open MPI's
+#                                installation, MPI_PREFIX or the one whose mpirun is on PATH: the remote daemons then
+#                                find their programs and libraries whatever a node's login shell sets), PATH and
+#                                LD_LIBRARY_PATH forwarded to the ranks (-x), the HOSTFILE when set, --bind-to none,
+#                                --allow-run-as-root as root
+#   launch_slots HOSTFILE TP     for RANKS_PER_NODE=slots: sets WORLD to the sum of the hostfile's slots and NODES to
+#                                its hosts; exits 1 with one line unless every host line says slots=N, N a multiple
+#                                of TP (a tp group stays on one node)
 # Signals: each script's first line records a SIGTERM, SIGINT, SIGHUP or SIGUSR1 in LAUNCH_STOP (`trap 'LAUNCH_STOP=1'
 # TERM INT HUP USR1`) and launch_run acts on it: before the run started, nothing is started; later, it is passed on.
 # (bash 5.2 can fail with "trap: line 2: unexpected EOF ..." when a trapped signal arrives just as it parses a
@@ -26,6 +34,35 @@ launch_int() {
     echo "launch: $name='$v' must be a whole number >= $min" >&2; exit 1
   fi
   printf -v "$name" '%d' "$((10#$v))"   # (decimal: bash's arithmetic would read 010 as octal 8 and refuse 08)
+}
+
+launch_mpirun() {
+  local np=$1 bin prefix=${MPI_PREFIX:-}
+  if [ -z "$prefix" ]; then
+    bin=$(command -v mpirun) || { echo "launch: mpirun is not on PATH (install Open MPI, or put its bin/ on PATH)" >&2; exit 1; }
+    bin=$(readlink -f "$bin"); prefix=${bin%/bin/*}
+  fi
+  MPI=(mpirun -np "$np" --prefix "$prefix" --bind-to none -x PATH)
+  [ -n "${LD_LIBRARY_PATH:-}" ] && MPI+=(-x LD_LIBRARY_PATH)   # (-x of an unset name is a warning line)
+  (( EUID == 0 )) && MPI+=(--allow-run-as-root)
+  [ -n "${HOSTFILE:-}" ] && MPI+=(--hostfile "$HOSTFILE")
+  return 0
+}
+
+launch_slots() {
+  local file=$1 tp=$2 host rest n line=0
+  [ -r "$file" ] || { echo "launch: HOSTFILE '$file' cannot be read (RANKS_PER_NODE=slots counts its slots)" >&2; exit 1; }
+  WORLD=0 NODES=0
+  while read -r host rest; do
+    line=$((line + 1))
+    [[ -z $host || $host == \#* ]] && continue
+    if ! [[ " $rest " =~ \ slots=([0-9]{1,6})\  ]] || (( 10#${BASH_REMATCH[1]} < 1 || 10#${BASH_REMATCH[1]} % tp )); then
+      echo "launch: $file line $line ('$host $rest'): RANKS_PER_NODE=slots needs 'slots=N' on every host line, N a multiple of TP = $tp" >&2
+      exit 1
+    fi
+    n=$((10#${BASH_REMATCH[1]})); WORLD=$((WORLD + n)); NODES=$((NODES + 1))
+  done <"$file"
+  (( NODES )) || { echo "launch: HOSTFILE '$file' names no host" >&2; exit 1; }
 }
 
 launch_grid() {

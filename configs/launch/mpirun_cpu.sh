@@ -12,6 +12,11 @@
 #
 #   HOSTFILE=hosts.txt NODES=2 RANKS_PER_NODE=8 TP=4 CP=4 bash configs/launch/mpirun_cpu.sh [more train keys]
 #   NODES=1 RANKS_PER_NODE=4 TP=1 CP=4 CONFIG=configs/tiny.conf bash configs/launch/mpirun_cpu.sh  (one machine)
+#   HOSTFILE=hosts.txt RANKS_PER_NODE=slots TP=1 CP=2 bash configs/launch/mpirun_cpu.sh  (each host its slots=N ranks)
+# Open MPI's installation is passed as --prefix (MPI_PREFIX, default the one whose mpirun is on PATH) and PATH and
+# LD_LIBRARY_PATH go to every rank: the remote nodes need the same paths (a shared file system or identical installs).
+# A rank's abort line (a host cut off, a rank stopped) ends the job within timeout_s plus tools/preemptible's grace
+# (RINGLM_LAUNCH_GRACE_S, default 10 s), also when mpirun itself would wait for an unreachable host.
 trap 'LAUNCH_STOP=1' TERM INT HUP USR1   # first of all: a stop during start-up is kept (configs/launch/common.sh)
 set -euo pipefail
 case $0 in */*) cd "${0%/*}/../..";; *) cd ../..;; esac
@@ -20,22 +25,26 @@ CONFIG=${CONFIG:-configs/llama_125m_128k.conf}
 DATA=${DATA:-data}                     # directory with train_*.bin / val_*.bin (and meta.json)
 NAME=${CONFIG##*/}; OUT_DIR=${OUT_DIR:-out/${NAME%.conf}}
 NODES=${NODES:-2}
-RANKS_PER_NODE=${RANKS_PER_NODE:-8}
+RANKS_PER_NODE=${RANKS_PER_NODE:-8}    # or 'slots': as many as each HOSTFILE line's slots=N (hosts of different sizes)
 TP=${TP:-4}                            # within a node
 CP=${CP:-4}                            # ring size
 CKPT_EVERY=${CKPT_EVERY:-100}
 THREADS=${THREADS:-1}                  # OpenMP threads per rank
-for v in NODES RANKS_PER_NODE TP CP THREADS; do launch_int "$v" 1; done
+for v in TP CP THREADS; do launch_int "$v" 1; done
 launch_int CKPT_EVERY 0
-WORLD=$((NODES * RANKS_PER_NODE))
+if [ "$RANKS_PER_NODE" = slots ]; then
+  [ -n "${HOSTFILE:-}" ] || { echo "launch: RANKS_PER_NODE=slots needs HOSTFILE (its lines' slots=N give the ranks per node)" >&2; exit 1; }
+  launch_slots "$HOSTFILE" "$TP"; MAP=(--map-by slot)   # (consecutive ranks fill a host's slots: a tp group on one node)
+else
+  for v in NODES RANKS_PER_NODE; do launch_int "$v" 1; done
+  WORLD=$((NODES * RANKS_PER_NODE)); MAP=(--map-by "ppr:$RANKS_PER_NODE:node")
+fi
 launch_grid "$WORLD" "$TP" "$CP"
 launch_resume "$OUT_DIR"
-HOSTS=()
-if [ -n "${HOSTFILE:-}" ]; then HOSTS=(--hostfile "$HOSTFILE")
-elif (( NODES > 1 )); then echo "launch: set HOSTFILE to an Open MPI hostfile (one line per node: 'host slots=N')" >&2; exit 1; fi
-MPI=(mpirun -np "$WORLD" "${HOSTS[@]}" --map-by "ppr:$RANKS_PER_NODE:node" --bind-to none -x OMP_NUM_THREADS -x HDF5_USE_FILE_LOCKING)
-(( EUID == 0 )) && MPI+=(--allow-run-as-root)
-(( NODES == 1 && RANKS_PER_NODE > $(nproc) )) && MPI+=(--oversubscribe)
+if [ -z "${HOSTFILE:-}" ] && (( NODES > 1 )); then echo "launch: set HOSTFILE to an Open MPI hostfile (one line per node: 'host slots=N')" >&2; exit 1; fi
+launch_mpirun "$WORLD"
+MPI+=("${MAP[@]}" -x OMP_NUM_THREADS -x HDF5_USE_FILE_LOCKING)
+[ "$RANKS_PER_NODE" != slots ] && (( NODES == 1 && RANKS_PER_NODE > $(nproc) )) && MPI+=(--oversubscribe)
 export OMP_NUM_THREADS=$THREADS HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}
 launch_run tools/preemptible "${MPI[@]}" \
   build/train -c "$CONFIG" --train_data "$DATA/train_*.bin" --val_data "$DATA/val_*.bin" \

@@ -7,7 +7,10 @@
 # automatic (OUT_DIR/latest), on any node count. SIGTERM or Ctrl-C to this script (or its process group) reaches the
 # ranks as SIGUSR1 (tools/preemptible): they finish the step, save a checkpoint and exit 0; run the script again to
 # continue. Never signal mpirun itself: on a SIGTERM of its own Open MPI kills the ranks about 2 s later and exits 1.
-# NCCL / UCX settings: configs/launch/gpu_env.sh (defaults; the environment wins).
+# NCCL / UCX settings: configs/launch/gpu_env.sh (defaults; the environment wins). Open MPI's installation goes as
+# --prefix (MPI_PREFIX, default the one whose mpirun is on PATH), and PATH and LD_LIBRARY_PATH (the CUDA, cuDNN and
+# NCCL libraries) are forwarded to every rank: remote nodes need the same paths. A rank's abort line ends the job
+# within timeout_s plus tools/preemptible's grace (RINGLM_LAUNCH_GRACE_S, default 10 s), even with a host cut off.
 #
 #   HOSTFILE=hosts.txt NODES=4 GPUS_PER_NODE=8 TP=2 CP=16 bash configs/launch/mpirun_gpu.sh [more train keys]
 trap 'LAUNCH_STOP=1' TERM INT HUP USR1   # first of all: a stop during start-up is kept (configs/launch/common.sh)
@@ -30,12 +33,10 @@ launch_int CKPT_EVERY 0
 WORLD=$((NODES * GPUS_PER_NODE))
 launch_grid "$WORLD" "$TP" "$CP"
 launch_resume "$OUT_DIR"
-HOSTS=()
-if [ -n "${HOSTFILE:-}" ]; then HOSTS=(--hostfile "$HOSTFILE")
-elif (( NODES > 1 )); then echo "launch: set HOSTFILE to an Open MPI hostfile (one line per node: 'host slots=GPUS')" >&2; exit 1; fi
-MPI=(mpirun -np "$WORLD" "${HOSTS[@]}" --map-by "ppr:$GPUS_PER_NODE:node" --bind-to none)
+if [ -z "${HOSTFILE:-}" ] && (( NODES > 1 )); then echo "launch: set HOSTFILE to an Open MPI hostfile (one line per node: 'host slots=GPUS')" >&2; exit 1; fi
+launch_mpirun "$WORLD"
+MPI+=(--map-by "ppr:$GPUS_PER_NODE:node")
 for v in "${GPU_ENV_NAMES[@]}"; do MPI+=(-x "$v"); done
-(( EUID == 0 )) && MPI+=(--allow-run-as-root)
 (( NODES == 1 && GPUS_PER_NODE > $(nproc) )) && MPI+=(--oversubscribe)
 launch_run tools/preemptible "${MPI[@]}" \
   "$TRAIN" -c "$CONFIG" --train_data "$DATA/train_*.bin" --val_data "$DATA/val_*.bin" \
