@@ -32,10 +32,12 @@ $(error BACKEND=$(BACKEND): there is no backend/$(BACKEND)/backend.mk (backends:
 endif
 include backend/$(BACKEND)/backend.mk
 
-CFLAGS    := -std=c11 -D_GNU_SOURCE $(OPT) -fopenmp -Wall -Wextra -I. -I$(H5_INC) $(BACKEND_CFLAGS)
-LDLIBS    := $(BACKEND_LDLIBS) -L$(H5_LIB) -Wl,-rpath,$(H5_LIB) -lhdf5 -fopenmp -lm
+# SAN: sanitizer flags, for compiling and linking (`make asan` sets them)
+SAN       ?=
+CFLAGS    := -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) -fopenmp -Wall -Wextra -I. -I$(H5_INC) $(BACKEND_CFLAGS)
+LDLIBS    := $(BACKEND_LDLIBS) -L$(H5_LIB) -Wl,-rpath,$(H5_LIB) -lhdf5 -fopenmp -lm $(SAN)
 
-.PHONY: all cuda cuda-emu gpu-bundle test test-quick demo deps bench clean print-lib-src
+.PHONY: all cuda cuda-emu asan gpu-bundle test test-quick demo deps bench clean print-lib-src
 .SECONDARY:
 all: $(PROGRAMS) $(TEST_BIN)
 
@@ -74,6 +76,13 @@ cuda:
 cuda-emu:
 	@$(MAKE) --no-print-directory BACKEND=cuda CUDA_EMU=1
 
+# the CPU programs built with AddressSanitizer and UndefinedBehaviorSanitizer into build/asan/ (tests/test_asan.sh runs
+# them): a memory error or undefined behaviour stops the program with a report instead of passing unseen
+ASAN_PROGRAMS := train eval sample reshard plan prepare
+asan:
+	@$(MAKE) --no-print-directory BD=build/asan OPT='-O1 -g -fno-omit-frame-pointer' \
+	  SAN='-fsanitize=address,undefined -fno-sanitize-recover=undefined' $(addprefix build/asan/,$(ASAN_PROGRAMS))
+
 # the library sources of this backend's build, one per line (tests/test_build.sh checks the selection)
 print-lib-src:
 	@printf '%s\n' $(LIB_SRC)
@@ -92,6 +101,7 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory -j$(JOBS) cuda; else echo "make test: no nvcc: the CUDA programs are not built"; fi
 	@$(MAKE) --no-print-directory -j$(JOBS) cuda-emu
+	@$(MAKE) --no-print-directory -j$(JOBS) asan
 	@bash tests/run_all.sh
 
 # the smoke subset (about 2 minutes on 2 cores): the model against the PyTorch reference, the attention kernel, ring

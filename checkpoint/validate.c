@@ -266,6 +266,50 @@ static int check_structure(const char* who, const char* path, char* err, size_t 
 // ---- containment: the check runs in a child process ---------------------------------------------------
 
 typedef int (*ContainedJob)(const char* who, const char* path, char* out, size_t outlen);
+static int check_structure(const char* who, const char* path, char* out, size_t outlen);
+static int read_run_id(const char* who, const char* path, char* out, size_t outlen);
+static const struct { const char* name; ContainedJob job; } JOBS[] = { { "structure", check_structure }, { "run_id", read_run_id } };
+#define NJOBS (int)(sizeof JOBS / sizeof JOBS[0])
+
+// the child's part: no output but the pipe fd, its address space limited to what it holds now + 4 GiB (a corrupt
+// size field cannot make HDF5 take the machine's memory), the verdict on the pipe, then _exit (no handler of the
+// program runs)
+static void contained_run(ContainedJob job, const char* who, const char* path, int fd) {
+    signal(SIGPIPE, SIG_IGN);
+    int null = open("/dev/null", O_WRONLY);   // whatever HDF5 might print stays out of the job's output
+    if (null >= 0) { dup2(null, 1); dup2(null, 2); close(null); }
+    long pages = 0;
+    FILE* sm = fopen("/proc/self/statm", "r");
+    if (sm) { if (fscanf(sm, "%ld", &pages) != 1) pages = 0; fclose(sm); }
+    struct rlimit rl;
+    if (pages > 0 && !getrlimit(RLIMIT_AS, &rl)) {
+        rlim_t lim = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (4ULL << 30);
+        if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > lim) { rl.rlim_cur = lim; setrlimit(RLIMIT_AS, &rl); }
+    }
+    char e[2048] = "\x06";   // ACK + result: the job succeeded (said on the pipe too: the parent may not see the status)
+    int rc = job(who, path, e + 1, sizeof e - 1);
+    const char* said = rc ? e + 1 : e;
+    ssize_t k = write(fd, said, strlen(said)); (void)k;
+    close(fd);
+    _exit(rc ? 3 : 0);
+}
+
+// The child is a new image of this program (fork, then exec of /proc/self/exe), not only a fork: a forked copy of a
+// process with threads (MPI's and PMIx's progress threads, the watchdog, a sanitizer's allocator) inherits every lock
+// another thread held at the fork, and could wait for ever on one of them; a new image holds none. Its start-up (this
+// constructor, before main and before MPI) finds RINGLM_CONTAINED = "JOB FD" and runs the job instead of the program.
+__attribute__((constructor)) static void contained_child(void) {
+    const char* spec = getenv("RINGLM_CONTAINED");
+    if (!spec) return;
+    char name[32];
+    int fd;
+    const char* who = getenv("RINGLM_CONTAINED_WHO");
+    const char* path = getenv("RINGLM_CONTAINED_PATH");
+    if (sscanf(spec, "%31s %d", name, &fd) == 2 && who && path)
+        for (int i = 0; i < NJOBS; i++)
+            if (!strcmp(name, JOBS[i].name)) contained_run(JOBS[i].job, who, path, fd);
+    _exit(4);
+}
 
 // job(who, path, out) in a child process: 0 with its result in out (a string, may be empty), or 1 with one line
 // in out (the job's message, or how the child died or that it ran out of time)
@@ -275,28 +319,32 @@ static int contained(ContainedJob job, const char* who, const char* path, char* 
     int pfd[2];
     fflush(stdout); fflush(stderr);
     if (pipe(pfd)) return job(who, path, err, errlen);   // no child possible: run in-process
+    // the new image's environment, made before the fork (the child only calls execve: nothing that may take a lock)
+    extern char** environ;
+    const char* jname = NULL;
+    for (int i = 0; i < NJOBS; i++) if (JOBS[i].job == job) jname = JOBS[i].name;
+    size_t ne = 0;
+    while (environ[ne]) ne++;
+    char** envp = calloc(ne + 4, sizeof *envp);
+    char *e1 = malloc(64), *e2 = malloc(strlen(who) + 32), *e3 = malloc(strlen(path) + 32);
+    if (!envp || !e1 || !e2 || !e3 || !jname) { free(envp); free(e1); free(e2); free(e3); close(pfd[0]); close(pfd[1]); return job(who, path, err, errlen); }
+    snprintf(e1, 64, "RINGLM_CONTAINED=%s %d", jname, pfd[1]);
+    sprintf(e2, "RINGLM_CONTAINED_WHO=%s", who);
+    sprintf(e3, "RINGLM_CONTAINED_PATH=%s", path);
+    size_t k = 0;
+    envp[k++] = e1; envp[k++] = e2; envp[k++] = e3;
+    for (size_t i = 0; i < ne; i++)
+        if (strncmp(environ[i], "RINGLM_CONTAINED", 16)) envp[k++] = environ[i];
+    envp[k] = NULL;
+    char* const argv[] = { (char*)"ringlm-checkpoint-check", NULL };
     pid_t pid = fork();
-    if (pid < 0) { close(pfd[0]); close(pfd[1]); return job(who, path, err, errlen); }
-    if (pid == 0) {   // the child: no MPI, no output but the pipe; _exit skips every handler of the parent
+    if (pid < 0) { free(envp); free(e1); free(e2); free(e3); close(pfd[0]); close(pfd[1]); return job(who, path, err, errlen); }
+    if (pid == 0) {
         close(pfd[0]);
-        signal(SIGPIPE, SIG_IGN);
-        int null = open("/dev/null", O_WRONLY);   // whatever HDF5 might print stays out of the job's output
-        if (null >= 0) { dup2(null, 1); dup2(null, 2); close(null); }
-        long pages = 0;
-        FILE* sm = fopen("/proc/self/statm", "r");
-        if (sm) { if (fscanf(sm, "%ld", &pages) != 1) pages = 0; fclose(sm); }
-        struct rlimit rl;
-        if (pages > 0 && !getrlimit(RLIMIT_AS, &rl)) {
-            rlim_t lim = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (4ULL << 30);
-            if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > lim) { rl.rlim_cur = lim; setrlimit(RLIMIT_AS, &rl); }
-        }
-        char e[2048] = "\x06";   // ACK + result: the job succeeded (said on the pipe too: the parent may not see the status)
-        int rc = job(who, path, e + 1, sizeof e - 1);
-        const char* said = rc ? e + 1 : e;
-        ssize_t k = write(pfd[1], said, strlen(said)); (void)k;
-        close(pfd[1]);
-        _exit(rc ? 3 : 0);
+        execve("/proc/self/exe", argv, envp);
+        contained_run(job, who, path, pfd[1]);   // no new image possible (no /proc): the check in this copy
     }
+    free(envp); free(e1); free(e2); free(e3);
     close(pfd[1]);
     char buf[2048];
     size_t got = 0;

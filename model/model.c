@@ -201,7 +201,8 @@ void model_shape_free(Model* m) { free(m->acts); params_free(&m->pt); zero_units
 
 // ZeRO-2/3's unit buffers, one allocation each: the layer buffers (2 for parameters, 1 for gradients) rounded up to
 // 64 floats (aligned bf16 copies), then the embedding's and the rest's
-static size_t unit_round(const Model* m) { return (m->zu.len[1] + 63) / 64 * 64; }
+// a layer unit's buffer (ZeRO-3), rounded up to 64 floats; 0 when the arena is one unit (no sharding: no layer units)
+static size_t unit_round(const Model* m) { return m->zu.n > 1 ? (m->zu.len[1] + 63) / 64 * 64 : 0; }
 static size_t pbuf_floats(const Model* m) { return 2 * unit_round(m) + m->io_len; }
 static size_t gbuf_floats(const Model* m) { return unit_round(m) + m->io_len; }
 // the parameter and gradient memory of a ZeRO stage (floats): the arena, or the shard and the unit buffers
