@@ -1,6 +1,7 @@
 // tbevents.c — see tbevents.h.
 #include "common/tbevents.h"
 #include "common/files.h"
+#include <dirent.h>
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -83,7 +84,32 @@ static int write_record(TbWriter* w, const Buf* ev) {
     return 0;
 }
 
-int tb_open(TbWriter* w, const char* dir, double wall_time, long long first_step, char* err, size_t errlen) {
+static const char SUFFIX[] = ".ringlm-train";
+
+int tb_other_runs(const char* dir, const char* run_id, char* other, size_t n) {
+    DIR* d = opendir(dir);
+    int count = 0;
+    if (n) other[0] = 0;
+    if (!d) return 0;
+    struct dirent* e;
+    size_t ls = strlen(SUFFIX), lr = strlen(run_id);
+    while ((e = readdir(d))) {
+        const char* f = e->d_name;
+        size_t lf = strlen(f);
+        if (strncmp(f, "events.out.tfevents.", 20) || lf < ls || strcmp(f + lf - ls, SUFFIX)) continue;
+        // ...<pid>.<run id>.ringlm-train: the run id is the component before the suffix (older files end <pid>)
+        size_t end = lf - ls, b = end;
+        while (b > 0 && f[b - 1] != '.') b--;
+        int named = end - b > 8 && memchr(f + b, '-', end - b) != NULL;   // a run id: YYYYMMDD-HHMMSS-xxxxxxxx
+        if (named && end - b == lr && !strncmp(f + b, run_id, lr)) continue;
+        count++;
+        if (named && n && !other[0]) snprintf(other, n, "run id %.*s", (int)(end - b), f + b);
+    }
+    closedir(d);
+    return count;
+}
+
+int tb_open(TbWriter* w, const char* dir, const char* run_id, double wall_time, long long first_step, char* err, size_t errlen) {
     w->f = NULL;
     if (make_dirs("train: tensorboard_dir", dir, err, errlen)) return 1;
     char host[256] = "host";
@@ -92,8 +118,8 @@ int tb_open(TbWriter* w, const char* dir, double wall_time, long long first_step
     // seconds.microseconds: names sort in time order (TensorBoard reads a directory's files in name order, and a
     // resumed run's file must come after the one it supersedes, also when both start within a second)
     long long us = (long long)(wall_time * 1e6);
-    snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%06lld.%s.%d.ringlm-train", dir, us / 1000000,
-             us % 1000000, host, (int)getpid());
+    snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%06lld.%s.%d.%s%s", dir, us / 1000000,
+             us % 1000000, host, (int)getpid(), run_id, SUFFIX);
     w->f = fopen(w->path, "wbx");   // a new file: never one that is there
     if (!w->f) { snprintf(err, errlen, "train: cannot create the TensorBoard event file '%s': %s", w->path, strerror(errno)); return 1; }
     Buf ev = {0};

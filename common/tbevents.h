@@ -23,10 +23,13 @@ uint32_t tb_masked_crc(const void* data, size_t n);
 // the tag of a metrics key: GROUP/KEY as tools/metrics_to_tensorboard.py names it
 void tb_tag(const char* key, char* out, size_t n);
 // creates dir (mkdir -p) and a new event file in it, events.out.tfevents.<unix seconds>.<microseconds>.<host>.<pid>
-// .ringlm-train, whose first record carries the file version and the second a SessionLog START (field 7: status = 1)
+// .<run id>.ringlm-train, whose first record carries the file version and the second a SessionLog START (field 7: status = 1)
 // at first_step, the step of the run's first record: TensorBoard then drops what earlier files hold from that step
 // on (a resumed run supersedes them). 0, or 1 with one line in err.
-int tb_open(TbWriter* w, const char* dir, double wall_time, long long first_step, char* err, size_t errlen);
+int tb_open(TbWriter* w, const char* dir, const char* run_id, double wall_time, long long first_step, char* err, size_t errlen);
+// the event files in dir that build/train wrote for another run than run_id (or, before run ids were in the names,
+// for an unknown one): their count (0 also when dir does not exist), one of their run ids in other ("" if none)
+int tb_other_runs(const char* dir, const char* run_id, char* other, size_t n);
 // one Event at `step` with a simple_value per numeric key of a flat JSON record (metrics.jsonl's: "step" and
 // string values left out; nan / inf kept), flushed so that TensorBoard shows it at once. 0, or 1 with errno set.
 int tb_write_record(TbWriter* w, double wall_time, long long step, const char* json);

@@ -303,6 +303,11 @@ static int parse_args(int argc, char** argv, Args* a) {
                  "keeps apart)");
         return 1;
     }
+    if (strcmp(a->shard, "document") && a->shard_min != -1) {
+        snprintf(msg, sizeof msg, "eval: --cp_shard_min %d is read only with --cp_shard document (this evaluation: --cp_shard "
+                 "%s)", a->shard_min, a->shard);
+        return 1;
+    }
     if (a->doc_positions >= 0 && !a->doc_mask) { snprintf(msg, sizeof msg, "eval: --doc_positions needs --doc_mask"); return 1; }
     if (a->stride && a->stride > a->seq_len) { snprintf(msg, sizeof msg, "eval: --stride %d exceeds --seq_len %d", a->stride, a->seq_len); return 1; }
     if (!a->doc_len) a->doc_len = 4 * a->seq_len;

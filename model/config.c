@@ -371,6 +371,9 @@ int config_validate(const Config* c, char* err, size_t errlen) {
              parts == 2 * c->cp ? "2 * cp = " : "cp = ", parts, c->cp, c->cp_layout);
     if (strcmp(c->cp_shard, "window") && strcmp(c->cp_shard, "document"))
         FAIL("cp_shard = '%s' must be window or document", c->cp_shard);
+    if (strcmp(c->cp_shard, "document") && c->cp_shard_min != -1)
+        FAIL("cp_shard_min = %d is read only with cp_shard = document (this run: cp_shard = %s, which splits every window "
+             "into the layout's chunks): set cp_shard = document, or cp_shard_min = -1", c->cp_shard_min, c->cp_shard);
     if (!strcmp(c->cp_shard, "document")) {
         if (!c->doc_mask)
             FAIL("cp_shard = document needs doc_mask = 1 (it shards by the documents that the mask keeps apart; without "

@@ -28,12 +28,12 @@ check() {
 # out; ERR_ALSO='shell condition' for a further requirement (stdout and stderr are in $T/o and $T/e).
 expect_err() {
   local name=$1 pats=$2 np=$3; shift 3
-  timeout $HANG_S $(launch "$np") "$@" >"$T/o" 2>"$T/e"; local rc=$?
+  timeout -k 30 $HANG_S $(launch "$np") "$@" >"$T/o" 2>"$T/e"; local rc=$?
   if [ -n "${ERR_SKIP:-}" ]; then grep -v -- "$ERR_SKIP" "$T/e" >"$T/e1"; else cp "$T/e" "$T/e1"; fi
   local n miss="" p P; n=$(grep -c '' "$T/e1")
   IFS='|' read -ra P <<<"$pats"
   for p in "${P[@]}"; do grep -qF -- "$p" "$T/e1" || miss+=" '$p'"; done
-  local rc_ok; if [ -n "${ERR_RC:-}" ]; then [ $rc -eq "$ERR_RC" ]; else [ $rc -ne 0 ] && [ $rc -ne 124 ]; fi; rc_ok=$?
+  local rc_ok; if [ -n "${ERR_RC:-}" ]; then [ $rc -eq "$ERR_RC" ]; else [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ]; fi; rc_ok=$?
   local also=""; [ -z "${ERR_ALSO:-}" ] || eval "$ERR_ALSO" || also=", not $ERR_ALSO"
   if [ $rc_ok -eq 0 ] && [ "$n" -eq 1 ] && [ -z "$miss" ] && [ -z "$also" ]; then ok "$name: $(sed "s|$T/||g" "$T/e1")"
   else bad "$name: exit $rc, $n stderr lines${miss:+, missing$miss}$also: $(head -c 400 "$T/e" | sed "s|$T/||g")"; fi

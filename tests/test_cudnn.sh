@@ -29,7 +29,8 @@ LIB=$(ls "$CUDA_HOME"/lib/libcudnn.so.9 "$CUDA_HOME"/lib64/libcudnn.so.9 2>/dev/
 STUB=$CUDA_HOME/lib64/stubs/libcuda.so
 if [ -f "$CUDA_HOME/include/cudnn_graph.h" ] && [ -f "$STUB" ] && [ -n "$LIB" ]; then
   mkdir -p "$T/stub" && ln -s "$(readlink -f "$STUB")" "$T/stub/libcuda.so.1"
-  if g++ -std=c++17 -O1 -Wall -Wextra -Werror -I. -I"$CUDA_HOME/include" -x c++ backend/cuda/cudnn_sdpa.cu -x c++ \
+  if gcc -std=c11 -D_GNU_SOURCE -O1 -Wall -Wextra -Werror -I. -c common/files.c -o "$T/files.o" 2>"$T/cg.err" &&
+     g++ -std=c++17 -O1 -Wall -Wextra -Werror -I. -I"$CUDA_HOME/include" -x c++ backend/cuda/cudnn_sdpa.cu -x none "$T/files.o" -x c++ \
        tests/gpu/cudnn_graphs.cc -o "$T/cudnn_graphs" -ldl 2>"$T/cg.err"; then
     LD_LIBRARY_PATH="$T/stub:$(dirname "$LIB")" RINGLM_CUDNN_LIB="$LIB" timeout $HANG_S "$T/cudnn_graphs" >"$T/cg.out" 2>&1
     rc=$?

@@ -77,7 +77,8 @@ static int print_balance(const Config* c, int dp, int windows, int json) {
 static int positive(const char* opt, const char* v, double* out) {
     char* e;
     double x = strtod(v, &e);
-    if (e == v || *e || !(x > 0) || x > 1e12) { fprintf(stderr, "plan: %s '%s' must be a positive number\n", opt, v); return 0; }
+    if (e == v || *e || !(x > 0)) { fprintf(stderr, "plan: %s '%s' must be a positive number\n", opt, v); return 0; }
+    if (x > 1e12) { fprintf(stderr, "plan: %s '%s' is above the largest value taken, 1e12\n", opt, v); return 0; }
     *out = x;
     return 1;
 }
@@ -293,6 +294,10 @@ int main(int argc, char** argv) {
     if (mfu > 1) { fprintf(stderr, "plan: --mfu %g must be at most 1\n", mfu); return 1; }
     if (c.doc_mask && config_eod(&c) < 0) c.eod = 0;   // (the trainer takes eod from the data's meta.json; memory
                                                       // and time do not depend on it)
+    if (balance && mode) {
+        fprintf(stderr, "plan: --balance and --%s are two questions: ask one at a time\n", mode == 1 ? "choose" : "longest");
+        return 1;
+    }
     if (balance) {
         if (!c.train_data[0]) { fprintf(stderr, "plan: --balance reads the run's training windows: give train_data\n"); return 1; }
         if (c.batch_size % (int)dp) { fprintf(stderr, "plan: batch_size %d is not divisible by --dp %d\n", c.batch_size, (int)dp); return 1; }

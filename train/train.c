@@ -1115,9 +1115,6 @@ static void open_outputs(Run* r, const char* metrics_path) {
                 fail = 1;
             }
         }
-        // TensorBoard: a new event file per run (a resumed run's starts over at its first step; TensorBoard drops the
-        // earlier file's later steps)
-        if (!fail && r->c.tensorboard_dir[0]) fail = tb_open(&r->tb, r->c.tensorboard_dir, wall_s(), r->ts.step + 1, msg, sizeof msg);
         // the run id: a resumed run keeps its checkpoint's (or the out_dir's, for older files); a new run gets one
         char dir_id[40];
         int have = rundir_read_id(r->c.out_dir, dir_id, sizeof dir_id);
@@ -1127,6 +1124,19 @@ static void open_outputs(Run* r, const char* metrics_path) {
             else rundir_new_id(r->ts.run_id, sizeof r->ts.run_id);
         }
         if (!fail && (!have || strcmp(dir_id, r->ts.run_id))) fail = rundir_write_id(r->c.out_dir, r->ts.run_id, msg, sizeof msg);
+        // TensorBoard: a new event file per run (a resumed run's starts over at its first step; TensorBoard drops the
+        // earlier file's later steps), named with the run id; another run's files there are a note: TensorBoard would
+        // take both runs for one and drop the earlier one's steps from this run's first step on
+        if (!fail && r->c.tensorboard_dir[0]) {
+            char other[64];
+            int n = tb_other_runs(r->c.tensorboard_dir, r->ts.run_id, other, sizeof other);
+            if (n > 0)
+                printf("NOTE: tensorboard_dir '%s' holds %d event file%s of another run (%s): TensorBoard shows one "
+                       "directory as one run and drops that run's steps from step %lld on; give each run a directory of its "
+                       "own (e.g. out/tb/RUN)\n", r->c.tensorboard_dir, n, n > 1 ? "s" : "",
+                       other[0] ? other : "written without a run id", r->ts.step + 1);
+            fail = tb_open(&r->tb, r->c.tensorboard_dir, r->ts.run_id, wall_s(), r->ts.step + 1, msg, sizeof msg);
+        }
     }
     grid_check(r->g.world_g, fail, msg);
     ctl_bcast(r->g.world_g, r->ts.run_id, sizeof r->ts.run_id, 0);   // (every rank writes the checkpoint header)

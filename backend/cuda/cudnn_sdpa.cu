@@ -18,7 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <vector>
+extern "C" {
+#include "common/files.h"
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // loading
@@ -28,6 +32,27 @@ int cudnn_api_load(CudnnApi* api, char* err, size_t errlen) {
     const char* env = getenv("RINGLM_CUDNN_LIB");
     const char* path = env && *env ? env : "libcudnn.so.9";
     snprintf(api->path, sizeof api->path, "%s", path);
+    // what dlopen would open must be a regular file: it blocks for ever on a FIFO (no timeout reaches it, no signal
+    // ends it) and fails obscurely on a directory or a device. A path is checked as given; a bare name in each folder
+    // of LD_LIBRARY_PATH, where the loader looks first (the system's folders hold what the package manager put there).
+    // What does not exist is left to dlopen's own message.
+    const char* found = strchr(path, '/') ? path : NULL;
+    char cand[4096 + 64];
+    if (!found && getenv("LD_LIBRARY_PATH")) {
+        char dirs[4096];
+        snprintf(dirs, sizeof dirs, "%s", getenv("LD_LIBRARY_PATH"));
+        for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
+            snprintf(cand, sizeof cand, "%s/%s", d, path);
+            struct stat st;
+            if (!stat(cand, &st)) found = cand;   // the loader takes the first it finds
+        }
+    }
+    struct stat st;
+    if (found && !stat(found, &st) && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s '%s'%s is %s, not a shared library", env && *env ? "RINGLM_CUDNN_LIB" : "cuDNN", found,
+                 found == cand ? " (found through LD_LIBRARY_PATH)" : "", file_kind(st.st_mode));
+        return 1;
+    }
     dlerror();
     api->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!api->lib) {

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Never hang, round four (docs/reliability.md), the findings outside the launchers (test_startup.sh, test_multihost.sh,
+# test_launch.sh) and the runner (test_runner.sh), each failing on the code before its fix:
+#   2. a library loaded by path (cuDNN: RINGLM_CUDNN_LIB, or a bare name found through LD_LIBRARY_PATH) that is a FIFO
+#      or a directory: one line naming the path and what it is; attn_engine = auto falls back to the own kernels,
+#      cudnn exits 1 (dlopen of a FIFO blocks for ever);
+#   8. options that were silently ignored or misreported: cp_shard_min with cp_shard = window (train and eval),
+#      build/plan --balance with --choose or --longest, --memory_gib above the limit;
+#   and the observation: two runs sharing tensorboard_dir get a note (a resumed run, the same run, none).
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+E=build/emu
+export RINGLM_EMU_TIMEOUT_S=600
+
+# ---- 2. special files where a library is loaded (the emulated CUDA backend loads libcudnn as the real one does) ----
+if [ -x $E/train ]; then
+  build/prepare --out "$T/d" --val-frac 0 model >/dev/null || bad prepare
+  cat > "$T/c.conf" <<CONF
+vocab_size = 259
+d_model = 128
+n_layer = 1
+n_head = 2
+n_kv_head = 2
+d_ff = 96
+max_seq_len = 64
+seq_len = 64
+batch_size = 1
+max_steps = 1
+act_dtype = bf16
+train_data = $T/d
+save_final = 0
+CONF
+  mkfifo "$T/fifo.so"; mkdir -p "$T/lib/libcudnn.so.9" "$T/fl"; mkfifo "$T/fl/libcudnn.so.9"
+  for c in "RINGLM_CUDNN_LIB=$T/fifo.so|RINGLM_CUDNN_LIB '$T/fifo.so' is a pipe (FIFO), not a shared library" \
+           "RINGLM_CUDNN_LIB=$T/lib/libcudnn.so.9|is a directory, not a shared library" \
+           "LD_LIBRARY_PATH=$T/fl|'$T/fl/libcudnn.so.9' (found through LD_LIBRARY_PATH) is a pipe"; do
+    envv=${c%%|*}; why=${c#*|}
+    env "$envv" timeout -k 30 $HANG_S $E/train -c "$T/c.conf" --out_dir "$T/a" --attn_engine auto --force >"$T/a.out" 2>"$T/a.err"; rc=$?
+    n=$(grep -c "^attention engine: .*own kernels.*$(printf '%s' "$why" | sed 's/[][\.*^$]/\\&/g')" "$T/a.out")
+    [ $rc -eq 0 ] && [ "$n" -ge 1 ] && ok "${envv%%=*} ${envv#*=}: attn_engine = auto trains on the own kernels, saying why: $(grep -m1 '^attention engine' "$T/a.out" | sed "s|$T/||g" | cut -c1-200)" \
+      || bad "${envv%%=*}: auto: exit $rc, $n lines: $(grep '^attention engine' "$T/a.out" | head -2) $(head -c 300 "$T/a.err")"
+    expect_err "${envv%%=*} ${envv#*=}, attn_engine = cudnn" "attn_engine = cudnn|$why" 1 env "$envv" $E/train -c "$T/c.conf" --out_dir "$T/s" --attn_engine cudnn --force
+  done
+else bad "no $E/train (make cuda-emu)"; fi
+
+# ---- 8. options silently ignored or misreported ----
+build/prepare --out "$T/d8" --val-frac 0 model >/dev/null
+A=(--vocab_size 259 --d_model 48 --n_layer 2 --n_head 4 --n_kv_head 2 --d_ff 96 --seq_len 64 --max_seq_len 64 --batch_size 2 --train_data "$T/d8")
+expect_err "cp_shard_min with cp_shard = window (train)" "cp_shard_min = 8 is read only with cp_shard = document|cp_shard_min = -1" 1 \
+  build/train "${A[@]}" --max_steps 1 --out_dir "$T/r8" --cp_shard_min 8
+timeout $HANG_S build/train "${A[@]}" --max_steps 1 --out_dir "$T/r8" >/dev/null 2>&1 || bad "training r8"
+expect_err "--cp_shard_min with --cp_shard window (eval)" "eval: --cp_shard_min 8 is read only with --cp_shard document" 1 \
+  build/eval --ckpt "$T/r8" --data "$T/d8/train_*.bin" --seq_len 64 --docs 1 --cp_shard_min 8 --out "$T/e8"
+expect_err "plan --balance --choose" "plan: --balance and --choose are two questions" 1 build/plan -c "$T/r8/config.txt" --balance --choose
+expect_err "plan --longest --balance" "plan: --balance and --longest are two questions" 1 build/plan -c "$T/r8/config.txt" --longest --balance
+expect_err "plan --memory_gib 1e15" "plan: --memory_gib '1e15' is above the largest value taken, 1e12" 1 build/plan -c "$T/r8/config.txt" --memory_gib 1e15
+expect_err "plan --memory_gib 0" "plan: --memory_gib '0' must be a positive number" 1 build/plan -c "$T/r8/config.txt" --memory_gib 0
+
+# ---- two runs in one tensorboard_dir: a note; the same run resumed: none ----
+tb() { timeout $HANG_S build/train "${A[@]}" --tensorboard_dir "$T/tb" "$@" >"$T/tb.out" 2>&1; }
+tb --max_steps 2 --out_dir "$T/t1" && ! grep -q NOTE "$T/tb.out" && ok "the first run in an empty tensorboard_dir: no note" || bad "first tb run: $(grep NOTE "$T/tb.out")"
+tb --max_steps 4 --out_dir "$T/t1" --resume latest && ! grep -q NOTE "$T/tb.out" && ok "the same run resumed into it: no note ($(ls "$T/tb" | wc -l) event files, one run id)" \
+  || bad "resumed tb run: $(grep NOTE "$T/tb.out")"
+id=$(cat "$T/t1/run_id" 2>/dev/null || sed -n 's/.*\.\([0-9]\{8\}-[0-9]\{6\}-[0-9a-f]\{8\}\)\.ringlm-train$/\1/p' <<<"$(ls "$T/tb" | head -1)")
+tb --max_steps 2 --out_dir "$T/t2"
+[ "$(grep -c '^NOTE: tensorboard_dir' "$T/tb.out")" = 1 ] && grep -q "holds 2 event files of another run (run id $id): TensorBoard shows one directory as one run and drops that run's steps from step 1 on" "$T/tb.out" \
+  && ok "a second run in the same tensorboard_dir: $(grep '^NOTE' "$T/tb.out" | sed "s|$T/||g" | cut -c1-160)" || bad "second tb run: $(grep NOTE "$T/tb.out") (want run id $id)"
+finish
