@@ -249,10 +249,22 @@ static char stop_line[200];
 static size_t stop_len;
 void grid_on_exit(void (*fn)(void)) { if (n_exit_fns < 8) exit_fns[n_exit_fns++] = fn; }
 
+// test hook: RINGLM_TEST_HOLD_IN_EXIT=FILE holds launch rank 0 inside grid_exit, after its stop line was cleared,
+// until FILE (which it creates) is removed (at most 600 s): a test sends its signal at that moment, deterministically
+static void test_hold_in_exit(void) {
+    const char* f = getenv("RINGLM_TEST_HOLD_IN_EXIT");
+    if (!f || !*f || launch_rank() != 0) return;
+    FILE* h = fopen(f, "w");
+    if (!h) return;
+    fclose(h);
+    for (int i = 0; i < 60000 && !access(f, F_OK); i++) usleep(10000);
+}
+
 void grid_exit(int status) {
     // ending anyway: a SIGTERM from the launcher (mpirun stops the other ranks once one has exited non-zero) must not
     // add a second line to the one that said why
     stop_len = 0;
+    test_hold_in_exit();
     for (int i = n_exit_fns - 1; i >= 0; i--) exit_fns[i]();
     ctl_barrier(group_world());   // MPI_Finalize waits for every rank without a watchdog: wait here first
     comm_watch_shutdown();

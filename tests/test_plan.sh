@@ -122,6 +122,28 @@ assert off["offload_exposed_s"] == 0 and ex == 0, off   # 16 layers, 14 offloade
 print("; ".join(out) + f"; each fits, 2048 tokens more do not; offload copy {off['offload_xfer_s']*1e3:.1f} ms per layer "
       f"against {off['layer_fwd_s']:.2f} s of forward: hidden")
 PY
+# --longest with a pinned host of 1 GiB: the offload rows bind on the host (every row within it, and shorter than with
+# the default 224 GiB), and one chunking unit more does not fit the host
+build/plan "${ONEB[@]}" --longest --json --host_gib 1 >"$T/longest1.json" 2>&1 || bad "longest --host_gib 1: $(cat "$T/longest1.json")"
+$PY - "$T/longest1.json" "$T/longest.json" <<'PY' >"$T/l1.txt" && ok "--longest --host_gib 1: $(cat "$T/l1.txt")" || bad "--longest --host_gib 1: $(cat "$T/l1.txt")"
+import json, subprocess, sys
+j, big = (json.load(open(f)) for f in sys.argv[1:])
+assert j["host_memory"] == 2**30, j["host_memory"]
+wide = {r["option"]: r["longest"] for r in big["rows"]}
+out = []
+for r in j["rows"]:
+    assert r["host"] <= j["host_memory"], r
+    if r["args"].endswith("--offload ckpt"):
+        L = r["longest"]
+        assert 0 < L < wide[r["option"]], (r, wide[r["option"]])
+        more = json.loads(subprocess.run(["build/plan", "-c", "configs/llama_1b_128k.conf", "--cp", "8", "--batch_size", "8",
+            "--micro_batch", "1", "--dp", "1", "--json", "--host_gib", "1", "--seq_len", str(L + 2048), "--max_seq_len",
+            str(L + 2048)] + r["args"].split(), capture_output=True, text=True, check=True).stdout)
+        assert more["host"] > j["host_memory"] or more["total"] > j["memory"], more
+        out.append(f"{r['option']} {L} (with 224 GiB: {wide[r['option']]}; {r['host'] / 2**30:.2f} GiB pinned)")
+assert len(out) == 2, out
+print("; ".join(out) + "; every row within 1 GiB of pinned host memory")
+PY
 # a host link too slow to hide the copies: exposed, counted into the step
 build/plan "${ONEB[@]}" --seq_len 524288 --max_seq_len 524288 --recompute full --offload ckpt --pcie_gbs 0.01 --json >"$T/slow.json" &&
   $PY - "$T/slow.json" <<'PY' >"$T/slow.txt" && ok "offload over a 0.01 GB/s link: $(cat "$T/slow.txt")" || bad "slow link: $(cat "$T/slow.txt")"

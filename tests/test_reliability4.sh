@@ -6,7 +6,9 @@
 #      cudnn exits 1 (dlopen of a FIFO blocks for ever);
 #   8. options that were silently ignored or misreported: cp_shard_min with cp_shard = window (train and eval),
 #      build/plan --balance with --choose or --longest, --memory_gib above the limit;
-#   and the observation: two runs sharing tensorboard_dir get a note (a resumed run, the same run, none).
+#   and the observation: two runs sharing tensorboard_dir get a note (a resumed run, the same run, none);
+#   and (issue 43) a launcher's SIGTERM that reaches eval's or sample's rank 0 while it ends after an agreed error adds
+#   no second line: RINGLM_TEST_HOLD_IN_EXIT holds the rank inside grid_exit, where the signal is sent.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
 E=build/emu
@@ -31,15 +33,27 @@ train_data = $T/d
 save_final = 0
 CONF
   mkfifo "$T/fifo.so"; mkdir -p "$T/lib/libcudnn.so.9" "$T/fl"; mkfifo "$T/fl/libcudnn.so.9"
+  # guarded CMD...: CMD with a writer on each FIFO, which gets in only if CMD opens the FIFO (that would block it for
+  # ever), then marks it and closes, so that CMD's dlopen fails at once instead of hanging the test; $grc: CMD's exit
+  # status, $opened: how many FIFOs it opened
+  guarded() {
+    local f; for f in "$T/fifo.so" "$T/fl/libcudnn.so.9"; do ( exec 3>"$f"; touch "$f.opened" ) & done
+    "$@"; grc=$?
+    opened=$(ls "$T"/*.opened "$T"/fl/*.opened 2>/dev/null | wc -l)   # (a writer that got in marked it before closing)
+    for f in "$T/fifo.so" "$T/fl/libcudnn.so.9"; do timeout 5 cat "$f" >/dev/null 2>&1; done   # (releases the writers)
+    wait
+    rm -f "$T"/*.opened "$T"/fl/*.opened
+  }
   for c in "RINGLM_CUDNN_LIB=$T/fifo.so|RINGLM_CUDNN_LIB '$T/fifo.so' is a pipe (FIFO), not a shared library" \
            "RINGLM_CUDNN_LIB=$T/lib/libcudnn.so.9|is a directory, not a shared library" \
            "LD_LIBRARY_PATH=$T/fl|'$T/fl/libcudnn.so.9' (found through LD_LIBRARY_PATH) is a pipe"; do
     envv=${c%%|*}; why=${c#*|}
-    env "$envv" timeout -k 30 $HANG_S $E/train -c "$T/c.conf" --out_dir "$T/a" --attn_engine auto --force >"$T/a.out" 2>"$T/a.err"; rc=$?
+    guarded env "$envv" timeout -k 30 $HANG_S $E/train -c "$T/c.conf" --out_dir "$T/a" --attn_engine auto --force >"$T/a.out" 2>"$T/a.err"; rc=$grc
     n=$(grep -c "^attention engine: .*own kernels.*$(printf '%s' "$why" | sed 's/[][\.*^$]/\\&/g')" "$T/a.out")
-    [ $rc -eq 0 ] && [ "$n" -ge 1 ] && ok "${envv%%=*} ${envv#*=}: attn_engine = auto trains on the own kernels, saying why: $(grep -m1 '^attention engine' "$T/a.out" | sed "s|$T/||g" | cut -c1-200)" \
-      || bad "${envv%%=*}: auto: exit $rc, $n lines: $(grep '^attention engine' "$T/a.out" | head -2) $(head -c 300 "$T/a.err")"
-    expect_err "${envv%%=*} ${envv#*=}, attn_engine = cudnn" "attn_engine = cudnn|$why" 1 env "$envv" $E/train -c "$T/c.conf" --out_dir "$T/s" --attn_engine cudnn --force
+    [ $rc -eq 0 ] && [ "$n" -ge 1 ] && [ "$opened" = 0 ] && ok "${envv%%=*} ${envv#*=}: attn_engine = auto trains on the own kernels, saying why: $(grep -m1 '^attention engine' "$T/a.out" | sed "s|$T/||g" | cut -c1-200)" \
+      || bad "${envv%%=*}: auto: exit $rc, $n lines, the FIFO opened $opened times: $(grep '^attention engine' "$T/a.out" | head -2) $(head -c 300 "$T/a.err")"
+    guarded expect_err "${envv%%=*} ${envv#*=}, attn_engine = cudnn" "attn_engine = cudnn|$why" 1 env "$envv" $E/train -c "$T/c.conf" --out_dir "$T/s" --attn_engine cudnn --force
+    [ "$opened" = 0 ] || bad "${envv%%=*}, attn_engine = cudnn: the FIFO opened $opened times"
   done
 else bad "no $E/train (make cuda-emu)"; fi
 
@@ -65,4 +79,18 @@ id=$(cat "$T/t1/run_id" 2>/dev/null || sed -n 's/.*\.\([0-9]\{8\}-[0-9]\{6\}-[0-
 tb --max_steps 2 --out_dir "$T/t2"
 [ "$(grep -c '^NOTE: tensorboard_dir' "$T/tb.out")" = 1 ] && grep -q "holds 2 event files of another run (run id $id): TensorBoard shows one directory as one run and drops that run's steps from step 1 on" "$T/tb.out" \
   && ok "a second run in the same tensorboard_dir: $(grep '^NOTE' "$T/tb.out" | sed "s|$T/||g" | cut -c1-160)" || bad "second tb run: $(grep NOTE "$T/tb.out") (want run id $id)"
+
+# ---- SIGTERM inside grid_exit after an agreed error: the error's line only ----
+for prog in eval sample; do
+  rm -f "$T/hold"
+  if [ $prog = eval ]; then args=(--ckpt "$T/r8" --data "$T/nowhere_*.bin" --seq_len 64 --out "$T/eh"); else args=(--ckpt "$T/r8" --prompt_ids 1,999); fi
+  RINGLM_TEST_HOLD_IN_EXIT=$T/hold timeout -k 30 $HANG_S build/$prog "${args[@]}" >"$T/h.out" 2>"$T/h.err" &
+  pid=$!
+  for ((w = 0; w < HANG_S * 10; w++)); do [ -e "$T/hold" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  pkill -TERM -P $pid 2>/dev/null; kill -TERM $pid 2>/dev/null   # (the program: timeout's child)
+  sleep 0.5; rm -f "$T/hold"; wait $pid; rc=$?
+  [ $rc -eq 1 ] && [ "$(grep -c '' "$T/h.err")" = 1 ] && ! grep -q "stopped by SIGTERM" "$T/h.err" \
+    && ok "$prog: SIGTERM while ending after an error adds no line: $(sed "s|$T/||g" "$T/h.err" | cut -c1-120)" \
+    || bad "$prog: SIGTERM inside grid_exit: exit $rc, $(grep -c '' "$T/h.err") lines: $(head -c 300 "$T/h.err")"
+done
 finish
