@@ -484,8 +484,8 @@ static void log_record(Run* r, int step, const StepResult* s, const RingStep* rs
     if (!r->records++) {   // the first record of this process: how it started, on which layout (plot_metrics marks resumes)
         char zl[16] = "";
         if (c->zero) snprintf(zl, sizeof zl, ", zero %d", c->zero);
-        fprintf(f, ", \"start\": \"%s\", \"layout\": \"tp %d x cp %d x dp %d%s\", \"peak_source\": \"%s\"", c->resume[0] ?
-                "resume" : init_from[0] ? "init_from" : "new", r->g.tp, r->g.cp, r->g.dp, zl, r->peak_source);
+        fprintf(f, ", \"peak_source\": \"%s\", \"start\": \"%s\", \"layout\": \"tp %d x cp %d x dp %d%s\"", r->peak_source,
+                c->resume[0] ? "resume" : init_from[0] ? "init_from" : "new", r->g.tp, r->g.cp, r->g.dp, zl);
     }
     if (s->vr.checked) fprintf(f, ", \"verify_max_abs\": %.3e, \"verify_max_rel\": %.3e", s->vr.max_abs, s->vr.max_rel);
     fprintf(f, "}\n");
