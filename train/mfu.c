@@ -60,7 +60,7 @@ int matmul_probe(double min_s, int node_ranks, BeDtype dt) {
     double room = be_memory_available(node_ranks) / 4;   // A, B and C (and A's fp32 copy while it is cast)
     int n_max = 256;
     while (n_max < 8192 && 3.0 * (2.0 * n_max) * (2.0 * n_max) * sizeof(float) <= room) n_max *= 2;
-    int n = 256;
+    int n = n_max < 1024 ? n_max : 1024;
     for (;; n *= 2) {   // one timed matmul per size until one takes min_s (be_init warmed the backend up)
         double t;
         time_matmuls(n, 1, dt, &t, 0);

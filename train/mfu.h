@@ -12,8 +12,10 @@ double matmul_rates(int n, int reps, BeDtype dt, double* rates);
 
 // The peak the trainer's MFU is measured against, in two parts, so that the ranks of a job can agree on the size and
 // time the same window together (on shared cores each then measures its share):
-// matmul_probe: the smallest n = 256, 512, ... whose one timed matmul (after a warm-up) takes at least min_s, or
-// n_max (the largest n whose 3 operands fit a quarter of the backend memory available to this rank, at most 8192);
+// matmul_probe: the smallest n = 1024, 2048, ... whose one timed matmul takes at least min_s, or n_max (the largest
+// n whose 3 operands fit a quarter of the backend memory available to this rank, at most 8192). Never below 1024
+// (unless memory forbids): smaller matmuls time a multi-threaded BLAS's start more than its arithmetic, most of all
+// on a loaded machine;
 // matmul_window: the rate (FLOP/s) of n x n x n matmuls run back to back for at least window_s (and at least 2),
 // the wall time waited for on the backend.
 int    matmul_probe(double min_s, int node_ranks, BeDtype dt);
