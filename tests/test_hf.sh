@@ -413,11 +413,12 @@ grep -qF "hf_export: tokenizer $T/tok/bpe/tokenizer.json, named by $T/hd/meta.js
   && ok "hf_export finds the tokenizer of Z's training data through the meta.json prepare_hf wrote (SHA-256 checked)" \
   || bad "export Z through prepare_hf's meta.json: $(sed "s|$T/||g" "$T/check.out" | tr '\n' ' ')"
 # docs/huggingface.md's step 6, run as printed from a directory laid out as that recipe's: the
-# repository's tools/ and build/hfenv, out/ext = the run Z, ~/models/llama-4k = Z's BPE tokenizer; hf_check's
+# repository's tools/ and build/hfenv, out/ext = the run Z, M = ~/models/llama-4k = Z's BPE tokenizer (the recipe's
+# real-model example; tests/test_hf_recipe.sh runs the whole recipe with its tiny model); hf_check's
 # `generate` then checks its printed text and the ids of that generate() call against a greedy decode of its own
 R=$T/readme
 cat > "$T/step6.sh" <<'README'
-tools/hf_export out/ext --out out/ext/hf --dtype bf16 --tokenizer ~/models/llama-4k
+tools/hf_export out/ext --out out/ext/hf --dtype bf16 --tokenizer "$M"
 build/hfenv/bin/python - <<'EOF'
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 d = "out/ext/hf"
@@ -434,7 +435,7 @@ $PY -c "import sys; sys.exit(open(sys.argv[2]).read() not in open(sys.argv[1]).r
   || bad "docs/huggingface.md's step 6 is not the snippet tests/test_hf.sh runs: update one of them"
 mkdir -p "$R/build" "$R/out" "$R/home/models" && ln -s "$PWD/tools" "$R/tools" && ln -s "$(dirname "$(dirname "$HFPY")")" "$R/build/hfenv" \
   && ln -s "$T/Z" "$R/out/ext" && ln -s "$T/tok/bpe" "$R/home/models/llama-4k"
-(cd "$R" && env -u RINGLM_PYTHON -u RINGLM_HFENV HOME="$R/home" timeout $HANG_S bash -e "$T/step6.sh") >"$T/step6.out" 2>"$T/step6.err" \
+(cd "$R" && env -u RINGLM_PYTHON -u RINGLM_HFENV HOME="$R/home" M="$R/home/models/llama-4k" timeout $HANG_S bash -e "$T/step6.sh") >"$T/step6.out" 2>"$T/step6.err" \
   && ok "docs/huggingface.md's step 6 runs as printed (export bf16 with the tokenizer; from_pretrained, AutoTokenizer, generate): prints $(tail -n 1 "$T/step6.out" | head -c 40 | LC_ALL=C tr -c '[:print:]' '?')..." \
   || bad "docs/huggingface.md's step 6: exit $?: $(tail -n 3 "$T/step6.err" | tr '\n' ' ' | head -c 600)"
 check "tool_dump Z" $D --ckpt "$T/Z/ckpt_00000002.h5" --out "$T/Z.dump" --seq_len 200 --micro_batch 1
