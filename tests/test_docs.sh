@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The documentation agrees with the programs: the tables a program prints (config keys: build/train --help; the
-# capacity planner's figures: build/plan) equal that program's output (tools/docs_tables.py --check); every relative
+# capacity planner's figures: build/plan) equal that program's output, and docs/demo.md's demo summary rests on the
+# data and first steps the code gives now (tools/docs_tables.py --check, which says how); every relative
 # link of README.md and docs/*.md leads to a file that exists and, with #anchor, to a heading there (GitHub's
 # anchors); the README names every program `make` builds; the quick start's data recipe and the demo's are one list;
 # every pointer in the sources, tests and docs to a section by its title (README, "title" / docs/F.md, "title"; in a
