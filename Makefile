@@ -22,7 +22,7 @@ quiet      = $(if $(filter 1,$(V)),,@printf '  %-5s %s\n' '$(1)' '$(2)';)
 # library sources shared by every program (programs' main files are listed separately)
 CORE_SRC  := $(wildcard common/*.c model/*.c attention/*.c checkpoint/*.c optim/*.c) comm/comm_mpi.c comm/grid.c \
              eval/report.c eval/passkey.c eval/doclen.c data/shards.c data/meta.c data/pack.c data/json.c data/tokenizer.c \
-             train/dump.c
+             train/dump.c train/mfu.c
 HEADERS   := $(wildcard */*.h */*/*.h)
 LIB_SRC    = $(CORE_SRC) $(BACKEND_SRC)
 LIB_OBJ    = $(patsubst %,$(BD)/obj/%.o,$(basename $(LIB_SRC)))
@@ -61,7 +61,7 @@ $(BD)/plan: $(BD)/obj/tools/plan.o $(LIB_OBJ)
 	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/bench_kernels: $(BD)/obj/tools/bench/bench_kernels.o $(LIB_OBJ)
 	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
-$(BD)/sgemm_peak: $(BD)/obj/tools/bench/sgemm_peak.o $(BD)/obj/common/util.o
+$(BD)/sgemm_peak: $(BD)/obj/tools/bench/sgemm_peak.o $(LIB_OBJ)
 	$(call quiet,LD,$@)$(CC) $^ -o $@ $(LDLIBS)
 $(BD)/tests/%: $(BD)/obj/tests/%.o $(LIB_OBJ)
 	@mkdir -p $(BD)/tests

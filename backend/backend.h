@@ -23,6 +23,13 @@ void be_sync(void);   // wait until every queued kernel and copy has finished
 // the node (CPU: the host's MemAvailable / node_ranks; a GPU: the device's free memory, divided among the
 // ranks that share the device). For the capacity check before the arenas are allocated.
 double be_memory_available(int node_ranks);
+// Bytes: the most memory this process used since it started or since the last reset (CPU: the resident set's
+// high-water mark, VmHWM, restarted through /proc/self/clear_refs; where that cannot be written, the peak since the
+// start. A GPU: what the backend held at most: allocations + scratch + the cuBLAS workspace). reset = 1 starts a new
+// period after reading: a training step's peak is read at its end, the period started at its beginning. reset = 2
+// also forgets every peak so far, the process's over its whole run included (RINGLM_CUDA_MEMORY's, the CPU's
+// VmHWM): after a start-up measurement whose memory is not the run's (train/mfu.h).
+double be_memory_peak(int reset);
 
 // The training step's boundaries, for a backend that reports what one step costs (the CUDA backend's step anatomy,
 // RINGLM_CUDA_ANATOMY; the CPU ignores them). model_flops: the step's model FLOPs per process (6N + attention);

@@ -585,11 +585,12 @@ struct Cmp { hid_t grp; const Config* c; char* diff_model; char* diff_train; int
              int malformed; const char* const* allow; };
 // keys that say how this run is launched, not what it trains: never reported as changed
 static const char* OPERATIONAL[] = { "resume", "out_dir", "dump_weights", "tp", "cp", "cp_layout", "cp_shard", "cp_shard_min", "cp_prune", "zero", "ckpt_io", "comm", "timeout_s",
-                                     "log_every", "verify_attention", "ckpt_every", "keep_last", "save_final", "recompute", NULL };
+                                     "log_every", "peak_tflops", "verify_attention", "ckpt_every", "keep_last", "save_final", "recompute", NULL };
 static void compare_key(const char* key, int is_model, void* vctx) {
     struct Cmp* x = vctx;
     for (int i = 0; OPERATIONAL[i]; i++) if (!strcmp(key, OPERATIONAL[i])) return;
     for (int i = 0; x->allow && x->allow[i]; i++) if (!strcmp(key, x->allow[i])) return;
+    if (!config_key_used(x->c, key)) return;   // (a value the run's model does not use; another rope_scaling is reported)
     char want[CFG_STR + 32], have[CFG_STR + 32];
     config_get(x->c, key, want, sizeof want);
     int rc = h5_attr_read_str(x->grp, key, have, sizeof have);

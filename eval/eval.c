@@ -333,6 +333,9 @@ typedef struct { Model m; int Tl; } Net;
 static int series_eod(const Args* a, const Grid* g, const Config* c, const char* ckpt, int passkey);
 
 static DataMeta g_meta;   // the --data's meta.json (found = 0: none, --passkey, or --data_meta 0)
+// rank 0, for the perplexity plot: what a token is ("byte": the data's meta.json names the byte tokenizer, or without
+// one the byte tokenizer's vocab 257; else "token") and what the standard errors are over (eval_series)
+static const char *g_per = "token", *g_units = "units";
 
 // a RoPE setting as text: none | linear:F | yarn:F:L (F, L: the values used), then " theta B" when show_theta
 static void rope_text(const Config* c, int show_theta, char* out, size_t n) {
@@ -816,8 +819,11 @@ static void eval_series(const Args* a, const Grid* g, int s, const Buckets* b, S
         char rope[160];
         report_rope_text(se->rope, se->rope_trained, rope, sizeof rope);
         printf("series %d: %s [RoPE %s] — %d %s at context %d (%s)\n", s + 1, se->label, rope, nd, unit, T, how);
-        if (!ckpt_read_config_quiet(ckpt, &saved) && T > saved.seq_len && !strcmp(c.rope_scaling, "none"))
-            rope_hint(T, &saved);
+        int have = !ckpt_read_config_quiet(ckpt, &saved);
+        if (have && T > saved.seq_len && !strcmp(c.rope_scaling, "none")) rope_hint(T, &saved);
+        if (have) se->trained_len = saved.seq_len;   // (the plot marks it)
+        g_units = unit;
+        g_per = (g_meta.found ? !strcmp(g_meta.tokenizer, "bytes") : c.vocab_size == 257) ? "byte" : "token";
     }
     free(win); free(score); free(docs);
     loader_close(&ld);
@@ -859,7 +865,8 @@ static void eval_ppl(const Args* a, const Grid* g) {
         char title[256];
         snprintf(title, sizeof title, "perplexity by position (context %d%s)", T,
                  a->doc_mask ? ", packed windows, document-masked" : a->stride ? ", sliding windows" : "");
-        if (!fail) fail = report_svg_ppl(svg, &b, series, ns, title, a->log_buckets, msg, sizeof msg);
+        PplPlot po = { title, a->log_buckets, g_per, g_units };
+        if (!fail) fail = report_svg_ppl(svg, &b, series, ns, &po, msg, sizeof msg);
         if (!fail) printf("wrote %s and %s\n", csv, svg);
     }
     grid_check(world, fail, msg);

@@ -453,7 +453,7 @@ static Axis y_axis(const Buckets* b, const Series* s, int ns) {
 // grid lines, tick marks and tick labels of both axes. On a log x axis the ticks are positions: whole numbers
 // only; position 0 cannot sit on a log scale, and its bucket [0, 1) is drawn at its centre 0.5, so when the first
 // bucket is [0, 1) (zero_half) a tick at 0.5 is labelled "0" — never "0.5".
-static void plot_axes(FILE* f, const Axis* ax, const Axis* ay, int zero_half) {
+static void plot_axes(FILE* f, const Axis* ax, const Axis* ay, int zero_half, const char* per) {
     double t[MAX_TICKS];
     char buf[48];
     double ybot = MARGIN_T + PLOT_H;
@@ -504,29 +504,89 @@ static void plot_axes(FILE* f, const Axis* ax, const Axis* ay, int zero_half) {
              ax->log ? "position in context (log scale)" : "position in context");
     char rot[96];
     snprintf(rot, sizeof rot, "font-size=\"13\" transform=\"rotate(-90 %.1f %.1f)\"", 22.0, MARGIN_T + PLOT_H / 2);
-    svg_text(f, 22, MARGIN_T + PLOT_H / 2, "middle", rot, ay->log ? "perplexity (log scale)" : "perplexity");
+    char yname[64];
+    snprintf(yname, sizeof yname, "perplexity%s%s%s", per ? " per " : "", per ? per : "", ay->log ? " (log scale)" : "");
+    svg_text(f, 22, MARGIN_T + PLOT_H / 2, "middle", rot, yname);
 }
 
-int report_svg_ppl(const char* path, const Buckets* b, const Series* s, int ns, const char* title, int log_x,
-                   char* err, size_t errlen) {
+// the x axis's marks: each distinct trained context of the series, and each distinct design range F x L of a YaRN
+// series (rope "yarn:F:L")
+typedef struct { double x, factor; const char* col; const char* dash; char text[96]; } Mark;   // factor 0: trained
+#define MAX_MARKS 24
+static int ppl_marks(const Series* s, int ns, Mark* mk) {
+    int n = 0;
+    for (int j = 0; j < ns && n < MAX_MARKS; j++) {
+        int seen = s[j].trained_len <= 0;
+        for (int k = 0; k < j; k++) seen |= s[k].trained_len == s[j].trained_len;
+        if (seen) continue;
+        mk[n] = (Mark){ (double)s[j].trained_len, 0, "#555555", "6 4", "" };
+        snprintf(mk[n++].text, sizeof mk->text, "trained context %lld", s[j].trained_len);
+    }
+    for (int j = 0; j < ns && n < MAX_MARKS; j++) {
+        double F = 0;
+        long long L = 0;
+        if (sscanf(s[j].rope, "yarn:%lf:%lld", &F, &L) != 2 || !(F > 0) || L <= 0) continue;
+        double x = F * (double)L;
+        int seen = 0;
+        for (int k = 0; k < n; k++) seen |= mk[k].factor > 0 && mk[k].x == x;
+        if (seen) continue;
+        mk[n] = (Mark){ x, F, PALETTE[j % 10], "2 3", "" };
+        snprintf(mk[n++].text, sizeof mk->text, "YaRN x%g design range %.0f = %g x %lld", F, x, F, L);
+    }
+    return n;
+}
+
+int report_svg_ppl(const char* path, const Buckets* b, const Series* s, int ns, const PplPlot* o, char* err,
+                   size_t errlen) {
+    const char* title = o ? o->title : NULL;
+    int log_x = o ? o->log_x : 0;
     size_t maxlab = 0;
-    int ropes = any_rope(s, ns);
-    char rope[200], text[160];
+    int ropes = any_rope(s, ns), bands = 0;
+    char rope[200], text[160], band_text[128];
+    Mark mk[MAX_MARKS];
+    int nm = ppl_marks(s, ns, mk);
+    Axis ax = x_axis(b, log_x), ay = y_axis(b, s, ns);
     for (int j = 0; j < ns; j++) {
         if (strlen(s[j].label) > maxlab) maxlab = strlen(s[j].label);
         report_rope_text(s[j].rope, s[j].rope_trained, text, sizeof text);
         if (ropes && 0.85 * (double)(strlen(text) + 5) > (double)maxlab) maxlab = (size_t)(0.85 * (double)(strlen(text) + 5) + 1);
+        for (int i = 0; i < b->n; i++) {
+            double bl, bh;
+            bands |= isfinite(bucket_ppl(&s[j], i)) && bucket_band(&s[j], i, &bl, &bh);
+        }
     }
-    double legend_w = 50 + CHAR_W * (double)maxlab;
+    snprintf(band_text, sizeof band_text, "shaded: \xc2\xb1 1 standard error over the %s", o && o->units ? o->units : "units");
+    for (int k = 0; k < nm; k++) {   // (the legend's note for a mark outside the plot: a log x axis ends at the last
+        size_t l = strlen(mk[k].text);  // bucket's centre, short of the context's end)
+        if (!ax_inside(&ax, mk[k].x))
+            snprintf(mk[k].text + l, sizeof mk->text - l, b->n > 0 && mk[k].x == (double)b->hi[b->n - 1] ?
+                     " (= this plot's context)" : " (beyond the plot)");
+        if (0.85 * (double)strlen(mk[k].text) > (double)maxlab) maxlab = (size_t)(0.85 * (double)strlen(mk[k].text) + 1);
+    }
+    if (bands && 0.85 * (double)strlen(band_text) > (double)maxlab) maxlab = (size_t)(0.85 * (double)strlen(band_text) + 1);
+    double legend_w = 50 + CHAR_W * (double)maxlab, legend_h = (ropes ? 34.0 : 20.0) * ns + 20.0 * (nm + bands) + (nm + bands ? 10 : 0);
     double w = MARGIN_L + PLOT_W + 20 + legend_w, h = MARGIN_T + PLOT_H + MARGIN_B;
-    if (MARGIN_T + 20 + (ropes ? 34.0 : 20.0) * ns > h) h = MARGIN_T + 20 + (ropes ? 34.0 : 20.0) * ns;   // a long legend
+    if (MARGIN_T + 20 + legend_h > h) h = MARGIN_T + 20 + legend_h;   // a long legend
     if (title && CHAR_W * 1.4 * (double)strlen(title) + 40 > w) w = CHAR_W * 1.4 * (double)strlen(title) + 40;
     FILE* f = open_out(path, err, errlen);
     if (!f) return 1;
-    Axis ax = x_axis(b, log_x), ay = y_axis(b, s, ns);
     svg_begin(f, w, h);
     svg_title(f, MARGIN_L + PLOT_W / 2, 30, title);
-    plot_axes(f, &ax, &ay, b->n > 0 && b->lo[0] == 0 && b->hi[0] == 1);
+    plot_axes(f, &ax, &ay, b->n > 0 && b->lo[0] == 0 && b->hi[0] == 1, o ? o->per : NULL);
+    // the marks: a vertical line across the plot each, under the bands and lines, with a short label at its top
+    fprintf(f, "<g id=\"marks\">\n");
+    for (int k = 0, shown = 0; k < nm; k++) {
+        if (!ax_inside(&ax, mk[k].x)) continue;
+        double x = ax_map(&ax, mk[k].x), y = MARGIN_T + 12 + 12 * (shown++ % 3);
+        fprintf(f, "<line class=\"mark\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"1.5\" "
+                "stroke-dasharray=\"%s\"/>\n", x, MARGIN_T, x, MARGIN_T + PLOT_H, mk[k].col, mk[k].dash);
+        char shorttext[48];
+        if (mk[k].factor > 0) snprintf(shorttext, sizeof shorttext, "YaRN x%g range %.0f", mk[k].factor, mk[k].x);
+        else snprintf(shorttext, sizeof shorttext, "trained %.0f", mk[k].x);
+        int right = x + 4 + 6.0 * (double)strlen(shorttext) <= MARGIN_L + PLOT_W;   // (else left of the line)
+        svg_text(f, right ? x + 4 : x - 4, y, right ? "start" : "end", "class=\"mark-label\" font-size=\"10\" fill=\"#555\"", shorttext);
+    }
+    fprintf(f, "</g>\n");
     // confidence bands first (under every line): one polygon per run of consecutive buckets with a band
     for (int j = 0; j < ns; j++) {
         int i = 0, any = 0;
@@ -585,6 +645,19 @@ int report_svg_ppl(const char* path, const Buckets* b, const Series* s, int ns, 
             snprintf(rope, sizeof rope, "RoPE %s", text);
             svg_text(f, lx + 30, y + 18, "start", "font-size=\"11\" fill=\"#555\"", rope);
         }
+    }
+    fprintf(f, "</g>\n<g id=\"legend-keys\">\n");
+    double y = ly + (ropes ? 34.0 : 20.0) * ns + 10;   // then what the band and the marks are
+    if (bands) {
+        fprintf(f, "<rect class=\"legend-band\" x=\"%.1f\" y=\"%.1f\" width=\"24\" height=\"10\" fill=\"#555555\" fill-opacity=\"0.18\"/>\n",
+                lx, y - 5);
+        svg_text(f, lx + 30, y + 4, "start", "class=\"legend-key\"", band_text);
+        y += 20;
+    }
+    for (int k = 0; k < nm; k++, y += 20) {
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"1.5\" stroke-dasharray=\"%s\"/>\n",
+                lx, y, lx + 24, y, mk[k].col, mk[k].dash);
+        svg_text(f, lx + 30, y + 4, "start", "class=\"legend-key\"", mk[k].text);
     }
     fprintf(f, "</g>\n</svg>\n");
     return close_out(f, path, err, errlen);

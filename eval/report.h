@@ -50,6 +50,7 @@ void buckets_free(Buckets* b);
 typedef struct {
     char label[128];
     char rope[64], rope_trained[64];            // RoPE run and trained ("" : not described; see the CSV format)
+    long long trained_len;                      // the context the checkpoint was trained at (0: not known; the plot marks it)
     double* nll_sum; long long* count;          // per bucket: NLL sum and tokens
     long long* units;                           // per bucket: units (documents) added with series_add_unit
     double *u_ss, *u_sc, *u_cc;                 // per bucket: sum over units of s_u^2, s_u n_u, n_u^2
@@ -85,13 +86,23 @@ int  report_csv(const char* path, const Buckets* b, const Series* s, int ns, cha
 // SVG line plot: x = bucket centre (lo + hi) / 2 (log2 scale with power-of-two ticks when log_x, "4k" =
 // 4096; on the log scale ticks are whole positions, and the bucket [0,1), drawn at 0.5, has its tick labelled
 // "0"), y = perplexity (linear, or log10 when max/min > 10), grid, axis labels "position in context" and
-// "perplexity", title, one polyline + circle markers per series (10 distinct colours, then dashed), legend
-// with the labels on the right (each with a second, smaller line "RoPE " + report_rope_text when the series has
-// a RoPE description). Empty buckets and non-finite perplexities are skipped. Where a series has
+// "perplexity per byte" / "per token" (per), title, one polyline + circle markers per series (10 distinct colours,
+// then dashed), legend with the labels on the right (each with a second, smaller line "RoPE " + report_rope_text
+// when the series has a RoPE description). Empty buckets and non-finite perplexities are skipped. Where a series has
 // standard errors, a shaded band (a polygon in the series' colour, opacity 0.18) spans exp(mean_nll -/+ se)
-// over each run of consecutive buckets that have one; the y range covers the bands.
-int  report_svg_ppl(const char* path, const Buckets* b, const Series* s, int ns, const char* title, int log_x,
-                    char* err, size_t errlen);
+// over each run of consecutive buckets that have one; the y range covers the bands; the legend names it below the
+// series (group "legend-keys": "shaded: +/- 1 standard error over the <units>", a grey swatch). Marks (a vertical line across the plot, class "mark",
+// with a legend entry; outside the x range only the legend entry, "beyond the plot"): each distinct trained_len of
+// the series ("trained context N", grey, dashed) and each distinct design range F x L of a series whose rope is
+// yarn:F:L ("YaRN xF design range N = F x L", the series' colour, dotted).
+typedef struct {
+    const char* title;   // NULL or "": none
+    int log_x;
+    const char* per;     // "byte" | "token": the y axis's unit ("perplexity per byte"); NULL: "perplexity"
+    const char* units;   // what the bands' standard errors are over ("documents", "windows"); NULL: "units"
+} PplPlot;
+int  report_svg_ppl(const char* path, const Buckets* b, const Series* s, int ns, const PplPlot* o, char* err,
+                    size_t errlen);
 
 // ----------------------------------------------------------------------------------------------------
 // passkey retrieval grid

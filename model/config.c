@@ -59,6 +59,7 @@ static const Key KEYS[] = {
     K(val_every, T_INT, 0, "0", "validate every N steps and at the end (0: only at the end if val_data is set)"),
     K(val_batches, T_INT, 0, "4", "validation sequences per evaluation = val_batches * batch_size"),
     K(log_every, T_INT, 0, "1", "print a step line every N steps"),
+    K(peak_tflops, T_FLOAT, 0, "0", "the peak of a rank's matmuls that the step line's MFU divides by, TFLOP/s (0: measured at start-up, a timed matmul on each rank; docs/training.md)"),
     K(sample_every, T_INT, 0, "0", "print a sample of the model's text every N steps and after the last (0: off); with a KV cache, on the run's own layout"),
     K(sample_tokens, T_INT, 0, "64", "tokens per sample"),
     K(sample_prompt, T_STR, 0, "", "the samples' prompt: text for the byte tokenizer (vocab_size 257), or ids:1,2,3 for any (empty: the eod token, the start of a document)"),
@@ -356,6 +357,8 @@ int config_validate(const Config* c, char* err, size_t errlen) {
     if (c->rope_theta <= 1) FAIL("rope_theta = %g must be > 1", c->rope_theta);
     if (!(c->rope_factor > 0 && c->rope_factor <= 1e6)) FAIL("rope_factor = %g must be in (0, 1e6]", c->rope_factor);
     if (c->norm_eps <= 0) FAIL("norm_eps = %g must be > 0", c->norm_eps);
+    if (!(c->peak_tflops >= 0 && c->peak_tflops <= 1e6))
+        FAIL("peak_tflops = %g must be in [0, 1e6] (0: measured at start-up)", c->peak_tflops);
     if (c->init_std <= 0) FAIL("init_std = %g must be > 0", c->init_std);
     if (c->lr < 0 || c->min_lr < 0) FAIL("lr and min_lr must be >= 0");
     if (c->min_lr > c->lr) FAIL("min_lr = %g exceeds lr = %g", c->min_lr, c->lr);
@@ -531,9 +534,14 @@ static int get_key(const Config* c, const char* key, char* buf, size_t n, int sh
 int config_get(const Config* c, const char* key, char* buf, size_t n) { return get_key(c, key, buf, n, 0); }
 int config_format(const Config* c, const char* key, char* buf, size_t n) { return get_key(c, key, buf, n, 1); }
 
+int config_key_used(const Config* c, const char* key) {
+    return strcmp(key, "rope_original_max_seq_len") || !strcmp(c->rope_scaling, "yarn");
+}
+
 static void write_keys(const Config* c, FILE* f, int shortest) {
     char buf[CFG_STR + 32];
     for (int i = 0; i < NKEYS; i++) {
+        if (shortest && !config_key_used(c, KEYS[i].name)) continue;   // (for people: only what the model uses)
         get_key(c, KEYS[i].name, buf, sizeof buf, shortest);
         fprintf(f, "%s = %s\n", KEYS[i].name, buf);
     }

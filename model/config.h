@@ -21,6 +21,7 @@ typedef struct {
     float lr, min_lr, weight_decay, beta1, beta2, adam_eps, grad_clip;
     long long seed;
     int shuffle, val_every, val_batches, log_every;
+    float peak_tflops;              // MFU's peak per rank (0: measured at start-up, train/mfu.h)
     int sample_every, sample_tokens;  // a sample of text every N steps (0: off), of this many tokens
     char sample_prompt[CFG_STR];    // its prompt: text (byte tokenizer) or ids:1,2,3; empty: the eod token
     float sample_temperature;
@@ -82,8 +83,12 @@ int config_shard_min(const Config* c);
 // The end-of-document token: eod, or for eod = -1 the byte tokenizer's 256 when vocab_size is 257, else -1 (none).
 int config_eod(const Config* c);
 // Write the resolved config as `key = value` lines (same format the loader reads), for people: the start-up dump
-// and config.txt. Values as config_format (floats in their shortest text: lr = 0.002, norm_eps = 1e-05).
+// and config.txt. Values as config_format (floats in their shortest text: lr = 0.002, norm_eps = 1e-05). Keys the
+// config does not use (config_key_used) are left out.
 void config_write(const Config* c, FILE* f);
+// 0 for a key whose value this config does not use: rope_original_max_seq_len unless rope_scaling = yarn (it changes
+// nothing then: left out of config_write's text, of build/reshard --info, and of a resume's comparison); else 1.
+int config_key_used(const Config* c, const char* key);
 // The same lines with config_get's values (floats as %.9g): the text that agrees character for character with a
 // checkpoint's /config attributes (a checkpoint's root attribute `config`).
 void config_write_exact(const Config* c, FILE* f);

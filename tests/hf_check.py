@@ -27,11 +27,11 @@ Commands (NAME labels the printed checks):
   hfstate NAME DIR_A DIR_B equal|bf16    both directories load with from_pretrained; B's state equals A's (or A's
                                          rounded to bf16)
   autotok NAME DIR TEXTFILE              AutoTokenizer.from_pretrained(DIR) encodes TEXTFILE as tokenizers does
-  generate NAME DIR PROMPT N OUTFILE     the README's transformers example ("Extend an existing model", step 6) on
+  generate NAME DIR PROMPT N OUTFILE     docs/huggingface.md's transformers example (step 6) on
                                          the export DIR: tok(PROMPT, return_tensors="pt") gives only input_ids and
-                                         attention_mask; model.generate(**tok(...), max_new_tokens=N) as the README
+                                         attention_mask; model.generate(**tok(...), max_new_tokens=N) as that example
                                          loads the model gives the ids of a greedy decode computed here by repeated
-                                         full forwards (no cache) and argmax, stopping at EOS; OUTFILE (the README
+                                         full forwards (no cache) and argmax, stopping at EOS; OUTFILE (the
                                          snippet's stdout, run by test_hf.sh) ends with their decoded text
   decode NAME HF_SHARDS BYTE_SHARDS TOKENIZER SEP [SKIPPED]   prepare_hf's documents (train and val) decode to
                                          the text of build/prepare's documents on the same corpus, in the same
@@ -40,7 +40,7 @@ Commands (NAME labels the printed checks):
 Prints "ok   ..." / "FAIL ..." per check and "# ..." information, then "N passed, N failed"; exit 1 on a failure.
 The YaRN keys: transformers before 4.51 ignore original_max_position_embeddings and use max_position_embeddings
 as the original length, so for those releases the model is built with max_position_embeddings set to the
-original length (README, "Extend an existing model"); `asis` measures what happens without that.
+original length (docs/huggingface.md, "YaRN keys across transformers releases"); `asis` measures what happens without that.
 """
 import glob
 import json
@@ -353,7 +353,7 @@ def cmd_generate(name, d, prompt, n, outfile):
     enc = tok(prompt, return_tensors="pt")
     check(f"{name}: tok(prompt, return_tensors='pt') gives {', '.join(enc.keys())} ({type(tok).__name__})",
           sorted(enc.keys()) == ["attention_mask", "input_ids"], "LlamaForCausalLM.generate() takes no token_type_ids")
-    cfg = transformers.LlamaConfig.from_pretrained(d)          # the README's loading: the YaRN line for < 4.51
+    cfg = transformers.LlamaConfig.from_pretrained(d)          # docs/huggingface.md's loading: the YaRN line for < 4.51
     rs = cfg.rope_scaling or {}
     if old and rs.get("rope_type", rs.get("type")) == "yarn" and rs.get("original_max_position_embeddings"):
         cfg.max_position_embeddings = rs["original_max_position_embeddings"]
@@ -362,7 +362,7 @@ def cmd_generate(name, d, prompt, n, outfile):
     eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
     ids = enc["input_ids"]
     with torch.no_grad():
-        gen = model.generate(**enc, max_new_tokens=n)               # the README's call
+        gen = model.generate(**enc, max_new_tokens=n)               # docs/huggingface.md's call
     new = gen.shape[1] - ids.shape[1]
     why = greedy_why(torch, model, gen[0].tolist(), ids.shape[1])
     ends = [i for i, t in enumerate(gen[0].tolist()[ids.shape[1]:]) if t in eos]
@@ -373,7 +373,7 @@ def cmd_generate(name, d, prompt, n, outfile):
     ids = gen
     text = tok.decode(ids[0])
     got = open(outfile, encoding="utf-8").read()
-    check(f"{name}: the README snippet printed tok.decode() of those ids", got.endswith(text + "\n"),
+    check(f"{name}: the docs' snippet printed tok.decode() of those ids", got.endswith(text + "\n"),
           "" if got.endswith(text + "\n") else f"printed {got[-200:]!r}, decoded {text[-200:]!r}")
 
 

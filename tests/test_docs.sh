@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The documentation agrees with the programs: the tables a program prints (config keys: build/train --help; the
-# capacity planner's figures: build/plan) equal that program's output (tools/docs_tables.py --check); every relative
+# capacity planner's figures: build/plan) equal that program's output, and docs/demo.md's demo summary rests on the
+# data and first steps the code gives now (tools/docs_tables.py --check, which says how); every relative
 # link of README.md and docs/*.md leads to a file that exists and, with #anchor, to a heading there (GitHub's
-# anchors); the README names every program `make` builds; the quick start's data recipe and the demo's are one list.
+# anchors); the README names every program `make` builds; the quick start's data recipe and the demo's are one list;
+# every pointer in the sources, tests and docs to a section by its title (README, "title" / docs/F.md, "title"; in a
+# Markdown file also see "title", a section of that file) names a heading or a bold paragraph lead of that file.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
 
@@ -39,6 +42,39 @@ for b in bad:
 print(f"{n} relative links in {len(sys.argv) - 1} files lead to existing files and headings")
 sys.exit(1 if bad else 0)
 PYEOF
+
+$PY - >"$T/s" 2>&1 <<'PYEOF' && ok "section pointers: $(tail -n 1 "$T/s")" || bad "section pointers: $(head -n 5 "$T/s")"
+import glob, os, re
+files = ["README.md"] + [f for pat in ("docs/*.md", "tools/**/*.py", "tools/**/*.sh", "tools/**/*.c", "tests/*.sh", "tests/*.py",
+         "tests/*.c", "*/*.c", "*/*.h", "backend/*/*.cu") for f in glob.glob(pat, recursive=True)]
+files += [f for f in glob.glob("tools/*") if os.path.isfile(f) and "." not in os.path.basename(f)]
+# README, "title" | README's "title" | docs/x.md, "title" | README "title" (quotes possibly escaped in a string)
+ref = re.compile(r"\b(README(?:\.md)?|docs/[\w.-]+\.md)(?:,|'s)? \(?\\?\"([A-Z][^\"\\$/]*)\\?\"")
+def titles(path):
+    text = open(path, encoding="utf-8").read()
+    return [m.strip() for m in re.findall(r"^#+ (.*)$", text, re.M)] + re.findall(r"\*\*([^*\n]+?)\.?\*\*", text)
+bad, n = [], 0
+for f in sorted(set(files)):
+    for i, line in enumerate(open(f, encoding="utf-8", errors="replace"), 1):
+        refs = [(m.group(0), m.group(1), m.group(2)) for m in ref.finditer(line)]
+        if f.endswith(".md"):
+            refs += [(m.group(0), f, m.group(1)) for m in re.finditer(r'\bsee "([A-Z][^"]*)"', line)]
+        for whole, where, title in refs:
+            target = "README.md" if where.startswith("README") else where
+            n += 1
+            if not os.path.exists(target) or not any(t.startswith(title.strip()) for t in titles(target)):
+                bad.append(f"{f}:{i}: {whole}: no such heading or bold lead in {target}")
+for b in bad:
+    print(b)
+print(f"{n} pointers to sections by title name headings or bold leads of their files")
+raise SystemExit(1 if bad or n < 3 else 0)
+PYEOF
+
+# the README's table of the docs names every ZeRO stage the trainer accepts (its refusal of zero = 9 lists them)
+stages=$(build/train --zero 9 --train_data x 2>&1 | sed -nE 's/.*zero = 9 must be 0, (.*)$/\1/p' | sed 's/, \| or /\//g')
+row=$(grep '^| \[Parallelism\](docs/parallelism.md) |' README.md)
+[ -n "$stages" ] && [[ "$row" == *"ZeRO-$stages)"* ]] && ok "README's docs table: the parallelism row says ZeRO-$stages (the stages build/train accepts)" \
+  || bad "README's docs table: the parallelism row does not say ZeRO-${stages:-?} (build/train's stages): $row"
 
 progs=$(sed -n 's/^PROGRAMS *:= *$(addprefix $(BD)\/,\(.*\))$/\1/p' backend/cpu/backend.mk)
 miss=""; for p in $progs; do grep -q "\`build/$p\`" README.md || miss+=" $p"; done

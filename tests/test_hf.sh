@@ -18,7 +18,7 @@
 #    (GQA/MQA/MHA, YaRN in both key forms, linear, tied/untied, sharded) imported give HF's logits and
 #    per-position losses in float32 and float64 (1e-4), also through build/eval on a ring; an imported model
 #    extended with --init_from on its tokenizer's data (tp 2 x cp 2) and the other ringlm runs exported load in
-#    LlamaForCausalLM.from_pretrained with matching logits; AutoTokenizer loads an export; the README's step 6
+#    LlamaForCausalLM.from_pretrained with matching logits; AutoTokenizer loads an export; docs/huggingface.md's step 6
 #    (export, from_pretrained, AutoTokenizer, model.generate(**tok(...))) runs as printed, and generate() gives
 #    the ids of a greedy decode by full forwards (which needs tools/setup/hf_torch_py311.py in build/hfenv: PyTorch
 #    1.13's torch.distributed.fsdp under Python 3.11); docs/huggingface.md holds the snippet this test runs.
@@ -412,12 +412,13 @@ grep -qF "hf_export: tokenizer $T/tok/bpe/tokenizer.json, named by $T/hd/meta.js
   && cmp -s "$T/tok/bpe/tokenizer.json" "$T/eZm/tokenizer.json" && cmp -s "$T/eZ/tokenizer_config.json" "$T/eZm/tokenizer_config.json" \
   && ok "hf_export finds the tokenizer of Z's training data through the meta.json prepare_hf wrote (SHA-256 checked)" \
   || bad "export Z through prepare_hf's meta.json: $(sed "s|$T/||g" "$T/check.out" | tr '\n' ' ')"
-# the README's step 6 ("Extend an existing model"), run as printed from a directory laid out as the README's: the
-# repository's tools/ and build/hfenv, out/ext = the run Z, ~/models/llama-4k = Z's BPE tokenizer; hf_check's
+# docs/huggingface.md's step 6, run as printed from a directory laid out as that recipe's: the
+# repository's tools/ and build/hfenv, out/ext = the run Z, M = ~/models/llama-4k = Z's BPE tokenizer (the recipe's
+# real-model example; tests/test_hf_recipe.sh runs the whole recipe with its tiny model); hf_check's
 # `generate` then checks its printed text and the ids of that generate() call against a greedy decode of its own
 R=$T/readme
 cat > "$T/step6.sh" <<'README'
-tools/hf_export out/ext --out out/ext/hf --dtype bf16 --tokenizer ~/models/llama-4k
+tools/hf_export out/ext --out out/ext/hf --dtype bf16 --tokenizer "$M"
 build/hfenv/bin/python - <<'EOF'
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 d = "out/ext/hf"
@@ -431,12 +432,12 @@ EOF
 README
 $PY -c "import sys; sys.exit(open(sys.argv[2]).read() not in open(sys.argv[1]).read())" docs/huggingface.md "$T/step6.sh" \
   && ok "docs/huggingface.md's step 6 is the snippet run here ($(grep -c '' "$T/step6.sh") lines)" \
-  || bad "docs/huggingface.md's step 6 (\"Extend an existing model\") is not the snippet tests/test_hf.sh runs: update one of them"
+  || bad "docs/huggingface.md's step 6 is not the snippet tests/test_hf.sh runs: update one of them"
 mkdir -p "$R/build" "$R/out" "$R/home/models" && ln -s "$PWD/tools" "$R/tools" && ln -s "$(dirname "$(dirname "$HFPY")")" "$R/build/hfenv" \
   && ln -s "$T/Z" "$R/out/ext" && ln -s "$T/tok/bpe" "$R/home/models/llama-4k"
-(cd "$R" && env -u RINGLM_PYTHON -u RINGLM_HFENV HOME="$R/home" timeout $HANG_S bash -e "$T/step6.sh") >"$T/step6.out" 2>"$T/step6.err" \
-  && ok "README step 6 runs as printed (export bf16 with the tokenizer; from_pretrained, AutoTokenizer, generate): prints $(tail -n 1 "$T/step6.out" | head -c 40 | LC_ALL=C tr -c '[:print:]' '?')..." \
-  || bad "README step 6: exit $?: $(tail -n 3 "$T/step6.err" | tr '\n' ' ' | head -c 600)"
+(cd "$R" && env -u RINGLM_PYTHON -u RINGLM_HFENV HOME="$R/home" M="$R/home/models/llama-4k" timeout $HANG_S bash -e "$T/step6.sh") >"$T/step6.out" 2>"$T/step6.err" \
+  && ok "docs/huggingface.md's step 6 runs as printed (export bf16 with the tokenizer; from_pretrained, AutoTokenizer, generate): prints $(tail -n 1 "$T/step6.out" | head -c 40 | LC_ALL=C tr -c '[:print:]' '?')..." \
+  || bad "docs/huggingface.md's step 6: exit $?: $(tail -n 3 "$T/step6.err" | tr '\n' ' ' | head -c 600)"
 check "tool_dump Z" $D --ckpt "$T/Z/ckpt_00000002.h5" --out "$T/Z.dump" --seq_len 200 --micro_batch 1
 check "re-import the m1 export" "${SY[@]}" tools/hf_import "$T/em1" --out "$T/m1b.h5"
 check "tool_dump X" $D --ckpt "$X" --out "$T/X.dump" --seq_len 64 --micro_batch 2
@@ -454,7 +455,7 @@ $HCHK logits "HF m1 (GQA, untied, YaRN >= 4.51 form) imported" "$T/m1.dump" "$T/
   ::: exported "m2 export (tied)" "$T/em2" "$T/m2.h5" \
   ::: hfstate "X: sharded fp32 export vs unsharded" "$T/eX" "$T/eXs" equal ::: hfstate "X: bf16 export" "$T/eX" "$T/eXb" bf16 \
   ::: autotok "Z export with --tokenizer" "$T/eZ" "$C/docs/unicode.txt" \
-  ::: generate "README step 6 on Z" "$T/Z/hf" "def main(" 32 "$T/step6.out" \
+  ::: generate "docs/huggingface.md's step 6 on Z" "$T/Z/hf" "def main(" 32 "$T/step6.out" \
   ::: bytetok "byte-level F exported with the byte tokenizer" "$T/eF" "$T/F.ids" "the quick" 40 >"$T/c5" 2>&1
 sub_result "HF reference checks" $? "$T/c5"; grep -E '^(ok|FAIL|#)' "$T/c5"
 

@@ -433,6 +433,98 @@ $PY $PLOT "$T/b" --smooth 5 --x tokens --log loss --out "$T/p/smooth.svg" >/dev/
 $PY $PLOT "$T/a" >"$T/o" 2>&1 && [ -s "$T/a/metrics.svg" ] && [ -s "$T/a/metrics.csv" ] &&
   ok "default output of one run: RUN/metrics.svg and .csv" || bad "default output: $(cat "$T/o")"
 
+# ---- resume labels inside the loss panel's frame (a label wider than the room on either side of its line used to
+#      run off the left edge); a resume from zero 2 to zero 3 (2 ranks) names both layouts in the label and the CSV
+cat >"$T/chk2.py" <<'PYEOF'
+import csv, re, sys
+import xml.etree.ElementTree as ET
+NS = "{http://www.w3.org/2000/svg}"
+CW = 6.0   # a 10px character's width at most (sans-serif averages below)
+
+
+def labels(svg):
+    """resume labels of the loss panel: [(text, [(x0, x1) per line], frame)]: each line's extent by its anchor"""
+    root = ET.parse(svg).getroot()
+    g = next(g for g in root.iter(f"{NS}g") if g.get("id") == "panel-loss")
+    fr = g.find(f"{NS}rect[@class='frame']")
+    x0, x1 = float(fr.get("x")), float(fr.get("x")) + float(fr.get("width"))
+    out = []
+    for t in g.iter(f"{NS}text"):
+        if t.get("class") != "resume-label":
+            continue
+        parts = [(float(s.get("x")), s.text) for s in t.findall(f"{NS}tspan")] or [(float(t.get("x")), t.text)]
+        ext = [(x - CW * len(s), x) if t.get("text-anchor") == "end" else (x, x + CW * len(s)) for x, s in parts]
+        out.append((" ".join(s for _, s in parts), ext, (x0, x1)))
+    return out
+
+
+def inside(want, *svgs):
+    """every resume label lies inside its frame; the labels' texts (lines joined by a space) are want ('|'-separated)"""
+    got = []
+    for svg in svgs:
+        for text, ext, (x0, x1) in labels(svg):
+            assert all(x0 <= a and b <= x1 for a, b in ext), (svg, text, ext, (x0, x1))
+            got.append(text)
+    assert got == want.split("|"), got
+    print(f"{len(got)} labels inside their frames: {got}")
+
+
+def zero_csv(path):
+    rows = [r for r in csv.DictReader(open(path))]
+    marked = [(r["step"], r["start"], r["layout"]) for r in rows if r["start"]]
+    assert marked == [("1", "new", "tp 1 x cp 1 x dp 2, zero 2"), ("5", "resume", "tp 1 x cp 1 x dp 2, zero 3")], marked
+    print(f"CSV start/layout: {marked}")
+
+
+def ticks(g):
+    """position of a pixel through the x tick labels (k = 1024)"""
+    t = [(float(e.get("x")), float(e.text[:-1]) * 1024 if e.text.endswith("k") else float(e.text)) for e in g.iter(f"{NS}text")]
+    (p1, v1), (p2, v2) = min(t), max(t)
+    return lambda px: v1 + (px - p1) * (v2 - v1) / (p2 - p1)
+
+
+def ppl(svg, per, keys, marks):
+    """build/eval's perplexity plot: the y axis's unit, the legend's keys below the series (the band named, the marks),
+    a band polygon drawn, and a vertical mark line at each of marks (positions, read back through the x ticks)"""
+    root = ET.parse(svg).getroot()
+    gs = {g.get("id"): g for g in root.iter(f"{NS}g")}
+    texts = ["".join(t.itertext()) for t in root.iter(f"{NS}text")]
+    assert f"perplexity per {per}" in texts or f"perplexity per {per} (log scale)" in texts, texts
+    got = [t.text for t in gs["legend-keys"].iter(f"{NS}text")]
+    assert got == keys.split("|"), got
+    assert gs["legend-keys"].find(f"{NS}rect[@class='legend-band']") is not None
+    assert any(k.startswith("band-") for k in gs), "no band drawn"
+    pos = ticks(gs["x-ticks"])
+    lines = [l for l in gs["marks"].iter(f"{NS}line") if l.get("class") == "mark"]
+    want = [float(m) for m in marks.split(",") if m]
+    seen = sorted(pos(float(l.get("x1"))) for l in lines)
+    assert len(seen) == len(want) and all(abs(a - b) <= 1.0 for a, b in zip(seen, sorted(want))), (seen, want)
+    assert all(l.get("x1") == l.get("x2") and float(l.get("y1")) < float(l.get("y2")) for l in lines)
+    print(f"'perplexity per {per}', keys {got}, marks at positions {[round(x, 1) for x in seen]}")
+
+
+globals()[sys.argv[1]](*sys.argv[2:])
+PYEOF
+ZT=(build/train -c configs/tiny.conf --train_data "$T/d/train_*.bin" --val_data "" --batch_size 4 --micro_batch 2 --out_dir "$T/z")
+timeout $HANG_S $(launch 2) "${ZT[@]}" --zero 2 --max_steps 6 --ckpt_every 4 >"$T/z1.out" 2>&1 &&
+  timeout $HANG_S $(launch 2) "${ZT[@]}" --zero 3 --max_steps 8 --resume "$T/z/ckpt_00000004.h5" >"$T/z2.out" 2>&1 &&
+  $PY $PLOT "$T/z" --out "$T/p/z.svg" >/dev/null || bad "zero 2 -> 3 runs: $(tail -n 2 "$T/z1.out" "$T/z2.out")"
+check "resume labels inside the loss frame, on two lines where one does not fit (the layout change above; zero 2 -> zero 3)" \
+  $PY "$T/chk2.py" inside "resumed at step 20: tp 1 x cp 1 x dp 1 -> tp 1 x cp 2 x dp 1|resumed at step 4: tp 1 x cp 1 x dp 2, zero 2 -> tp 1 x cp 1 x dp 2, zero 3" \
+  "$T/p/lay.svg" "$T/p/z.svg"
+check "the CSV's start and layout columns: zero 2, then the resume at zero 3" $PY "$T/chk2.py" zero_csv "$T/p/z.csv"
+
+# ---- build/eval's perplexity plots: per byte, the band named in the legend, the trained context and YaRN's design
+#      ranges marked (b's checkpoint: trained at 128 with plain RoPE; evaluated at 256 with none, yarn:2:64 = 128 and
+#      yarn:4:64 = 256; and at 128 with log buckets and packed windows, where the marks are the plot's context)
+EV=(build/eval --ckpt "$T/b/ckpt_00000020.h5" --data "$T/d/val_*.bin" --docs 3 --out "$T/p")
+"${EV[@]}" --rope none --rope yarn:2:64 --rope yarn:4:64 --seq_len 256 --bucket 32 --name ppl_yarn >"$T/ev.out" 2>&1 &&
+  "${EV[@]}" --rope yarn:2:64 --seq_len 128 --log_buckets --doc_mask --name ppl_log >>"$T/ev.out" 2>&1 || bad "eval: $(tail -n 3 "$T/ev.out")"
+check "perplexity plot at 2x the trained context: per byte, band and marks in the legend, lines at 128, 128 and 256" \
+  $PY "$T/chk2.py" ppl "$T/p/ppl_yarn.svg" byte "shaded: ± 1 standard error over the documents|trained context 128|YaRN x2 design range 128 = 2 x 64|YaRN x4 design range 256 = 4 x 64" 128,128,256
+check "log buckets at the trained context: marks at its end named in the legend (= the plot's context), units windows" \
+  $PY "$T/chk2.py" ppl "$T/p/ppl_log.svg" byte "shaded: ± 1 standard error over the windows|trained context 128 (= this plot's context)|YaRN x2 design range 128 = 2 x 64 (= this plot's context)" ""
+
 # ---- metrics_to_tensorboard.py
 $PY $TB "$T/a" "$T/b_appended" --label a --label b --logdir "$T/tb" >"$T/o" 2>"$T/e"; rc=$?
 [ $rc -eq 0 ] && [ ! -s "$T/e" ] && [ "$(grep -c '^wrote ' "$T/o")" -eq 2 ] && grep -qF "view: tensorboard --logdir $T/tb" "$T/o" &&

@@ -318,7 +318,7 @@ static void test_se(void) {
           "CSV docs, se_nll, ppl_lo, ppl_hi columns (empty where undefined)");
     // the band: one polygon per series with standard errors, inside the plot, lines drawn over it
     tpath(path, sizeof path, "se.svg");
-    CHECK(report_svg_ppl(path, &b, both, 2, "band", 0, err, sizeof err) == 0, "report_svg_ppl with bands (%s)", err);
+    CHECK(report_svg_ppl(path, &b, both, 2, &(PplPlot){ "band", 0, NULL, NULL }, err, sizeof err) == 0, "report_svg_ppl with bands (%s)", err);
     CHECK(py_check("chk_band.py",
                    "import sys, xml.etree.ElementTree as ET\n"
                    "ns = '{http://www.w3.org/2000/svg}'\n"
@@ -368,13 +368,15 @@ static void test_svg(void) {
     s[1].count[2] = 0; s[1].nll_sum[2] = 0;                      // an empty bucket: skipped
     char path[512], err[600] = "";
     tpath(path, sizeof path, "ppl_log.svg");
-    CHECK(report_svg_ppl(path, &b, s, 2, "Title & <co>", 1, err, sizeof err) == 0, "report_svg_ppl log x (%s)", err);
+    CHECK(report_svg_ppl(path, &b, s, 2, &(PplPlot){ "Title & <co>", 1, NULL, NULL }, err, sizeof err) == 0, "report_svg_ppl log x (%s)", err);
     CHECK(py_check("chk_svg.py", SVG_CHECK, path) == 0, "SVG (log x) is well-formed, 2 polylines, unescaped labels");
     tpath(path, sizeof path, "ppl_lin.svg");
-    CHECK(report_svg_ppl(path, &b, s, 2, "Title & <co>", 0, err, sizeof err) == 0, "report_svg_ppl linear x");
+    CHECK(report_svg_ppl(path, &b, s, 2, &(PplPlot){ "Title & <co>", 0, "token", NULL }, err, sizeof err) == 0, "report_svg_ppl linear x");
     CHECK(py_check("chk_svg.py", SVG_CHECK, path) == 0, "SVG (linear x) is well-formed, 2 polylines, unescaped labels");
     char* txt = slurp(path);
     CHECK(txt && strstr(txt, "R&amp;D &lt;base&gt; &quot;4k&quot; &apos;a&apos;"), "SVG label escaped in the file");
+    CHECK(txt && strstr(txt, ">perplexity per token") && !strstr(txt, "class=\"mark\""),
+          "SVG y axis: perplexity per token (PplPlot.per); no marks without a trained length or a YaRN series");
     free(txt);
     series_free(&s[0]); series_free(&s[1]);
     buckets_free(&b);
@@ -384,7 +386,7 @@ static void test_svg(void) {
     series_init(&s[0], &b, "flat \x01 bad\xff utf8 \xc3\xa9");
     series_add(&s[0], &b, 3, 1.0, 1);
     tpath(path, sizeof path, "flat.svg");
-    CHECK(report_svg_ppl(path, &b, s, 1, NULL, 1, err, sizeof err) == 0, "SVG single point, no title");
+    CHECK(report_svg_ppl(path, &b, s, 1, &(PplPlot){ NULL, 1, NULL, NULL }, err, sizeof err) == 0, "SVG single point, no title");
     CHECK(py_check("chk_svg1.py",
                    "import sys, xml.etree.ElementTree as ET\n"
                    "ns = '{http://www.w3.org/2000/svg}'\n"
@@ -421,7 +423,7 @@ static void test_log_ticks(void) {
         series_init(&s, &b, "log");
         for (int i = 0; i < b.n; i++) series_add(&s, &b, b.lo[i], 2.0 + 0.1 * i, 1);
         tpath(path, sizeof path, "ticks.svg");
-        CHECK(report_svg_ppl(path, &b, &s, 1, "ticks", 1, err, sizeof err) == 0, "report_svg_ppl log x, context %lld", ctxs[c]);
+        CHECK(report_svg_ppl(path, &b, &s, 1, &(PplPlot){ "ticks", 1, NULL, NULL }, err, sizeof err) == 0, "report_svg_ppl log x, context %lld", ctxs[c]);
         char cmd[1600], sp[512];
         tpath(sp, sizeof sp, "chk_xticks.py");
         FILE* f = fopen(sp, "w");
@@ -489,7 +491,7 @@ static void test_errors(void) {
     CHECK(report_csv(bad, &b, &s, 1, err, sizeof err) == 1 && strstr(err, "cannot write '/nonexistent_ringlm_dir/out.csv'"),
           "report_csv unwritable → 1 (%s)", err);
     err[0] = 0;
-    CHECK(report_svg_ppl(bad, &b, &s, 1, "t", 0, err, sizeof err) == 1 && strstr(err, bad), "report_svg_ppl unwritable (%s)", err);
+    CHECK(report_svg_ppl(bad, &b, &s, 1, &(PplPlot){ "t", 0, NULL, NULL }, err, sizeof err) == 1 && strstr(err, bad), "report_svg_ppl unwritable (%s)", err);
     int lens[1] = {1024};
     double depths[1] = {0.5}, acc[1] = {1};
     PasskeyGrid g = {1, 1, lens, depths, acc, NULL};

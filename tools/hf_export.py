@@ -19,7 +19,7 @@ RoPE: none → no rope_scaling, max_position_embeddings = max_seq_len; linear �
 = s·L. transformers reads these keys exactly so from 4.51 on (4.51–4.55 take factor = max_position_embeddings
 / original = s; 4.56 and later take both as given). 4.45–4.50 ignore original_max_position_embeddings and take
 max_position_embeddings (s·L) as the original length: with those releases set config.max_position_embeddings
-= L before building the model (README, "Extend an existing model"). The export of a YaRN model prints a line
+= L before building the model (docs/huggingface.md, "YaRN keys across transformers releases"). The export of a YaRN model prints a line
 saying so.
 
 TOKENIZER (a tokenizer.json or a directory holding one) is copied with the tokenizer_config.json,
@@ -210,7 +210,7 @@ def yarn_note(conf):
     return (f"YaRN: transformers 4.45-4.50 ignore original_max_position_embeddings ({L}) and take "
             f"max_position_embeddings ({P}) as the original length, so their logits differ from ringlm's; with those "
             f"releases (this project's build/hfenv has 4.46.3) set config.max_position_embeddings = {L} before "
-            "from_pretrained (README, \"Extend an existing model\"); 4.51 and later compute ringlm's YaRN from these keys")
+            "from_pretrained (docs/huggingface.md, \"YaRN keys across transformers releases\"); 4.51 and later compute ringlm's YaRN from these keys")
 
 
 def write_json(path, obj):

@@ -8,7 +8,8 @@ beside it. Python 3 standard library only.
 
 RUN is an out_dir (its metrics.jsonl is read) or a metrics file. --out (default: RUN/metrics.svg for one run,
 ./metrics.svg for several) names the SVG; the CSV (run,step,tokens_seen,loss,val_loss,lr,tokens_per_s,grad_norm,
-and the smoothed columns with --smooth) goes beside it with the suffix .csv. --label names the runs in order
+the smoothed columns with --smooth, then start,layout: filled in the first record of each run) goes beside it with
+the suffix .csv. --label names the runs in order
 (default: the out_dir's name). --smooth N draws the trailing mean of the last N values of loss, tokens/s and grad
 norm over the raw values (drawn faint); validation loss and the learning rate are never smoothed. --x tokens puts
 tokens_seen on the x axis instead of the step. --log KEYS draws those panels (loss, lr, tokens_per_s, grad_norm)
@@ -16,8 +17,8 @@ on a log scale (values <= 0 left out; a panel without a value above 0 stays line
 
 Records: one JSON object per line with an integer "step"; a missing key or a value that is not a number leaves
 that point out, a nan / inf value (also C's bare nan, inf) is marked by a triangle on the top edge of its panel.
-A resume is marked by a dashed vertical line in each panel, labelled in the loss panel with the layout when it
-changed (build/train's first record of each run says "start": "new" | "resume" | "init_from" and its "layout").
+A resume is marked by a dashed vertical line in each panel, labelled in the loss panel (inside its frame, on two
+lines when one would not fit) with the layout when it changed (build/train's first record of each run says "start": "new" | "resume" | "init_from" and its "layout").
 A resumed run appends to the file: a step number that is not above the previous record's starts over there, so
 the earlier records from that step on are dropped (the later lines win; a tail the resumed run did not reach again
 goes too, as TensorBoard purges orphaned steps). A last line without a newline that does not parse (a run still
@@ -401,6 +402,33 @@ def polyline(svg, ax, ay, pts, cls, col, width, extra=""):
         svg.raw(f'<circle class="point" cx="{px[0][0]:.1f}" cy="{px[0][1]:.1f}" r="3" fill="{col}"/>\n')
 
 
+LABEL_CHAR_W = 6.0                # rough width of one 10px character (the resume labels)
+
+
+def resume_label(svg, xx, y, left, right, text, col):
+    """A resume's label inside the frame [left, right]: right of the line at xx, else left of it, else as near it as
+    the frame allows; a text wider than the frame goes on more lines (after "resumed at step N:", before the new
+    layout)."""
+    lines = [text]
+    if LABEL_CHAR_W * len(text) > right - left - 6 and ": " in text:
+        head, tail = text.split(": ", 1)
+        lines = [head + ":"] + ([tail] if LABEL_CHAR_W * len(tail) <= right - left - 6 else
+                                [p + (" ->" if i == 0 else "") for i, p in enumerate(tail.split(" -> ", 1))])
+    w = LABEL_CHAR_W * max(len(t) for t in lines)
+    if xx + 3 + w <= right:
+        x, anchor = xx + 3, "start"
+    elif xx - 3 - w >= left:
+        x, anchor = xx - 3, "end"
+    else:
+        x, anchor = max(left + 3, right - 3 - w), "start"
+    extra = f'class="resume-label" font-size="10" fill="{col}"'
+    if len(lines) == 1:
+        svg.text(x, y, anchor, text, extra)
+        return
+    spans = "".join(f'<tspan x="{x:.1f}" dy="{0 if i == 0 else 12}">{xml_text(t)}</tspan>' for i, t in enumerate(lines))
+    svg.raw(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" {extra}>{spans}</text>\n')
+
+
 def panel(svg, key, title, left, top, ax, runs_data, log, smooth_n, xname):
     """One panel: frame, ticks, title, then per run its line(s), validation points and non-finite markers."""
     ys = []
@@ -453,10 +481,8 @@ def panel(svg, key, title, left, top, ax, runs_data, log, smooth_n, xname):
             if ax.inside(x):
                 xx = ax.map(x)
                 svg.line(xx, top, xx, bot, col, f'class="resume" stroke-width="1" stroke-dasharray="4 4"')
-                if key == "loss":   # right of the line, or left of it where the text would leave the frame
-                    fits = xx + 3 + 0.6 * 10 * len(text) <= right
-                    svg.text(xx + 3 if fits else xx - 3, top + 14 + 13 * ((j + n) % 3), "start" if fits else "end", text,
-                             f'class="resume-label" font-size="10" fill="{col}"')
+                if key == "loss":
+                    resume_label(svg, xx, top + 14 + 13 * ((j + n) % 3), left, right, text, col)
         for x, y in d["raw"] + d["val"]:          # a nan / inf value: a triangle pointing down from the top edge
             if not math.isfinite(y) and ax.inside(x):
                 xx = ax.map(x)
@@ -536,7 +562,7 @@ def csv_text(runs, smooth_n):
     buf = io.StringIO()
     wr = csv.writer(buf, lineterminator="\n")
     smoothed = ["loss", "tokens_per_s", "grad_norm"] if smooth_n > 1 else []
-    wr.writerow(["run", "step"] + CSV_KEYS + [k + "_smooth" for k in smoothed])
+    wr.writerow(["run", "step"] + CSV_KEYS + [k + "_smooth" for k in smoothed] + ["start", "layout"])
     sm = [{k: dict(smooth(r.series(k, "step"), smooth_n)) for k in smoothed} for r in runs]
     for r, s in zip(runs, sm):
         for rec in r.records:
@@ -547,6 +573,8 @@ def csv_text(runs, smooth_n):
             for k in smoothed:
                 v = s[k].get(float(rec["step"]))
                 row.append("" if v is None else f"{v:.10g}")
+            for k in ("start", "layout"):   # (the first record of each run: how it started, on which layout)
+                row.append(rec[k] if isinstance(rec.get(k), str) else "")
             wr.writerow(row)
     return buf.getvalue()
 

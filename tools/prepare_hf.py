@@ -47,7 +47,7 @@ and Llama 3 style byte-level BPE, SentencePiece-style Metaspace and Llama 2's no
 the ids are exactly those of encoding the whole document at once. A cut where they do not is joined at a token
 boundary both pieces share (the text is never duplicated or lost) and counted: the summary then says how many of
 the cuts may tokenize differently from whole-document encoding. Peak memory is thus bounded by the chunk size,
-independent of the corpus and of any document's length (measured: README, "Extend an existing model").
+independent of the corpus and of any document's length (measured: docs/huggingface.md, "Memory").
 """
 import argparse
 import codecs

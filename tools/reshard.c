@@ -516,12 +516,13 @@ static int run_units(Ckpt* k, int convert, uint64_t* sin, uint64_t* sout, uint64
 
 static const char* sum_state(const Dset* d, uint64_t got) { return !d->has_sum ? "missing" : d->want == got ? "ok" : "MISMATCH"; }
 
-typedef struct { hid_t g; } KeyPrint;
+typedef struct { hid_t g; Config saved; } KeyPrint;   // saved: the defaults and the checkpoint's rope_scaling
 // a model key as config.txt shows it (floats in their shortest text: norm_eps = 1e-05, not the stored exact
-// 9.99999975e-06); the stored text when it does not parse
+// 9.99999975e-06; a key the model does not use left out, config_key_used); the stored text when it does not parse
 static void print_key(const char* key, int is_model, void* vctx) {
     char v[CFG_STR + 32], shown[CFG_STR + 32], e[256];
-    if (!is_model || h5_attr_read_str(((KeyPrint*)vctx)->g, key, v, sizeof v)) return;
+    KeyPrint* kp = vctx;
+    if (!is_model || !config_key_used(&kp->saved, key) || h5_attr_read_str(kp->g, key, v, sizeof v)) return;
     Config c;
     config_defaults(&c);
     if (config_set(&c, key, v, "checkpoint /config", e, sizeof e) || config_format(&c, key, shown, sizeof shown))
@@ -541,7 +542,12 @@ static void print_info(const Ckpt* k, const uint64_t* sums) {
     printf("saved layout  tp %lld cp %lld dp %lld zero %lld\n", saved[0], saved[1], saved[2], saved[3]);
     printf("optimizer     %s\n", k->have_opt ? "AdamW moments (/optimizer/m, /optimizer/v)" : "none (model-only)");
     printf("config (model keys):\n");
-    KeyPrint kp = { H5Gopen2(k->f, "/config", H5P_DEFAULT) };
+    static KeyPrint kp;
+    kp.g = H5Gopen2(k->f, "/config", H5P_DEFAULT);
+    config_defaults(&kp.saved);
+    char rs[CFG_STR + 32], e[256];
+    if (kp.g >= 0 && !h5_attr_read_str(kp.g, "rope_scaling", rs, sizeof rs))
+        config_set(&kp.saved, "rope_scaling", rs, "checkpoint /config", e, sizeof e);
     if (kp.g >= 0) { config_each_key(print_key, &kp); H5Gclose(kp.g); }
     int w = 8;
     for (int i = 0; i < k->nd; i++) if ((int)strlen(k->d[i].path) > w) w = (int)strlen(k->d[i].path);

@@ -20,6 +20,7 @@
 #include "model/verify.h"
 #include "optim/adamw.h"
 #include "train/dump.h"
+#include "train/mfu.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -256,7 +257,11 @@ typedef struct {
     int engine_logged;              // rank 0: a record named attention's engines
     char metrics_path[CFG_STR + 64];
     int32_t* win;                   // [batch_size, seq_len + 1] windows of the step (every rank fetches all)
-    double flops_tok;
+    double flops_tok;               // model FLOPs per token (model_flops_per_token)
+    double peak_flops;              // MFU's peak: the sum over the ranks of each one's matmul peak, FLOP/s (measure_peak)
+    char peak_source[200];          // how it was found (the first metrics record, the banner)
+    double peak_s;                  // the time its measurement took
+    double mem_life;                // the largest step-period memory peak read so far (be_memory_peak), bytes
     double t_loop, t_line;          // rank 0, progress clock: the start of this run's steps; the last step line
     int records;                    // rank 0: records this process wrote (the first says how the run started)
     TbWriter tb;                    // rank 0: tensorboard_dir's event file (tb.f NULL: none, or given up after a failure)
@@ -301,13 +306,15 @@ static double validate(Run* r) {
 }
 
 // ---- one step --------------------------------------------------------------------------------------------
-typedef struct { double loss, gnorm, dt, vloss; float lr; VerifyResult vr; RingStats rs; CommTraffic tr; } StepResult;
+// dt: the step's wall time, mem: its memory peak (be_memory_peak), both the max over ranks
+typedef struct { double loss, gnorm, dt, mem, vloss; float lr; VerifyResult vr; RingStats rs; CommTraffic tr; } StepResult;
 
 static long step_slow_ms;   // RINGLM_TEST_STEP_SLOW_MS (a test hook): each step sleeps this long as well
 static StepResult train_step(Run* r, int step, long long* cursor) {
     const Config* c = &r->c;
     int B = c->micro_batch, T = c->seq_len;
     StepResult s = { .vloss = NAN };
+    r->mem_life = fmax(r->mem_life, be_memory_peak(1));   // (the period before: start-up, validation, a checkpoint)
     double t0 = now_s();
     model_ring_stats(&r->m, &s.rs);
     CommTraffic tr0 = comm_traffic();
@@ -345,7 +352,9 @@ static StepResult train_step(Run* r, int step, long long* cursor) {
                  step + 1, s.loss, s.gnorm);
         grid_check(r->g.world_g, 1, msg);
     }
-    s.dt = ctl_max(r->g.world_g, now_s() - t0);
+    double tm[2] = { now_s() - t0, be_memory_peak(0) };
+    ctl_max_f64(r->g.world_g, tm, 2);
+    s.dt = tm[0]; s.mem = tm[1];
     s.tr = comm_traffic();   // what this rank sent in the step
     for (int k = 0; k < TRAFFIC_KINDS; k++) { s.tr.bytes[k] -= tr0.bytes[k]; s.tr.messages[k] -= tr0.messages[k]; }
     RingStats before = s.rs;
@@ -427,8 +436,9 @@ static void log_line(Run* r, int step, const StepResult* s, const RingStep* rs, 
     char els[32], etas[32];
     fmt_duration(el, els, sizeof els);
     fmt_duration(eta, etas, sizeof etas);
-    printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.2f GFLOP/s | %.1f ms",
-           step + 1, c->max_steps, s->loss, s->lr, s->gnorm, tps, gflops, s->dt * 1e3);
+    printf("step %5d/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.2f GFLOP/s | MFU %.3g%% | %.1f ms | "
+           "peak mem %.1f MiB", step + 1, c->max_steps, s->loss, s->lr, s->gnorm, tps, gflops,
+           100 * gflops * 1e9 / r->peak_flops, s->dt * 1e3, s->mem / 1048576.0);
     if (have_ring) printf(" | ring imbalance %.2f hidden %.0f%%", rs->busy_max / rs->busy_mean, 100 * rs->hidden);
     if (!isnan(s->vloss)) printf(" | val loss %.6f", s->vloss);
     printf(" | %s elapsed, ETA %s\n", els, etas);
@@ -440,6 +450,7 @@ static void log_record(Run* r, int step, const StepResult* s, const RingStep* rs
     const Config* c = &r->c;
     int T = c->seq_len;
     double tps = (double)c->batch_size * T / s->dt, gflops = tps * r->flops_tok / 1e9;
+    double flops = r->flops_tok * c->batch_size * T;   // the step's model FLOPs, all ranks
     char* rec = NULL;
     size_t len = 0;
     FILE* f = open_memstream(&rec, &len);   // the whole record first: it is written with one write, or not at all
@@ -447,6 +458,9 @@ static void log_record(Run* r, int step, const StepResult* s, const RingStep* rs
     fprintf(f, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.3f, "
             "\"gflops\": %.4f, \"step_ms\": %.3f, \"tokens_seen\": %lld",
             step + 1, s->loss, s->lr, s->gnorm, tps, gflops, s->dt * 1e3, cursor * (long long)T);
+    // MFU (docs/training.md): the step's model FLOPs over its time and the ranks' summed peak; its memory peak
+    fprintf(f, ", \"model_flops\": %.9g, \"peak_flops\": %.9g, \"mfu\": %.9g, \"mem_peak_mib\": %.3f", flops,
+            r->peak_flops, flops / s->dt / r->peak_flops, s->mem / 1048576.0);
     if (have_ring) fprintf(f, ", \"cp_busy_max_s\": %.6f, \"cp_busy_mean_s\": %.6f, \"cp_imbalance\": %.4f, "
                            "\"cp_wait_max_s\": %.6f, \"cp_hidden\": %.4f, \"cp_transfers\": %lld, \"cp_blocks_sent\": %lld, "
                            "\"cp_blocks_pruned\": %lld", rs->busy_max, rs->busy_mean, rs->busy_max / rs->busy_mean, rs->wait_max,
@@ -468,9 +482,12 @@ static void log_record(Run* r, int step, const StepResult* s, const RingStep* rs
         r->engine_logged = 1;
     }
     if (!isnan(s->vloss)) fprintf(f, ", \"val_loss\": %.9g", s->vloss);
-    if (!r->records++)   // the first record of this process: how it started, on which layout (plot_metrics marks resumes)
-        fprintf(f, ", \"start\": \"%s\", \"layout\": \"tp %d x cp %d x dp %d%s\"", c->resume[0] ? "resume" : init_from[0] ?
-                "init_from" : "new", r->g.tp, r->g.cp, r->g.dp, c->zero ? ", zero 1" : "");
+    if (!r->records++) {   // the first record of this process: how it started, on which layout (plot_metrics marks resumes)
+        char zl[16] = "";
+        if (c->zero) snprintf(zl, sizeof zl, ", zero %d", c->zero);
+        fprintf(f, ", \"peak_source\": \"%s\", \"start\": \"%s\", \"layout\": \"tp %d x cp %d x dp %d%s\"", r->peak_source,
+                c->resume[0] ? "resume" : init_from[0] ? "init_from" : "new", r->g.tp, r->g.cp, r->g.dp, zl);
+    }
     if (s->vr.checked) fprintf(f, ", \"verify_max_abs\": %.3e, \"verify_max_rel\": %.3e", s->vr.max_abs, s->vr.max_rel);
     fprintf(f, "}\n");
     if (fclose(f)) { free(rec); metrics_fail(r, step + 1, "formatting the record", errno); return; }
@@ -1161,16 +1178,52 @@ static void print_banner(const Run* r) {
     if (r->g.cp > 1 && Tl < 512)
         printf("note: %d tokens per rank: below ~512 the ring's per-step compute is too short to hide its "
                "communication; a smaller cp is likely faster\n", Tl);
+    printf("MFU peak: %.4g TFLOP/s in all (%s; %.2f s)\n", r->peak_flops / 1e12, r->peak_source, r->peak_s);
     fflush(stdout);
 }
 
-// memory of each rank: planned arenas and the measured peak resident set
+// MFU's peak (collective; before the model is built): peak_tflops per rank, or each rank's matmul rate measured
+// now, all ranks at once (on shared cores each then measures its share; train/mfu.h), at the run's matmul precision
+// with the operands' type its matmuls use; the sum over the ranks. The measurement's memory is forgotten after it
+// (be_memory_peak(2)): the run's peaks are the model's.
+static void measure_peak(Run* r) {
+    const Config* c = &r->c;
+    const Group* w = r->g.world_g;
+    int n = 0;
+    double t0 = now_s(), mine;
+    BeDtype dt = be_has_bf16() && !strcmp(c->matmul_precision, "bf16") ? BE_BF16 : BE_F32;
+    be_set_matmul_precision(c->matmul_precision);   // (validated with the config; model_build sets it again)
+    if (c->peak_tflops > 0) mine = c->peak_tflops * 1e12;
+    else {
+        int node_ranks = (int)ctl_max(w, (double)r->g.local_rank) + 1;
+        n = -(int)ctl_max(w, -(double)matmul_probe(0.005, node_ranks, dt));   // the smallest size of any rank
+        ctl_max(w, 0);   // every rank starts its window together
+        mine = matmul_window(n, dt, 0.03);
+        be_memory_peak(2);
+    }
+    r->peak_flops = ctl_sum(w, mine);
+    double lo = -ctl_max(w, -mine), hi = ctl_max(w, mine);
+    if (c->peak_tflops > 0)
+        snprintf(r->peak_source, sizeof r->peak_source, "peak_tflops = %g per rank", c->peak_tflops);
+    else if (r->g.world == 1)
+        snprintf(r->peak_source, sizeof r->peak_source, "measured: %s matmul %d^3, %s operands", be_name(), n,
+                 dt == BE_BF16 ? "bf16" : "fp32");
+    else
+        snprintf(r->peak_source, sizeof r->peak_source, "measured: %s matmul %d^3, %s operands, on each of the %d ranks at "
+                 "once: %.4g to %.4g TFLOP/s", be_name(), n, dt == BE_BF16 ? "bf16" : "fp32", r->g.world, lo / 1e12, hi / 1e12);
+    r->peak_s = now_s() - t0;
+}
+
+// memory of each rank: planned arenas and the measured peak resident set (on the CPU the step peaks' high-water
+// marks were restarted at each step: the largest of them counts too)
 static void print_memory(const Run* r) {
     const Group* w = r->g.world_g;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     ModelMemory mm = model_memory(&r->m);
-    double rss = ru.ru_maxrss / 1024.0, rss_max = ctl_max(w, rss), rss_min = -ctl_max(w, -rss);
+    double rss = ru.ru_maxrss / 1024.0;
+    if (!strcmp(be_name(), "cpu")) rss = fmax(rss, fmax(r->mem_life, be_memory_peak(0)) / 1048576.0);
+    double rss_max = ctl_max(w, rss), rss_min = -ctl_max(w, -rss);
     double mib = 1.0 / 1048576.0;
     double obytes = ctl_max(w, 2.0 * r->opt.shard * sizeof(float));
     double pmax = ctl_max(w, (double)mm.params), gmax = ctl_max(w, (double)mm.grads);
@@ -1239,6 +1292,7 @@ int main(int argc, char** argv) {
     check_out_dir(r, force, metrics_path);
 
     check_capacity(r, world);
+    measure_peak(r);
     // the model (this rank's share of each sequence) and the optimizer
     ModelGroups mg = { r->g.tp > 1 ? r->g.tp_g : NULL, r->g.cp_g, c->zero ? r->g.dpcp_g : NULL, r->g.a2a_g, r->g.ring_g };
     model_build(&r->m, c, c->micro_batch, c->seq_len, &mg);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 const char* be_name(void) { return "cpu"; }
 
@@ -39,6 +40,25 @@ double be_memory_available(int node_ranks) {
     double avail = meminfo_bytes("MemAvailable");
     if (avail <= 0) return 1e30;   // unknown: no limit
     return avail / (node_ranks > 0 ? node_ranks : 1);
+}
+
+double be_memory_peak(int reset) {
+    double kb = -1;
+    char line[256];
+    FILE* f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kb = atof(line + 6);
+    if (f) fclose(f);
+    if (kb < 0) {   // no /proc: the peak since the start
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        kb = (double)ru.ru_maxrss;
+    }
+    if (reset) {   // "5": the high-water mark (also getrusage's) starts again at the resident set now (Linux >= 4.0)
+        FILE* c = fopen("/proc/self/clear_refs", "w");
+        if (c) { fputs("5", c); fclose(c); }
+    }
+    return kb * 1024.0;
 }
 
 // ---- timers: wall clock and the CPU time of all threads ----

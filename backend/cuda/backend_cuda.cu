@@ -58,8 +58,10 @@ static void need_started(const char* op) {
 // ---- memory peaks: what the backend holds (be_alloc + scratch; sampled when either grows) and what the device
 // has in use (cudaMemGetInfo, sampled at every synchronisation: be_sync, be_upload, be_download) ----
 static size_t g_ws_total = 0, g_held_peak = 0, g_held_ws_at_peak = 0, g_dev_used_peak = 0, g_dev_total = 0;
+static size_t g_period_peak = 0;   // the same since the last be_memory_peak(1)
 static void note_held(void) {
     if (g_alloc_now + g_ws_total > g_held_peak) { g_held_peak = g_alloc_now + g_ws_total; g_held_ws_at_peak = g_ws_total; }
+    if (g_alloc_now + g_ws_total > g_period_peak) g_period_peak = g_alloc_now + g_ws_total;
 }
 static void note_device_use(void) {
     size_t fr = 0, tot = 0;
@@ -112,6 +114,12 @@ void* cu_workspace(int slot, size_t bytes) {
 }
 
 size_t cu_memory_peak_held(void) { return g_held_peak + BLAS_WS_BYTES; }
+double be_memory_peak(int reset) {
+    double peak = (double)(g_period_peak + BLAS_WS_BYTES);
+    if (reset) g_period_peak = g_alloc_now + g_ws_total;
+    if (reset == 2) { g_held_peak = g_period_peak; g_held_ws_at_peak = g_ws_total; g_alloc_peak = g_alloc_now; g_dev_used_peak = 0; }
+    return peak;
+}
 const char* cu_device_name(void) { return g_prop.name; }
 
 // RINGLM_CUDA_MEMORY: one line at exit with the peaks (not what is left after the arenas are freed)

@@ -58,6 +58,7 @@
 #define be_zero cpu_be_zero
 #define BeTimer CpuBeTimer
 #define be_memory_available cpu_be_memory_available
+#define be_memory_peak cpu_be_memory_peak
 #define be_host_alloc cpu_be_host_alloc
 #define be_host_free cpu_be_host_free
 #define be_host_bytes cpu_be_host_bytes

@@ -10,6 +10,7 @@
 #include "backend/attention.h"
 #include "backend/backend.h"
 #include "common/util.h"
+#include "train/mfu.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,22 +65,8 @@ int main(int argc, char** argv) {
     attn_init(128);
     printf("backend %s, matmul precision %s%s\n", be_name(), prec, strcmp(be_name(), "cpu") ? "" : " (the CPU computes fp32)");
     double* t = malloc((size_t)reps * sizeof(double));
-    if (gemm > 0) {
-        size_t n = (size_t)gemm * gemm;
-        float *A = rand_dev(n, 1, 1), *B = rand_dev(n, 1, 2), *C = be_alloc(n * sizeof(float));
-        be_matmul(C, A, B, gemm, gemm, gemm, 0, 0, 1, 0);   // warm-up
-        for (int r = 0; r < reps; r++) {
-            BeTimer* tm = be_timer_create(1e30);
-            be_timer_begin(tm);
-            be_matmul(C, A, B, gemm, gemm, gemm, 0, 0, 1, 0);
-            be_timer_end(tm);
-            t[r] = timed_region(tm);
-            be_timer_free(tm);
-        }
-        double s = median(t, reps);
-        printf("matmul %d^3 %s: %.3g TFLOP/s (median of %d, random data)\n", gemm, prec, 2.0 * gemm * gemm * (double)gemm / s / 1e12, reps);
-        be_free(A); be_free(B); be_free(C);
-    }
+    if (gemm > 0)   // (fp32 operands at the set precision; train/mfu.c)
+        printf("matmul %d^3 %s: %.3g TFLOP/s (median of %d, random data)\n", gemm, prec, matmul_rates(gemm, reps, BE_F32, NULL) / 1e12, reps);
     printf("\n| head_dim | T | heads (kv) | forward ms | forward TFLOP/s | backward ms | backward TFLOP/s |\n");
     printf("|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int h = 0; h < nhd; h++)

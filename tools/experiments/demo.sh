@@ -22,7 +22,9 @@
 #       inside their range there. One --ckpt per command, each --rope (and its --label) right after the --ckpt
 #       it belongs to;
 #     - passkey retrieval;
-#  5. print where every result is, with the key numbers read back from the CSV tables.
+#  5. print where every result is, with the key numbers read back from the CSV tables and the data's meta.json, and
+#     keep that summary in $OUT/summary.txt: tools/docs_tables.py makes docs/demo.md's block of it from there (and
+#     reruns this script when the code or the data no longer give the demo's first steps; see that tool).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=1
@@ -31,15 +33,13 @@ OUT=${OUT:-out/demo}
 STEPS1=${STEPS1:-200}
 STEPS2=${STEPS2:-300}
 MPI=(mpirun -q --oversubscribe -np 4); [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+PREP=(--doc-per dir --val-frac 0.2 --seed 3)   # build/prepare's options (tools/docs_tables.py reads this line)
 T0=$SECONDS
 
 mapfile -t docs < <(tools/stdlib_docs.sh)   # the quick start's documents: this machine's Python standard library
-if [ ! -f "$DATA/train_000000.bin" ] || [ ! -f "$DATA/meta.json" ]; then
-  echo "== 1. preparing data: ${#docs[@]} documents (package trees and top-level modules of Python's standard library)"
-  build/prepare --out "$DATA" --doc-per dir --val-frac 0.2 --seed 3 --force "${docs[@]}"
-else
-  echo "== 1. reusing prepared data in $DATA (delete it to rebuild)"
-fi
+# prepared every time (about a second): data left by an earlier build/prepare would keep its split rule
+echo "== 1. preparing data: ${#docs[@]} documents (package trees and top-level modules of Python's standard library)"
+build/prepare --out "$DATA" "${PREP[@]}" --force "${docs[@]}"
 rm -rf "$OUT"
 
 echo "== 2. training on 4 ranks: tp 2 x cp 2, $STEPS1 steps (configs/demo_long.conf, doc_mask = 1)"
@@ -85,9 +85,16 @@ for s in series:
 PY
 }
 
-echo
-echo "== 5. results ($(( SECONDS - T0 )) s)"
+results() {
+echo "== 5. results ($(( SECONDS - T0 )) s on $(date -u +%F), load average $(cut -d' ' -f1 /proc/loadavg) at the end, $(getconf _NPROCESSORS_ONLN) cores, OPENBLAS_CORETYPE ${OPENBLAS_CORETYPE:-unset})"
 echo "  data:          $DATA/ (llm.c uint16 token shards + meta.json; byte tokenizer, end-of-document token 256)"
+/usr/bin/python3 - "$DATA/meta.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+d, t = m["documents"], m["tokens"]
+print(f"                 {d['train'] + d['val']} documents: {d['train']} trained on ({t['train']:,} tokens), "
+      f"{d['val']} held out ({t['val']:,} tokens)")
+PY
 echo "  training log:  $OUT/metrics.jsonl (one JSON object per step), resolved config $OUT/config.txt"
 echo "  checkpoints:   $OUT/ckpt_*.h5 (HDF5; 'h5dump -A' or h5py to inspect), newest named in $OUT/latest"
 echo "  perplexity:    $OUT/eval/ppl_2048.svg / .csv  (two checkpoints at the trained context; packed windows,"
@@ -108,3 +115,6 @@ print(f"                 keys retrieved: {acc:.0%} of the {len(rows)} cells' tri
       "\n                 that the evaluation runs, not that long-context retrieval failed. docs/experiments.md, \"Passkey retrieval"
       "\n                 with document-aware packing\", trains models on passkey documents that do retrieve.")
 PY
+}
+echo
+results | tee "$OUT/summary.txt"

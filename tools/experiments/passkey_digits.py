@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""passkey_digits.py — which answer digits a byte-level model retrieves, position by position (README, "Runs D and E").
+"""passkey_digits.py — which answer digits a byte-level model retrieves, position by position (docs/experiments.md, "Runs D, E and F").
 
   /usr/bin/python3 tools/experiments/passkey_digits.py CKPT [--lens 256,512] [--depths 0,0.25,0.5,0.75,1]
                                                         [--keys 48213,70592,31867,95240] [--drill-gaps 0,90,270]
