@@ -30,7 +30,8 @@ STUB=$CUDA_HOME/lib64/stubs/libcuda.so
 if [ -f "$CUDA_HOME/include/cudnn_graph.h" ] && [ -f "$STUB" ] && [ -n "$LIB" ]; then
   mkdir -p "$T/stub" && ln -s "$(readlink -f "$STUB")" "$T/stub/libcuda.so.1"
   if g++ -std=c++17 -O1 -Wall -Wextra -Werror -I. -I"$CUDA_HOME/include" -x c++ backend/cuda/cudnn_sdpa.cu -x c++ \
-       tests/gpu/cudnn_graphs.cc -o "$T/cudnn_graphs" -ldl 2>"$T/cg.err"; then
+       tests/gpu/cudnn_graphs.cc -o "$T/cudnn_graphs" -ldl -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart \
+       2>"$T/cg.err"; then
     LD_LIBRARY_PATH="$T/stub:$(dirname "$LIB")" RINGLM_CUDNN_LIB="$LIB" timeout $HANG_S "$T/cudnn_graphs" >"$T/cg.out" 2>&1
     rc=$?
     sed 's/^/     /' "$T/cg.out"

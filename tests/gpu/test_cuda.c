@@ -257,9 +257,7 @@ static void test_host_copies(void) {
     size_t before = be_host_bytes();
     float *a = rnd(n, 1), *b = rnd(n, 1);
     float *Da = up(a, n * 4), *Db = up(b, n * 4);
-    float* h = be_host_alloc(n * 4);
-    int zero = 1;
-    for (size_t i = 0; i < n && zero; i++) zero = h[i] == 0.0f;
+    float* h = be_host_alloc(n * 4);   // (its contents undefined: the copy out writes all of it first)
     size_t held = be_host_bytes() - before;
     BeEvent *out = be_event_create(), *in = be_event_create();
     be_add(Da, Db, n);                                   // a + b on the compute stream, then to the host
@@ -276,9 +274,9 @@ static void test_host_copies(void) {
     for (size_t i = 0; i < k; i++) a[i] = 0.0f;
     for (size_t i = k; i < n; i++) a[i] *= 2.0f;
     cpu->be_add(b, a, n);
-    CHECK(zero && held == n * 4 && out_ok && same_dev(Db, b, n),
+    CHECK(held == n * 4 && out_ok && same_dev(Db, b, n),
           "copy queue: %zu floats to pinned host memory and %zu back at offset %zu, event-ordered against kernels: "
-          "exact; host memory zero-filled, %zu bytes counted", n, n - k, k, held);
+          "exact; %zu bytes counted", n, n - k, k, held);
     be_event_free(out); be_event_free(in);
     be_host_free(h);
     CHECK(be_host_bytes() == before, "be_host_free returns the count to %zu bytes", before);
