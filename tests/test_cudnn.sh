@@ -10,6 +10,7 @@
 #      the own kernels only where documents cut a block), the host mirrors of the positions checked against the
 #      device on every block (RINGLM_ATTN_CHECK_MIRRORS);
 #   3. the start-up line per class, in the banner, config.txt and the first metrics record, and the self-check's time;
+#      the self-check's verdict cache (RINGLM_ATTN_CHECK_CACHE: written, read, a cached failure);
 #   4. mixed engines (causal blocks on the own kernels, unmasked ones on cuDNN, in one run); a plan that fails after
 #      start-up (a longer block than the self-check's): auto says so once and computes such blocks on the own
 #      kernels, cudnn stops with one line;
@@ -116,6 +117,27 @@ rec = [json.loads(l) for l in open(sys.argv[3])]
 assert "cuDNN 9.19.0" in rec[0]["attn_engine"] and all("attn_engine" not in r for r in rec[1:]), rec[0]
 print(f"one line per class in the banner and config.txt, the first metrics record names them; self-check "
       f"{' + '.join(t for _, t in lines)} s under the emulation")
+PYEOF
+
+# the verdict cache (RINGLM_ATTN_CHECK_CACHE): the first run checks and appends one line per class, the second takes the
+# verdicts from it (its lines say so) and trains the same bits; a cached failure keeps that class on the own kernels
+V=$T/verdicts.tsv
+RINGLM_ATTN_CHECK_CACHE=$V trun k_1 1 $E --attn_engine cudnn --max_steps 1 && RINGLM_ATTN_CHECK_CACHE=$V trun k_2 1 $E --attn_engine cudnn --max_steps 1 &&
+  sed -i 's/| causal\tok\t/| causal\tfail\tcuDNN was wrong here once\t/' "$V" && RINGLM_ATTN_CHECK_CACHE=$V trun k_3 1 $E --max_steps 1 &&
+  $PY - "$T" "$V" <<'PYEOF' >"$T/k.out" 2>&1 && ok "verdict cache: $(cat "$T/k.out")" || bad "verdict cache: $(cat "$T/k.out")"
+import json, re, sys
+T, V = sys.argv[1:]
+eng = lambda n: [l for l in open(f"{T}/{n}.out") if l.startswith("attention engine: ")]
+loss = lambda n: [json.loads(l)["loss"] for l in open(f"{T}/{n}/metrics.jsonl")]
+rows = [l.rstrip("\n").split("\t") for l in open(V)]
+assert len(rows) == 2 and [r[0].split(" | ")[-1] for r in rows] == ["unmasked", "causal"], rows
+assert all(re.match(r"cudnn 91900 \| NVIDIA H200 \(host emulation\) \| head_dim 64 \| heads per kv 2 \| docs 0 \| ", r[0]) for r in rows), rows
+a, b, c = eng("k_1"), eng("k_2"), eng("k_3")
+assert all("self-check against the own kernels" in l for l in a) and len(a) == 2, a
+assert all("self-check verdict cached in " + V in l for l in b) and len(b) == 2, b
+assert loss("k_1") == loss("k_2"), (loss("k_1"), loss("k_2"))
+assert "cached in" in c[0] and "cuDNN 9.19.0" in c[0] and re.search(r"causal blocks .*: own kernels \(cuDNN was wrong here once \(the verdict cached in ", c[1]), c
+print(f"2 lines written by the first run, read by the second (the same loss {loss('k_1')[0]:.6f}); a cached failure: {c[1][:150].strip()}")
 PYEOF
 
 # ---- 4, 5. mixed engines, a failure after start-up, fallbacks ----
