@@ -6,7 +6,9 @@
 #   2. training on the emulated GPU with attn_engine = cudnn (the emulated libcudnn interprets the same graphs):
 #      bf16, head_dim 64, GQA 4/2, at 1 rank, cp 2 zigzag and contiguous, tp 2 x cp 2, a2a+ring (cp 4, all-to-all
 #      groups of 2), doc_mask through the ring: per-step losses within 2e-3 of the CPU's fp32 (the bf16 tolerance of
-#      tests/test_cuda_emu.sh), within 5e-4 of the own kernels' bf16 run (1 rank), the blocks counted on cuDNN (and on
+#      tests/test_cuda_emu.sh; measured <= 2.6e-4 with the emulated cuBLAS summing in its own order), within 5e-4 of
+#      the own kernels' bf16 run (1 rank; measured 3.0e-4: the two engines round P and dS to bf16 at different points,
+#      which is attention's numerics alone), the blocks counted on cuDNN (and on
 #      the own kernels only where documents cut a block), the host mirrors of the positions checked against the
 #      device on every block (RINGLM_ATTN_CHECK_MIRRORS);
 #   3. the start-up line per class, in the banner, config.txt and the first metrics record, and the self-check's time;
@@ -123,7 +125,7 @@ PYEOF
 # verdicts from it (its lines say so) and trains the same bits; a cached failure keeps that class on the own kernels
 V=$T/verdicts.tsv
 RINGLM_ATTN_CHECK_CACHE=$V trun k_1 1 $E --attn_engine cudnn --max_steps 1 && RINGLM_ATTN_CHECK_CACHE=$V trun k_2 1 $E --attn_engine cudnn --max_steps 1 &&
-  sed -i 's/| causal\tok\t/| causal\tfail\tcuDNN was wrong here once\t/' "$V" && RINGLM_ATTN_CHECK_CACHE=$V trun k_3 1 $E --max_steps 1 &&
+  sed -i 's/| causal\tok\t.*/| causal\tfail\tcuDNN was wrong here once/' "$V" && RINGLM_ATTN_CHECK_CACHE=$V trun k_3 1 $E --max_steps 1 &&
   $PY - "$T" "$V" <<'PYEOF' >"$T/k.out" 2>&1 && ok "verdict cache: $(cat "$T/k.out")" || bad "verdict cache: $(cat "$T/k.out")"
 import json, re, sys
 T, V = sys.argv[1:]

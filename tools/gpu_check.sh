@@ -93,7 +93,7 @@ R_ROWS_A=("tiny 128 4 tp_125m_32k" "tiny 192 3 tp_1b_8k" "tiny 256 3 tp_1b_32k" 
 R_ROWS_B=("llama_1b_128k 1048576 3 tp_1b_64k")
 R_PROFILE_ROW="tiny 256"
 # the rehearsal's offload row: CONF SEQ_LEN MICRO_BATCH [ARGS...] (offload needs more than 2 layers)
-R_OFFLOAD="tiny 128 2 --n_layer 4"
+R_OFFLOAD="tiny 256 4 --n_layer 6"
 # shellcheck disable=SC2054
 R_ATT=(--T 256,512 --hd 64,128 --heads 4 --kv 2)
 
@@ -585,7 +585,7 @@ def pct(x, y):
     return f"{100 * x / y:.0f} %" if x and y else "—"
 
 v = torch.get("versions", {})
-L = [f"# ringlm GPU check{' (rehearsal: no GPU, CPU builds and tiny shapes)' if mode == 'rehearse' else ''}", "",
+L = [f"# ringlm GPU check{' (rehearsal: no GPU; the GPU steps on the emulated backend, a dry run: no values)' if mode == 'rehearse' else ''}", "",
      "| date | GPU | memory | driver | CUDA (driver) | CUDA (build) | PyTorch | CUDA (PyTorch) | cuDNN | NCCL | ringlm |",
      "|---|---|---|---|---|---|---|---|---|---|---|",
      f"| {mach.get('date', '—')} | {mach.get('gpu', '—')} | {mach.get('gpu_memory', '—')} | {mach.get('driver', '—')} | "
@@ -820,10 +820,11 @@ tp_row() {
 }
 
 # the offload row (prepare's offload.txt; the rehearsal's: R_OFFLOAD): 2 steps without offload, 2 with it; with it the
-# device holds less (by about what is pinned: at least half of it) and the pinned host memory is the planner's
+# backend holds less device memory (its peak, RINGLM_CUDA_MEMORY: by about what is pinned, at least half of it), and
+# the pinned host memory is printed beside the planner's
 offload_row() {
   step offload || return
-  local conf L mb gnone gwith pinned name extra=() dn dc pin devn devc
+  local conf L mb gnone gwith pinned name extra=() dn dc pin devn devc heldn heldc
   if [ "$MODE" = rehearse ]; then read -r conf L mb extra_s <<<"$R_OFFLOAD"; read -ra extra <<<"$extra_s"; gnone=0 gwith=0 pinned=0
   else read -r conf L mb gnone gwith pinned <"$G/offload.txt" || { bad "offload: no row in $G/offload.txt (run 'make gpu-bundle' again)"; return; }; fi
   name="offload: $conf, $mb sequences of $L tokens per micro-batch, recompute qkv"
@@ -838,11 +839,13 @@ offload_row() {
   pin=$(sed -nE 's/.*pinned host memory at most ([0-9]+) bytes.*/\1/p' "$dc.txt" | tail -n 1)
   devn=$(sed -nE 's/.*device in use at most ([0-9.]+) of.*/\1/p' "$dn.txt" | tail -n 1)
   devc=$(sed -nE 's/.*device in use at most ([0-9.]+) of.*/\1/p' "$dc.txt" | tail -n 1)
+  heldn=$(sed -nE 's/.*memory: peak held ([0-9.]+) MiB.*/\1/p' "$dn.txt" | tail -n 1)
+  heldc=$(sed -nE 's/.*memory: peak held ([0-9.]+) MiB.*/\1/p' "$dc.txt" | tail -n 1)
   case $A_STATUS in
     ok|partial)
-      if "$PY" -c "import sys; p, a, b = float('${pin:-0}') / 2**30, float('${devn:-0}'), float('${devc:-0}'); sys.exit(0 if p > 0 and a - b >= 0.5 * p else 1)"; then
-        ok "$name, offload ckpt: $A_LINE; pinned host $(awk -v b="${pin:-0}" 'BEGIN { printf "%.2f", b / 2^30 }') GiB (planned $(printf %.2f "$pinned")), device $devc GiB against $devn without offload (planned $(printf %.1f "$gwith") and $(printf %.1f "$gnone"))"
-      else bad "$name: with offload the device holds ${devc:-?} GiB against ${devn:-?} without, pinned ${pin:-?} bytes (the device should hold less by at least half of what is pinned)"; fi ;;
+      if "$PY" -c "import sys; p, a, b = float('${pin:-0}') / 2**20, float('${heldn:-0}'), float('${heldc:-0}'); sys.exit(0 if p > 0 and a - b >= 0.5 * p else 1)"; then
+        ok "$name, offload ckpt: $A_LINE; pinned host $(awk -v b="${pin:-0}" 'BEGIN { printf "%.3f", b / 2^30 }') GiB (planned $(printf %.2f "$pinned")); the backend's device peak $heldc MiB against $heldn without offload (device in use ${devc:-?} and ${devn:-?} GiB; planned $(printf %.1f "$gwith") and $(printf %.1f "$gnone") GiB)"
+      else bad "$name: with offload the backend's device peak is ${heldc:-?} MiB against ${heldn:-?} without, pinned ${pin:-?} bytes (it should be less by at least half of what is pinned)"; fi ;;
     *) if grep -q "offload = ckpt keeps .* pinned host memory" "$dc.txt"; then note "$name: this machine's host memory is too small: $(why "$dc.txt")"
        else bad "$name, offload ckpt: $A_LINE"; fi ;;
   esac
@@ -1010,7 +1013,9 @@ check_run() {
           >"$W/r${np}_$e.txt" 2>&1; rc=$?
         if [ $rc -ne 0 ]; then bad "ring_bf16: cp $np on $e: exit $rc$(cut_note $rc): $(why "$W/r${np}_$e.txt")"
         elif [ ! -s "$ref/metrics.jsonl" ]; then bad "ring_bf16: cp $np on $e: no one-process run to compare with (engine step)"
-        elif run_py compare "$ref/metrics.jsonl" "$W/r${np}_$e/metrics.jsonl" 5e-3 1e-2 5e-2 $DRY >"$W/cmp.txt" 2>&1; then
+        # (bf16 against bf16: the ring rounds P and dS at other block boundaries and merges in fp32, no further from
+        # one process than bf16 is from the CPU's fp32 — measured there 9e-5 over steps 1-5, gradient norms 1.1e-3)
+        elif run_py compare "$ref/metrics.jsonl" "$W/r${np}_$e/metrics.jsonl" 5e-3 1e-2 2e-2 $DRY >"$W/cmp.txt" 2>&1; then
           ok "ring_bf16: cp $np on $e (staged) equals one process: $(cat "$W/cmp.txt")"
         else bad "ring_bf16: cp $np on $e: $(oneline "$W/cmp.txt" 2)"; fi
       done

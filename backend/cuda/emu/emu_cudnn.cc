@@ -18,8 +18,9 @@
 // matmuls, head dim a multiple of 8 up to 256), as the fused attention engines require.
 //
 // Where cuDNN's contract differs from the convenient reading, the emulation takes cuDNN's: a non-virtual FLOAT matmul
-// output (the backward's dQ accumulator) is ACCUMULATED INTO (+=, as the fused backward's fp32 atomics do; the caller
-// zeroes it before each execution, as cudnn-frontend and TransformerEngine do), and it must carry the reordering mode
+// output (the backward's dQ accumulator) is ACCUMULATED INTO (+=, as the fused backward's fp32 atomics do, each tile of
+// 64 keys adding its part in an order that varies from execution to execution: dQ does not repeat bit for bit; the
+// caller zeroes it before each execution, as cudnn-frontend and TransformerEngine do), and it must carry the reordering mode
 // the frontend sets on it (F16x16); by-value scalars must be finite (the frontend's mask fill is the lowest float, and
 // an infinite one is not what the engines are exercised with: not modelled, refused at execution).
 //
@@ -50,6 +51,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -574,11 +576,33 @@ cudnnStatus_t run_op(Run& r, Desc* o) {
             const float* Ap = A.data() + abase * M * K;
             const float* Bp = B.data() + bbase * K * N;
             float* Yp = Y.data() + bt * M * N;
+            if (acc) {   // fp32 atomics: each tile of 64 keys adds its part, the tiles in an order that varies per execution
+                int64_t nt = (K + 63) / 64;
+                std::vector<int64_t> order((size_t)nt);
+                for (int64_t c = 0; c < nt; c++) order[(size_t)c] = c;
+                static uint64_t g_exec = 0x9e3779b97f4a7c15ULL;
+                uint64_t x = (g_exec += 0x9e3779b97f4a7c15ULL);
+                for (int64_t c = nt - 1; c > 0; c--) {
+                    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                    std::swap(order[(size_t)c], order[(size_t)(x % (uint64_t)(c + 1))]);
+                }
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        float v = before[(size_t)(bt * M * N + i * N + j)];
+                        for (int64_t c : order) {
+                            double s = 0;
+                            for (int64_t k = c * 64; k < K && k < c * 64 + 64; k++) s += (double)Ap[i * K + k] * Bp[k * N + j];
+                            v += (float)s;
+                        }
+                        Yp[i * N + j] = v;
+                    }
+                continue;
+            }
             for (int64_t i = 0; i < M; i++)
                 for (int64_t j = 0; j < N; j++) {
                     double s = 0;
                     for (int64_t k = 0; k < K; k++) s += (double)Ap[i * K + k] * Bp[k * N + j];
-                    Yp[i * N + j] = acc ? before[(size_t)(bt * M * N + i * N + j)] + (float)s : store_round(y.dt, (float)s);
+                    Yp[i * N + j] = store_round(y.dt, (float)s);
                 }
         }
     } else if (op.kind == OP_RED) {
