@@ -824,8 +824,8 @@ tp_row() {
 # the pinned host memory is printed beside the planner's
 offload_row() {
   step offload || return
-  local conf L mb gnone gwith pinned name extra=() dn dc pin devn devc heldn heldc
-  if [ "$MODE" = rehearse ]; then read -r conf L mb extra_s <<<"$R_OFFLOAD"; read -ra extra <<<"$extra_s"; gnone=0 gwith=0 pinned=0
+  local conf L mb gnone gwith pinned name extra=() extra_s="" dn dc pin devn devc heldn heldc
+  if [ "$MODE" = rehearse ]; then read -r conf L mb extra_s <<<"$R_OFFLOAD"; read -ra extra <<<"$extra_s"; gnone=nan gwith=nan pinned=nan
   else read -r conf L mb gnone gwith pinned <"$G/offload.txt" || { bad "offload: no row in $G/offload.txt (run 'make gpu-bundle' again)"; return; }; fi
   name="offload: $conf, $mb sequences of $L tokens per micro-batch, recompute qkv"
   attempt "$conf" "$L" "qkv offload none micro_batch $mb" 2 auto --batch_size "$mb" --micro_batch "$mb" --offload none "${extra[@]}"
