@@ -82,7 +82,7 @@ void  be_copy(void* dst, const void* src, size_t bytes);          // backend -> 
 
 // ---- host memory beside the backend's, and a copy queue (activation offload) ----
 // be_host_alloc: host memory that copies to and from backend memory run on asynchronously (a GPU: pinned, page-locked),
-// zero-filled; exits with one line when the host has none left. be_host_bytes: what this process holds of it now.
+// its contents undefined (the caller writes before it reads); exits with one line when the host has none left. be_host_bytes: what this process holds of it now.
 void*  be_host_alloc(size_t bytes);
 void   be_host_free(void* p);
 size_t be_host_bytes(void);

@@ -2,10 +2,15 @@
 //
 // Two transports, chosen once for the job (comm_set_transport, before the grid attaches its groups):
 //   nccl: one NCCL communicator per group (rank 0's id broadcast over the group's MPI communicator).
-//         Collectives run on the backend's compute stream, in order with its kernels; a ring hop is one
-//         NCCL group (send to next + receive from prev) on a communication stream ordered after the compute
-//         stream by an event, and comm_wait / a successful comm_test order the compute stream after the hop
-//         (the host does not block: the wait is the GPU's). NCCL refuses two ranks on one GPU.
+//         EVERY NCCL operation runs on one communication stream, in the order the host issues them (the same on
+//         every rank: the model graph is the same program on each). NCCL gives no progress guarantee to operations
+//         of two communicators that can run at the same time (a GPU may run one and never the other, each rank
+//         choosing differently: a deadlock), and a job's groups are several communicators (tp, cp, dp, ...), so no
+//         two may be in flight on two streams. A collective waits (event) for what the compute stream holds, and
+//         the compute stream waits (event) for the collective: in order with the kernels, as on one stream. A ring
+//         hop is one NCCL group (send to next + receive from prev) there too, the compute stream going on; comm_wait
+//         / a successful comm_test order the compute stream after it (the host does not block: the wait is the
+//         GPU's). The price: a collective queued behind a hop in flight waits for it. NCCL refuses two ranks on one GPU.
 //   mpi:  staged through pinned host memory (device → host, MPI, host → device). Works with any placement,
 //         including several ranks on one GPU; the hop's MPI transfer overlaps the kernels queued after it
 //         (the send is copied to the host when comm_hop is called).
@@ -26,6 +31,7 @@ static int resolved = -1;
 static int note_stderr = 0;
 void comm_set_note_stderr(int on) { note_stderr = on; }
 static cudaStream_t comm_stream;
+static cudaEvent_t coll_in, coll_out;   // nccl: a collective after the compute stream's work; the compute stream after it
 
 static void die(const char* op, const char* msg) {
     fprintf(stderr, "comm (cuda): %s: %s\n", op, msg);
@@ -69,7 +75,11 @@ static int resolve(char* err, size_t errlen) {
         return 1;
     }
     resolved = transport == T_MPI || (transport == T_AUTO && shared) ? T_MPI : T_NCCL;
-    if (resolved == T_NCCL) cu(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (resolved == T_NCCL) {
+        cu(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+        cu(cudaEventCreateWithFlags(&coll_in, cudaEventDisableTiming), "cudaEventCreate");
+        cu(cudaEventCreateWithFlags(&coll_out, cudaEventDisableTiming), "cudaEventCreate");
+    }
     if (world > 1 && group_rank(group_world()) == 0) {
         FILE* out = note_stderr ? stderr : stdout;
         fprintf(out, "transport: %s\n", resolved == T_NCCL ? "nccl (every rank has a GPU of its own)"
@@ -140,11 +150,23 @@ static void staged_allreduce(const Group* g, float* buf, size_t n, MPI_Op op) {
 }
 
 // ---- data collectives ----
+// nccl: a collective on the communication stream, after what the compute stream holds now (coll_begin), and the
+// compute stream after it (coll_end)
+static cudaStream_t coll_begin(void) {
+    cu(cudaEventRecord(coll_in, stream()), "cudaEventRecord");
+    cu(cudaStreamWaitEvent(comm_stream, coll_in, 0), "cudaStreamWaitEvent");
+    return comm_stream;
+}
+static void coll_end(void) {
+    cu(cudaEventRecord(coll_out, comm_stream), "cudaEventRecord");
+    cu(cudaStreamWaitEvent(stream(), coll_out, 0), "cudaStreamWaitEvent");
+}
 static void comm_allreduce_sum_(const Group* g, float* buf, size_t n) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) { staged_allreduce(g, buf, n, MPI_SUM); return; }
     cuda_backend_note_collective("ncclAllReduce", n * sizeof(float));
-    nc(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nccl_of(g), stream()), "ncclAllReduce (sum)");
+    nc(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nccl_of(g), coll_begin()), "ncclAllReduce (sum)");
+    coll_end();
 }
 static void comm_allreduce_sum_f64_(const Group* g, double* buf, size_t n) {
     if (g->size == 1 || !n) return;
@@ -156,13 +178,15 @@ static void comm_allreduce_sum_f64_(const Group* g, double* buf, size_t n) {
         return;
     }
     cuda_backend_note_collective("ncclAllReduce", n * sizeof(double));
-    nc(ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, nccl_of(g), stream()), "ncclAllReduce (sum, double)");
+    nc(ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, nccl_of(g), coll_begin()), "ncclAllReduce (sum, double)");
+    coll_end();
 }
 static void comm_allreduce_max_(const Group* g, float* buf, size_t n) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) { staged_allreduce(g, buf, n, MPI_MAX); return; }
     cuda_backend_note_collective("ncclAllReduce", n * sizeof(float));
-    nc(ncclAllReduce(buf, buf, n, ncclFloat, ncclMax, nccl_of(g), stream()), "ncclAllReduce (max)");
+    nc(ncclAllReduce(buf, buf, n, ncclFloat, ncclMax, nccl_of(g), coll_begin()), "ncclAllReduce (max)");
+    coll_end();
 }
 static void comm_broadcast_(const Group* g, float* buf, size_t n, int root) {
     if (g->size == 1 || !n) return;
@@ -174,7 +198,8 @@ static void comm_broadcast_(const Group* g, float* buf, size_t n, int root) {
         return;
     }
     cuda_backend_note_collective("ncclBroadcast", n * sizeof(float));
-    nc(ncclBroadcast(buf, buf, n, ncclFloat, root, nccl_of(g), stream()), "ncclBroadcast");
+    nc(ncclBroadcast(buf, buf, n, ncclFloat, root, nccl_of(g), coll_begin()), "ncclBroadcast");
+    coll_end();
 }
 // Staged all-gather: the other parts zeroed, then summed (x + 0 is exact, so every part arrives unchanged).
 // Staged reduce-scatter: a sum over the whole buffer (the own part is what reduce-scatter defines).
@@ -191,17 +216,19 @@ static void comm_allgather_(const Group* g, float* buf, size_t n) {
         return;
     }
     cuda_backend_note_collective("ncclAllGather", (size_t)g->size * n * sizeof(float));
-    nc(ncclAllGather(buf + (size_t)g->rank * n, buf, n, ncclFloat, nccl_of(g), stream()), "ncclAllGather");
+    nc(ncclAllGather(buf + (size_t)g->rank * n, buf, n, ncclFloat, nccl_of(g), coll_begin()), "ncclAllGather");
+    coll_end();
 }
 static void comm_reduce_scatter_sum_(const Group* g, float* buf, size_t n) {
     if (g->size == 1 || !n) return;
     if (resolved == T_MPI) { staged_allreduce(g, buf, (size_t)g->size * n, MPI_SUM); return; }
     cuda_backend_note_collective("ncclReduceScatter", (size_t)g->size * n * sizeof(float));
-    nc(ncclReduceScatter(buf, buf + (size_t)g->rank * n, n, ncclFloat, ncclSum, nccl_of(g), stream()),
+    nc(ncclReduceScatter(buf, buf + (size_t)g->rank * n, n, ncclFloat, ncclSum, nccl_of(g), coll_begin()),
        "ncclReduceScatter");
+    coll_end();
 }
 
-// all-to-all: nccl: one group of a send and a receive per peer on the compute stream (the own block copied);
+// all-to-all: nccl: one group of a send and a receive per peer (the own block copied on the compute stream);
 // mpi: the whole buffer staged to the host, exchanged pairwise, staged back
 static void comm_alltoall_(const Group* g, const float* send, float* recv, size_t n) {
     if (!n) return;
@@ -220,13 +247,15 @@ static void comm_alltoall_(const Group* g, const float* send, float* recv, size_
     cu(cudaMemcpyAsync(recv + (size_t)g->rank * n, send + (size_t)g->rank * n, n * sizeof(float), cudaMemcpyDeviceToDevice,
                        stream()), "comm_alltoall (own block)");
     cuda_backend_note_collective("ncclSend/ncclRecv (all-to-all)", (size_t)g->size * n * sizeof(float));
+    cudaStream_t cs = coll_begin();
     nc(ncclGroupStart(), "ncclGroupStart");
     for (int j = 0; j < g->size; j++) {
         if (j == g->rank) continue;
-        nc(ncclSend(send + (size_t)j * n, n, ncclFloat, j, nccl_of(g), stream()), "ncclSend (all-to-all)");
-        nc(ncclRecv(recv + (size_t)j * n, n, ncclFloat, j, nccl_of(g), stream()), "ncclRecv (all-to-all)");
+        nc(ncclSend(send + (size_t)j * n, n, ncclFloat, j, nccl_of(g), cs), "ncclSend (all-to-all)");
+        nc(ncclRecv(recv + (size_t)j * n, n, ncclFloat, j, nccl_of(g), cs), "ncclRecv (all-to-all)");
     }
     nc(ncclGroupEnd(), "ncclGroupEnd (all-to-all)");
+    coll_end();
 }
 
 // ---- the ring hop ----

@@ -123,6 +123,8 @@ PYEOF
 done
 
 # on the emulated CUDA backend: NCCL (a GPU per rank) and the staged transport (ranks sharing one)
+# (1e-5: the emulated cuBLAS sums in another order than the CPU's, as a GPU does; fp32 runs differ by rounding,
+# <= 1.2e-8 over 3 steps in tests/test_cuda_emu.sh; a wrong block or head moves the loss by > 1e-3)
 emu_cmp() {   # NAME NP DEVICES DESCRIPTION ARGS...: the emulated CUDA trainer (fp32) against the one-process CPU run
   local name=$1 np=$2 dev=$3 what=$4; shift 4
   if RINGLM_EMU_DEVICES=$dev timeout $HANG_S $(launch "$np") build/emu/train -c "$CONF" --out_dir "$T/$name" --matmul_precision fp32 \

@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# tools/gpu_check.sh and tools/torch_anchor.py without a GPU: the script's properties (per-step caps within the
-# 7-minute run, pipefail-safe library checks, gzip and not xz), the PyTorch anchors on the CPU (--smoke), and the
-# rehearsal of `run`: the bundle (make gpu-bundle, when missing or older than its programs or this script), every
-# step that needs no GPU with the system's Open MPI, PMIx, hwloc, HDF5 and OpenBLAS hidden from the bundled
-# programs, at most 8 files back; the loader check must also catch a library missing from the bundle. Without
-# root and unshare, or without nvcc to build the bundle, one line says the rehearsal is skipped and why.
+# tools/gpu_check.sh and tools/torch_anchor.py without a GPU: the script's properties (per-step caps within 420 s,
+# leaving at least 60 s of the 8-minute call; pipefail-safe library checks, gzip and not xz; GPU_CHECK_ONLY refusing
+# a name that is no step), the PyTorch anchors on the CPU (--smoke), and the rehearsal of `run`: the bundle (make
+# gpu-bundle, when missing or older than its programs or this script), every step — the GPU steps' command lines on
+# the emulated backend (build/emu, dry) — with the system's Open MPI, PMIx, hwloc, HDF5 and OpenBLAS hidden from the
+# programs, an ok line from each step, at most 8 files back; a second rehearsal with GPU_CHECK_ONLY=cp2 runs only
+# that step and its reference; the loader check must also catch a library missing from the bundle. Without root and
+# unshare, or without nvcc to build the bundle, one line says the rehearsal is skipped and why.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
 S=tools/gpu_check.sh; G=build/gpu_bundle
 
 check "gpu_check.sh parses" bash -n $S
-total=$(bash $S caps | sed -n 's/^total \([0-9]*\) s.*/\1/p'); limit=$(bash $S caps | sed -n 's/.*(limit \([0-9]*\) s).*/\1/p')
-if [ -n "$total" ] && [ "$total" -le "${limit:-0}" ] && [ "$limit" -le 460 ]; then ok "per-step caps sum to $total s (at most the run's $limit s, itself at most 460 s)"
-else bad "caps: sum '$total', limit '$limit'"; fi
+bash $S caps >"$T/caps.out" 2>&1
+total=$(sed -n 's/^total \([0-9]*\) s.*/\1/p' "$T/caps.out"); limit=$(sed -n 's/.*(limit \([0-9]*\) s).*/\1/p' "$T/caps.out")
+left=$(sed -n 's/.* call leaves \([0-9]*\) s for start-up.*/\1/p' "$T/caps.out")
+if [ -n "$total" ] && [ "$total" -le "${limit:-0}" ] && [ "$limit" -le 420 ] && [ "${left:-0}" -ge 60 ]; then
+  ok "per-step caps sum to $total s (at most the run's $limit s); $(tail -n 1 "$T/caps.out")"
+else bad "caps: sum '$total', limit '$limit', left '$left': $(tr '\n' ' ' <"$T/caps.out")"; fi
+ERR_RC=2 expect_err "GPU_CHECK_ONLY with a name that is no step" "GPU_CHECK_ONLY names 'trian_fp32', not a step|train_fp32" 1 \
+  env GPU_CHECK_ONLY=train_bf16,trian_fp32 bash $S run
 lines=$(grep -nE '^[^#]*\btimeout +(-[a-zA-Z] +[A-Z0-9]+ +)*[0-9]' $S)
 if [ -z "$lines" ]; then ok "every timeout comes from a step's cap"; else bad "literal timeouts: $lines"; fi
 lines=$(grep -nE '^[^#]*\|\s*(grep\s+(-[a-zA-Z]*q|--quiet)|head)\b' $S)
@@ -61,9 +68,19 @@ line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$T/reh.out" | tail -n 1)
 if [ $rc -eq 0 ] && [ -n "$line" ] && [[ $line == *" 0 failed" ]]; then
   ok "rehearsal in $((SECONDS - start)) s: $line $(grep -E '^\([0-9]+ skipped\)$' "$T/reh.out")"
 else bad "rehearsal: exit $rc: $(grep -E '^(FAIL|gpu_check:)' "$T/reh.out" | head -c 1500)"; fi
-for s in setup mpirun_cpu kernels torch "throughput tiny" "throughput llama_1b_128k at 1048576: refused"; do
-  grep -q "^ok   $s" "$T/reh.out" || bad "rehearsal: no ok line for '$s'"
+miss=""
+for s in setup mpirun_cpu test_cuda train_fp32 train_bf16 cp2 "engine: head_dim 64, attn_engine = auto" \
+         "engine: head_dim 64, attn_engine = own" "engine: head_dim 128" "ring_bf16: cp 2 on own" "ring_bf16: cp 4 on own" \
+         "ring_bf16: cp 2 on cudnn" "ring_bf16: cp 4 on cudnn" "kernels: bench_kernels, attention on own" \
+         "kernels: bench_kernels, attention on cudnn" torch "throughput tiny at 128" "throughput tiny at 192" \
+         "throughput tiny at 256 (" "throughput tiny at 256 on the own engine" "throughput llama_1b_128k at 1048576: refused" \
+         "offload: tiny"; do
+  grep -q "^ok   $s" "$T/reh.out" || miss+=" '$s'"
 done
+[ -z "$miss" ] && ok "rehearsal: an ok line from every step (the GPU steps on the emulated backend, dry): $(grep -c '^ok' "$T/reh.out") ok, $(grep -c '^skip' "$T/reh.out") skipped" \
+  || bad "rehearsal: no ok line for$miss"
+grep -q "self-check verdict cached in" "$T/work/r2_cudnn.txt" 2>/dev/null && ok "rehearsal: later runs take the self-check's verdicts from the cache ($(grep -c . "$T/work/attn_verdicts.tsv") lines)" \
+  || bad "rehearsal: ring_bf16's cuDNN run did not read the verdict cache: $(grep -m1 '^attention engine' "$T/work/r2_cudnn.txt")"
 nf=$(find "$T/out" -type f | wc -l); deep=$(find "$T/out" -mindepth 2 | wc -l)
 if [ "$nf" -le 8 ] && [ "$deep" -eq 0 ] && [ -s "$T/out/summary.md" ] && [ -s "$T/out/results.json" ] && [ -s "$T/out/rest.tar.gz" ]; then
   ok "rehearsal leaves $nf files in \$OUT: $(cd "$T/out" && echo *)"
@@ -79,6 +96,13 @@ assert {"ok", "refused"} <= st, st
 assert r["torch"].get("train") and r["attention_ringlm"], "torch or ringlm rows missing"
 print(f"{len(md.splitlines())} lines; training rows {sorted(st)}; PyTorch rows beside ringlm's")
 PY
+# GPU_CHECK_ONLY=cp2: setup, train_fp32 (its reference), cp2 and the summary only
+OUT=$T/out2 GPU_CHECK_WORK=$T/work2 GPU_CHECK_ONLY=cp2 PYTHON=$PY timeout $HANG_S bash $S rehearse >"$T/reh2.out" 2>&1; rc=$?
+ran=$(sed -n 's/^== \([a-z0-9_]*\) .*/\1/p' "$T/reh2.out" | tr '\n' ' ')
+if [ $rc -eq 0 ] && [ "$ran" = "setup train_fp32 cp2 summary " ] && grep -q "^ok   cp2" "$T/reh2.out"; then
+  ok "GPU_CHECK_ONLY=cp2: ran $ran($(grep -E '^[0-9]+ passed' "$T/reh2.out"))"
+else bad "GPU_CHECK_ONLY=cp2: exit $rc, ran '$ran': $(grep -E '^(FAIL|gpu_check)' "$T/reh2.out" | head -c 600)"; fi
+
 # the covered view: the system's MPI-linked programs and mpirun cannot start there
 if [ -x /usr/bin/mpirun ] && [ -s "$T/work/hide.txt" ]; then
   if unshare --mount bash $S _hidden "$T/work" -- build/train --help >"$T/h.out" 2>&1 ||

@@ -57,7 +57,8 @@ S 2 --ckpt "$CK" --prompt_ids 256 --greedy --max_tokens 30 --ids --cp 2 --stop_a
   && [ "$(ntok "$T/o")" = 31 ] && greedy "$T/o" 1 \
   && ok "a one-token prompt (nothing to prefill) on cp 2: $(cat "$T/gr")" || bad "one-token prompt cp 2: $(head -c 300 "$T/gr") $(head -c 200 "$T/o") $(head -c 200 "$T/e")"
 
-# 2b. the CUDA backend on the host emulation (build/emu: make cuda-emu): the same tokens, 1 GPU and cp 2 over NCCL
+# 2b. the CUDA backend on the host emulation (build/emu: make cuda-emu), 1 GPU and cp 2 over NCCL: greedy by the
+#     reference (the emulated cuBLAS sums in another order than the CPU's, as a GPU does: a logit moves by ~1e-5)
 if [ -x build/emu/sample ]; then
   for lay in "1 1" "2 2"; do
     read -r np cp <<<"$lay"

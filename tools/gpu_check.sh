@@ -6,11 +6,15 @@
 #                                    portable x86 CPU builds, data, the CPU reference losses, the planner's verdicts
 #                                    and the Debian runtime libraries the GPU machine lacks, in build/gpu_bundle/
 #   bash tools/gpu_check.sh run      there, from the repository root (the tree and build/gpu_bundle travel)
-#   bash tools/gpu_check.sh rehearse here, without a GPU, as root: every step of `run` that needs no GPU, with
-#                                    the system's Open MPI, PMIx, hwloc, HDF5, OpenBLAS (every library the bundle
-#                                    carries) and mpirun hidden from the bundled programs (a private mount namespace)
-#   bash tools/gpu_check.sh caps     the per-step time caps and their sum
+#   bash tools/gpu_check.sh rehearse here, without a GPU, as root: every step of `run`, the GPU steps' command lines on
+#                                    the emulated CUDA backend (build/emu, a dry run: every flag, file and call checked,
+#                                    no kernel executed, values not compared), with the system's Open MPI, PMIx, hwloc,
+#                                    HDF5, OpenBLAS (every library the bundle carries) and mpirun hidden from the
+#                                    programs (a private mount namespace)
+#   bash tools/gpu_check.sh caps     the per-step time caps, their sum and the run's deadline
 #   bash tools/gpu_check.sh complete exit 0 when build/gpu_bundle is stamped and complete, else one line saying why
+#   GPU_CHECK_ONLY=step,step         (run, rehearse) only the named steps (setup and summary always; cp2 brings
+#                                    train_fp32, ring_bf16 brings engine: their references), e.g. to redo what failed
 #
 # The run, each check ok/FAIL (a skipped one says so and counts as neither), the last line "N passed, N failed".
 # Correctness first, then benchmarks; every step has a cap (CAPS below) and the run a deadline, so it ends within
@@ -19,12 +23,13 @@
 #               and shared object (MPI/PMIx plugins included) finds its libraries, and each program starts;
 #   mpirun_cpu  the bundle's mpirun: the CPU build on 2 ranks (ring attention, --comm mpi) against the CPU reference;
 #   test_cuda   every kernel against the CPU backend, in fp32, tf32 and bf16;
-#   train_*     20 training steps of a small model against the CPU backend's losses (fp32 1e-5, bf16 1e-2);
-#   cp2         ring attention on 2 ranks sharing the GPU (--comm mpi) against one process (fp32, 1e-5);
+#   train_*     20 training steps of a small model against the CPU backend's losses (tight for steps 1-5, losses and
+#               gradient norms, then a bound that grows as training amplifies rounding: see compare in the helper);
+#   cp2         ring attention on 2 ranks sharing the GPU (--comm mpi) against one process (fp32, the same rule);
 #   engine      attention's block engines (docs/attention_engine.md): the start-up self-check's verdicts for head_dim
 #               64 and 128 (attn_engine = auto, one line per class of block) and one process on each engine, bf16;
 #   ring_bf16   a bf16 ring of 2 and 4 ranks sharing the GPU (staged transport) against one process, on each engine
-#               (own, cudnn), 5e-3 over 10 steps;
+#               (own, cudnn), over 10 steps (the same rule, bf16's bounds);
 #   kernels     bench_kernels: the bf16 matmul peak, the attention blocks alone (head_dim 64/128, causal, 8K-64K) on
 #               the own kernels and on cuDNN's engine;
 #   tp_*        tokens/s, model TFLOP/s and device memory of the 125M config at 32K and the 1B config at 8K and 32K
@@ -33,10 +38,10 @@
 #               runs at recompute none (the refusal, as planned) and at the cheapest recompute mode that fits;
 #   torch       tools/torch_anchor.py: cuBLAS bf16 peak, a PyTorch training step of the same configs at 8K and 32K,
 #               then SDPA flash and cuDNN attention at the same shapes (without PyTorch: one line, and on);
-#   offload     the 1B config with offload = ckpt (recompute qkv, 8K-token sequences) at the micro-batch the planner
-#               (run in prepare) says does not fit the GPU without offload: the refusal at offload none, then 2 steps
-#               with offload (tokens/s, device and pinned host memory); a machine with too little host memory for
-#               the pinned copies refuses with one line (a note);
+#   offload     the 1B config with offload = ckpt (recompute qkv, 4K-token sequences) at the largest micro-batch whose
+#               pinned host memory is at most PIN_GIB (the planner, in prepare): 2 steps without offload and 2 with it
+#               (tokens/s, device and pinned host memory: with offload the device holds less, by about what is pinned);
+#               a machine with too little host memory for the pinned copies refuses with one line (a note);
 #   summary     $OUT/summary.md (one page: date, GPU, driver, CUDA, PyTorch/cuDNN/NCCL; checks; ringlm beside the
 #               anchors with ratios; MFU against the measured and the nominal peak; the 1B @ 32K profile).
 # Everything is written to a work folder (GPU_CHECK_WORK, else a new folder in /tmp); $OUT (else out/gpu_check/)
@@ -51,11 +56,27 @@ PY=${PYTHON:-python3}
 SMALL=(--vocab_size 257 --d_model 128 --n_layer 2 --n_head 4 --n_kv_head 2 --d_ff 352 --max_seq_len 256
        --seq_len 256 --batch_size 4 --micro_batch 2 --lr 3e-3 --warmup_steps 2 --max_steps 20 --log_every 1
        --seed 7 --ckpt_every 0 --save_final 0 --adam_eps 1e-6)
-RUN_LIMIT=460
-# per-step caps in seconds (each step also stops at the run's deadline); their sum stays under RUN_LIMIT
-CAPS=(setup=20 mpirun_cpu=15 test_cuda=25 train_fp32=12 train_bf16=12 cp2=20 engine=20 ring_bf16=30 kernels=40
-      tp_125m_32k=18 tp_1b_8k=22 tp_1b_32k=35 tp_1b_32k_own=35 torch=60 tp_1b_64k=40 offload=46
-      summary=10)
+# The call: the device tool's 8 minutes (CALL_LIMIT) hold the machine's start-up, the transfer of the tree and the
+# bundle, this run and the packing of $OUT: the run's steps (their caps, the summary's included) get RUN_LIMIT, which
+# leaves at least 60 s.
+CALL_LIMIT=480
+RUN_LIMIT=420
+# Per-step caps in seconds (each step also stops at the run's deadline); their sum is at most RUN_LIMIT. Sized from
+# the CPU costs measured on the build machine (2026-12-05) plus the GPU work each step queues (estimated from the step
+# anatomy and bench figures; the first GPU run measures it): a cuDNN plan's NVRTC compile ~0.5 s of CPU
+# (tests/gpu/cudnn_graphs.cc: 16 plans in 7.4 s) — the start-up self-check is 6 of them, paid once per (head_dim,
+# heads per KV head) thanks to the verdict cache (RINGLM_ATTN_CHECK_CACHE), test_cuda's engine pass ~16 more; the 1B
+# config's parameter init ~30 s of CPU (perf: Box-Muller in params_init), ~3 s on the GPU machine's 16 cores, per
+# 1B process; the small model's 20 CPU steps 1.0 s (mpirun_cpu); a process's CUDA context, cuBLAS and cuDNN
+# loads ~2-3 s (cuDNN's engine libraries are ~1 GB). So: test_cuda 40 (plans ~11 s, the CPU references, ~200
+# checks); engine 28 (3 processes, 12 plans); ring_bf16 40 (4 multi-rank runs, each rank its own plans); kernels 43
+# (cuDNN: 16 plans of the benchmark's shapes); the 1B rows init + 3 steps (~2 s each at 32K, more at 64K); offload 20
+# (two 1B processes of 2 short steps); torch takes what its budget leaves.
+CAPS=(setup=20 mpirun_cpu=12 test_cuda=40 train_fp32=10 train_bf16=10 cp2=15 engine=28 ring_bf16=40 kernels=43
+      tp_125m_32k=16 tp_1b_8k=18 tp_1b_32k=30 tp_1b_32k_own=30 torch=41 tp_1b_64k=40 offload=20
+      summary=7)
+# the offload row's pinned host memory at most (GiB): pinning is the cost, ~1-2 s per GiB on a large host
+PIN_GIB=4
 # throughput rows: config (configs/NAME.conf), seq_len, steps (the first is the warm-up), cap[, attention engine
 # (default: auto)]; the run's, then the rehearsal's (the CPU build: a row that runs, and one that no recompute mode fits)
 ROWS_A=("llama_125m_128k 32768 4 tp_125m_32k" "llama_1b_128k 8192 3 tp_1b_8k" "llama_1b_128k 32768 3 tp_1b_32k"
@@ -68,21 +89,28 @@ PROFILE_ROW="llama_1b_128k 32768"
 TORCH_TRAIN=configs/llama_125m_128k.conf:8192,configs/llama_125m_128k.conf:32768,configs/llama_1b_128k.conf:8192,configs/llama_1b_128k.conf:32768
 # shellcheck disable=SC2054 # the commas are in values
 ATT=(--T 8192,16384,32768,65536 --hd 64,128 --heads 16 --kv 4)
-R_ROWS_A=("tiny 128 4 tp_125m_32k" "tiny 128 3 tp_1b_32k_own own")
+R_ROWS_A=("tiny 128 4 tp_125m_32k" "tiny 192 3 tp_1b_8k" "tiny 256 3 tp_1b_32k" "tiny 256 3 tp_1b_32k_own own")
 R_ROWS_B=("llama_1b_128k 1048576 3 tp_1b_64k")
-R_PROFILE_ROW="tiny 128"
+R_PROFILE_ROW="tiny 256"
+# the rehearsal's offload row: CONF SEQ_LEN MICRO_BATCH [ARGS...] (offload needs more than 2 layers)
+R_OFFLOAD="tiny 256 4 --n_layer 6"
 # shellcheck disable=SC2054
 R_ATT=(--T 256,512 --hd 64,128 --heads 4 --kv 2)
 
 # the rehearsal runs on a build machine that may be busy: its caps (and deadline) are SCALE times the run's, so that
 # they catch a hang there without deciding a verdict by that machine's speed
 SCALE=1
+ONLY=""
 cap_of() { local c; for c in "${CAPS[@]}"; do [ "${c%%=*}" = "$1" ] && { echo $((${c#*=} * SCALE)); return 0; }; done; echo 0; }
 caps() {
   local c t=0
-  for c in "${CAPS[@]}"; do printf '%-12s %4d s\n' "${c%%=*}" "${c#*=}"; t=$((t + ${c#*=})); done
+  for c in "${CAPS[@]}"; do printf '%-14s %4d s\n' "${c%%=*}" "${c#*=}"; t=$((t + ${c#*=})); done
   echo "total $t s (limit $RUN_LIMIT s)"
+  echo "deadline: the steps end by $((RUN_LIMIT - $(cap_of summary) - 10)) s into the run, the summary by $RUN_LIMIT s; the" \
+       "$CALL_LIMIT s call leaves $((CALL_LIMIT - t)) s for start-up, transfer and packing"
 }
+# every step's name, in the order of the run
+step_names() { local c; for c in "${CAPS[@]}"; do echo "${c%%=*}"; done; }
 
 # ---------------------------------------------------------------------------------------------------- prepare
 # helpers of prepare in Python (the build machine has it): plan verdicts and the runtime package closure
@@ -265,18 +293,20 @@ prepare() {
     prep_py planrow "$conf" "$L" "$B/plan.json" >>"$B/plan.tsv"
   done
   rm -f "$B/plan.json"
-  # the offload row: the smallest micro-batch of 8192-token sequences (recompute qkv) that does not fit one H200
-  # (the planner's 139 GiB) without offload and does with it: "CONF SEQ_LEN MICRO_BATCH GiB_WITHOUT GiB_WITH PINNED_GiB"
-  local mb a b
-  for mb in $(seq 1 64); do
-    a=$(build/plan -c configs/llama_1b_128k.conf --seq_len 8192 --batch_size "$mb" --micro_batch "$mb" --recompute qkv \
+  # the offload row, sized by its pinned host memory (pinning, not the GPU, is its cost): the largest micro-batch of
+  # 4096-token sequences (recompute qkv) whose offload = ckpt pins at most PIN_GIB and that fits one H200 (the
+  # planner's 139 GiB) with and without offload: "CONF SEQ_LEN MICRO_BATCH GiB_WITHOUT GiB_WITH PINNED_GiB"
+  local mb a b row=""
+  for mb in $(seq 1 32); do
+    a=$(build/plan -c configs/llama_1b_128k.conf --seq_len 4096 --batch_size "$mb" --micro_batch "$mb" --recompute qkv \
         --offload none --device h200 --json | "$PY" -c 'import json,sys; p=json.load(sys.stdin); print(p["total"] / 2**30, p["memory"] / 2**30)')
-    b=$(build/plan -c configs/llama_1b_128k.conf --seq_len 8192 --batch_size "$mb" --micro_batch "$mb" --recompute qkv \
+    b=$(build/plan -c configs/llama_1b_128k.conf --seq_len 4096 --batch_size "$mb" --micro_batch "$mb" --recompute qkv \
         --offload ckpt --device h200 --json | "$PY" -c 'import json,sys; p=json.load(sys.stdin); print(p["total"] / 2**30, p["host"] / 2**30)')
-    if "$PY" -c "import sys; a, m = map(float, '$a'.split()); b = float('$b'.split()[0]); sys.exit(0 if a > m and b <= m else 1)"; then
-      echo "llama_1b_128k 8192 $mb ${a%% *} $b" >"$B/offload.txt"; break
-    fi
+    "$PY" -c "import sys; a, m = map(float, '$a'.split()); b, h = map(float, '$b'.split()); sys.exit(0 if a <= m and b <= m and 0 < h <= $PIN_GIB else 1)" || break
+    row="llama_1b_128k 4096 $mb ${a%% *} $b"
   done
+  [ -n "$row" ] || { echo "gpu_check: no micro-batch of the offload row pins at most $PIN_GIB GiB" >&2; exit 1; }
+  echo "$row" >"$B/offload.txt"
   { echo "built: $(date -u +'%Y-%m-%d %H:%M UTC') on $(hostname)"
     echo "ringlm: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git status --porcelain 2>/dev/null | grep -c . | sed 's/^0$//; s/^[1-9].*/ + local changes/')"
     echo "cuda_build: $("${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
@@ -397,14 +427,39 @@ cmd, a = sys.argv[1], sys.argv[2:]
 def losses(p):
     return [json.loads(l)["loss"] for l in open(p) if l.strip()]
 
-if cmd == "same_losses":   # A.jsonl B.jsonl TOL: per-step losses within TOL relative
-    x, y = losses(a[0]), losses(a[1])
-    w = max(abs(p - q) / abs(p) for p, q in zip(x, y)) if x and len(x) == len(y) else float("inf")
-    if len(x) != len(y):
+if cmd == "compare":   # REF.jsonl RUN.jsonl TIGHT LOOSE GN_TOL DRY: a run against its reference, step by step
+    # Two correct implementations of one step differ by the rounding of their sums (another order: cuBLAS tiles and
+    # splits k, the CPU's OpenBLAS does not; ranks split the rows): ~1e-7 relative per product. Steps 1-5 start from
+    # (nearly) the same weights, so their losses and gradient norms must agree within TIGHT and GN_TOL: the emulated
+    # backend, whose cuBLAS sums in another order than the CPU's, measured (2026-12-05, the small model below, fp32)
+    # losses <= 1.4e-7 and gradient norms <= 5.5e-7 relative over steps 1-5 (bf16: 9e-5 and 1.1e-3), while a wrong
+    # kernel moves the first loss by more than 1e-3. Later, training amplifies the weights' difference: ~100x per 10
+    # steps after a gradient-norm spike (docs/gpu_step.md; the emulated fp32 run grew to 1.1e-6 by step 18, its
+    # gradient norms to 1.8e-5), so from step 6 the bound grows 10x per 5 steps, TIGHT * 10^((t - 5) / 5), up to
+    # LOOSE: a run that drifts further than that from its reference within 20 steps is not the same arithmetic.
+    # DRY (the rehearsal: a dry run computes nothing): the steps are counted, not compared.
+    x = [json.loads(l) for l in open(a[0]) if l.strip()]
+    y = [json.loads(l) for l in open(a[1]) if l.strip()]
+    tight, loose, gtol, dry = float(a[2]), float(a[3]), float(a[4]), a[5] == "1"
+    if len(x) != len(y) or not x:
         print(f"{len(y)} steps logged, {len(x)} expected")
-    else:
-        print(f"{len(y)} steps, worst rel diff {w:.2e} (first/last {x[0]:.5f}/{x[-1]:.5f} vs {y[0]:.5f}/{y[-1]:.5f})")
-    sys.exit(0 if w <= float(a[2]) else 1)
+        sys.exit(1)
+    if dry:
+        print(f"{len(y)} steps logged (a dry run: values not compared)")
+        sys.exit(0)
+    bound = lambda t: tight if t <= 5 else min(loose, tight * 10 ** ((t - 5) / 5))
+    worst, at, gw = 0.0, 1, 0.0
+    for t, (p, q) in enumerate(zip(x, y), 1):
+        r = abs(p["loss"] - q["loss"]) / abs(p["loss"]) / bound(t)
+        if not r <= worst:
+            worst, at = r, t
+        if t <= 5 and "grad_norm" in p:
+            g = abs(p["grad_norm"] - q["grad_norm"]) / max(abs(p["grad_norm"]), 1e-30)
+            gw = g if not g <= gw else gw
+    print(f"{len(y)} steps: worst loss diff {worst * bound(at):.2e} at step {at} (bound there {bound(at):.0e}; steps 1-5 "
+          f"{tight:.0e}, then x10 per 5 steps up to {loose:.0e}), gradient norms of steps 1-5 within {gw:.1e} (tol {gtol:.0e}); "
+          f"first/last {x[0]['loss']:.5f}/{x[-1]['loss']:.5f} vs {y[0]['loss']:.5f}/{y[-1]['loss']:.5f}")
+    sys.exit(0 if worst <= 1 and gw <= gtol else 1)
 
 if cmd == "train_row":   # OUT.jsonl CONF L MODE RC LOG METRICS PLANROW PROFILE ENGINE: one attempt; prints its status
     out, conf, L, mode, rc, log, metrics, planrow, prof, eng = a
@@ -530,7 +585,7 @@ def pct(x, y):
     return f"{100 * x / y:.0f} %" if x and y else "—"
 
 v = torch.get("versions", {})
-L = [f"# ringlm GPU check{' (rehearsal: no GPU, CPU builds and tiny shapes)' if mode == 'rehearse' else ''}", "",
+L = [f"# ringlm GPU check{' (rehearsal: no GPU; the GPU steps on the emulated backend, a dry run: no values)' if mode == 'rehearse' else ''}", "",
      "| date | GPU | memory | driver | CUDA (driver) | CUDA (build) | PyTorch | CUDA (PyTorch) | cuDNN | NCCL | ringlm |",
      "|---|---|---|---|---|---|---|---|---|---|---|",
      f"| {mach.get('date', '—')} | {mach.get('gpu', '—')} | {mach.get('gpu_memory', '—')} | {mach.get('driver', '—')} | "
@@ -670,16 +725,31 @@ why() {
   if [ -n "$l" ]; then cut -c1-300 <<<"$l"; else oneline "$1"; fi
 }
 
-# step NAME: starts the capped step NAME (its end: the cap, or the run's deadline if sooner); 1 when no time is left
+# step NAME: starts the capped step NAME (its end: the cap, or the run's deadline if sooner); 1 when no time is left or
+# GPU_CHECK_ONLY leaves it out
 step() {
+  if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$1,"* ]]; then echo "   ($1: not in GPU_CHECK_ONLY)"; return 1; fi
   local cap; cap=$(cap_of "$1")
   STEP_END=$((SECONDS + cap))
   [ "$1" = summary ] || [ "$STEP_END" -le "$DEADLINE" ] || STEP_END=$DEADLINE
   if [ $((STEP_END - SECONDS)) -lt 3 ]; then skip "$1: the run's time is spent"; return 1; fi
   echo "== $1 (cap ${cap} s, $((SECONDS - T0)) s into the run)"
 }
-# gpu_step NAME: a step that needs the GPU (the rehearsal skips it)
-gpu_step() { if [ "$MODE" = rehearse ]; then skip "$1: needs the GPU (rehearsal)"; return 1; fi; step "$1"; }
+# gpu_step NAME: a step that needs the GPU (the rehearsal runs its command lines on the emulated backend, dry)
+gpu_step() { step "$1"; }
+# only_steps LIST: GPU_CHECK_ONLY checked and completed (setup and summary always; the references of cp2 and ring_bf16)
+only_steps() {
+  local n out="setup,summary" all
+  all=",$(step_names | tr '\n' ','),"
+  IFS=, read -ra n <<<"$1"
+  for s in "${n[@]}"; do
+    [ -n "$s" ] || continue
+    [[ $all == *",$s,"* ]] || { echo "gpu_check: GPU_CHECK_ONLY names '$s', not a step (the steps: $(step_names | tr '\n' ' ' | sed 's/ $//'))" >&2; return 1; }
+    out+=",$s"
+    case $s in cp2) out+=",train_fp32" ;; ring_bf16) out+=",engine" ;; esac
+  done
+  echo "$out"
+}
 # capped [-m] CMD...: CMD under timeout until the step's end; KILL to its process group (-m: TERM first, for
 # mpirun, which then ends its ranks; KILL 3 s later). Exit 124 or 137 when cut.
 capped() {
@@ -749,34 +819,45 @@ tp_row() {
   bad "$name: refused at every recompute mode the planner says fits"
 }
 
-# the offload row (prepare's offload.txt): refused without offload as planned, trains with it
+# the offload row (prepare's offload.txt; the rehearsal's: R_OFFLOAD): 2 steps without offload, 2 with it; with it the
+# backend holds less device memory (its peak, RINGLM_CUDA_MEMORY: by about what is pinned, at least half of it), and
+# the pinned host memory is printed beside the planner's
 offload_row() {
-  gpu_step offload || return
-  local conf L mb gnone gwith pinned name
-  read -r conf L mb gnone gwith pinned <"$G/offload.txt" || { bad "offload: no row in $G/offload.txt (run 'make gpu-bundle' again)"; return; }
+  step offload || return
+  local conf L mb gnone gwith pinned name extra=() extra_s="" dn dc pin devn devc heldn heldc
+  if [ "$MODE" = rehearse ]; then read -r conf L mb extra_s <<<"$R_OFFLOAD"; read -ra extra <<<"$extra_s"; gnone=nan gwith=nan pinned=nan
+  else read -r conf L mb gnone gwith pinned <"$G/offload.txt" || { bad "offload: no row in $G/offload.txt (run 'make gpu-bundle' again)"; return; }; fi
   name="offload: $conf, $mb sequences of $L tokens per micro-batch, recompute qkv"
-  attempt "$conf" "$L" "qkv offload none" 1 auto --batch_size "$mb" --micro_batch "$mb" --offload none
+  attempt "$conf" "$L" "qkv offload none micro_batch $mb" 2 auto --batch_size "$mb" --micro_batch "$mb" --offload none "${extra[@]}"
+  dn=$W/tp_${conf}_${L}_qkv_offload_none_micro_batch_${mb}_auto
   case $A_STATUS in
-    refused) ok "$name: refused without offload as the planner says (planned $(printf %.1f "$gnone") GiB; ${A_LINE#*; })" ;;
-    *) bad "$name: expected the capacity refusal without offload, got $A_LINE" ;;
+    ok|partial) ;;
+    *) bad "$name, offload none: $A_LINE"; return ;;
   esac
-  attempt "$conf" "$L" "qkv offload ckpt micro_batch $mb" 2 auto --batch_size "$mb" --micro_batch "$mb" --offload ckpt
-  local d=$W/tp_${conf}_${L}_qkv_offload_ckpt_micro_batch_${mb}_auto pin
-  pin=$(sed -nE 's/.*pinned host ([0-9.]+) MiB.*/\1/p' "$d.txt" | tail -n 1)
+  attempt "$conf" "$L" "qkv offload ckpt micro_batch $mb" 2 auto --batch_size "$mb" --micro_batch "$mb" --offload ckpt "${extra[@]}"
+  dc=$W/tp_${conf}_${L}_qkv_offload_ckpt_micro_batch_${mb}_auto
+  pin=$(sed -nE 's/.*pinned host memory at most ([0-9]+) bytes.*/\1/p' "$dc.txt" | tail -n 1)
+  devn=$(sed -nE 's/.*device in use at most ([0-9.]+) of.*/\1/p' "$dn.txt" | tail -n 1)
+  devc=$(sed -nE 's/.*device in use at most ([0-9.]+) of.*/\1/p' "$dc.txt" | tail -n 1)
+  heldn=$(sed -nE 's/.*memory: peak held ([0-9.]+) MiB.*/\1/p' "$dn.txt" | tail -n 1)
+  heldc=$(sed -nE 's/.*memory: peak held ([0-9.]+) MiB.*/\1/p' "$dc.txt" | tail -n 1)
   case $A_STATUS in
-    ok|partial) ok "$name, offload ckpt: $A_LINE; pinned host ${pin:-?} MiB (planned $(printf %.1f "$pinned") GiB), device planned $(printf %.1f "$gwith") GiB" ;;
-    *) if grep -q "offload = ckpt keeps .* pinned host memory" "$d.txt"; then note "$name: this machine's host memory is too small: $(why "$d.txt")"
+    ok|partial)
+      if "$PY" -c "import sys; p, a, b = float('${pin:-0}') / 2**20, float('${heldn:-0}'), float('${heldc:-0}'); sys.exit(0 if p > 0 and a - b >= 0.5 * p else 1)"; then
+        ok "$name, offload ckpt: $A_LINE; pinned host $(awk -v b="${pin:-0}" 'BEGIN { printf "%.3f", b / 2^30 }') GiB (planned $(printf %.2f "$pinned")); the backend's device peak $heldc MiB against $heldn without offload (device in use ${devc:-?} and ${devn:-?} GiB; planned $(printf %.1f "$gwith") and $(printf %.1f "$gnone") GiB)"
+      else bad "$name: with offload the backend's device peak is ${heldc:-?} MiB against ${heldn:-?} without, pinned ${pin:-?} bytes (it should be less by at least half of what is pinned)"; fi ;;
+    *) if grep -q "offload = ckpt keeps .* pinned host memory" "$dc.txt"; then note "$name: this machine's host memory is too small: $(why "$dc.txt")"
        else bad "$name, offload ckpt: $A_LINE"; fi ;;
   esac
 }
 
 check_run() {
-  MODE=$1
-  [ "$MODE" = rehearse ] && SCALE=10
+  MODE=$1 DRY=0
+  [ "$MODE" = rehearse ] && SCALE=10 DRY=1
   T0=$SECONDS; DEADLINE=$((T0 + RUN_LIMIT * SCALE - $(cap_of summary) - 10)); STEP_END=$DEADLINE
   NCPU=$(nproc 2>/dev/null || echo 4)
   write_helper
-  echo "gpu_check $MODE: work folder $W, results in $OUT, $NCPU cores, deadline $((DEADLINE - T0)) s"
+  echo "gpu_check $MODE: work folder $W, results in $OUT, $NCPU cores, deadline $((DEADLINE - T0)) s${ONLY:+, only $ONLY}"
   local -a rows_a rows_b att
   if [ "$MODE" = rehearse ]; then rows_a=("${R_ROWS_A[@]}"); rows_b=("${R_ROWS_B[@]}"); att=("${R_ATT[@]}"); PROF_ROW=$R_PROFILE_ROW
   else rows_a=("${ROWS_A[@]}"); rows_b=("${ROWS_B[@]}"); att=("${ATT[@]}"); PROF_ROW=$PROFILE_ROW; fi
@@ -810,7 +891,10 @@ check_run() {
         OPAL_PREFIX="$root/usr" PMIX_MCA_mca_base_component_path="$root/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix"
         OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_plm=isolated
         OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-        RINGLM_CUDA_MEMORY=1)
+        RINGLM_CUDA_MEMORY=1 RINGLM_ATTN_CHECK_CACHE="$W/attn_verdicts.tsv")
+  local xs=(RINGLM_ATTN_CHECK_CACHE)
+  # the rehearsal: the GPU steps on the emulated backend, a dry run (every check, no kernel executed) of an H200's memory
+  if [ "$MODE" = rehearse ]; then RENV+=(RINGLM_EMU_DRY=1 RINGLM_EMU_MEMORY_MIB=144384); xs+=(RINGLM_EMU_DRY RINGLM_EMU_MEMORY_MIB); fi
   HIDE=()
   if [ "$MODE" = rehearse ]; then
     hide_list "$G/runtime.tar.gz" >"$W/hide.txt"
@@ -823,8 +907,15 @@ check_run() {
   PRE=("${HIDE[@]}" env "${UNSET[@]}" "${RENV[@]}")
   MPIRUN=("$root/usr/bin/orterun" --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x OPAL_PREFIX
           -x PMIX_MCA_mca_base_component_path -x OMP_NUM_THREADS -x RINGLM_CUDA_MEMORY)
+  for v in "${xs[@]}"; do MPIRUN+=(-x "$v"); done
   C=$G/cuda; DATA="$G/data/train_*.bin"
-  TRAIN=$C/train; [ "$MODE" = rehearse ] && TRAIN=$G/cpu/train
+  if [ "$MODE" = rehearse ]; then
+    C=$PWD/build/emu
+    for f in train bench_kernels tests/test_cuda libcudnn.so.9; do
+      [ -e "$C/$f" ] || { bad "setup: the rehearsal runs the GPU steps on $C, which lacks $f (make cuda-emu)"; return; }
+    done
+  fi
+  TRAIN=$C/train
   local smi="" name="" mem="" drv="" cudadrv="" nominal
   if ! command -v nvidia-smi >/dev/null; then note "setup: no nvidia-smi on this machine"
   elif smi=$(capped nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1); then
@@ -847,7 +938,7 @@ check_run() {
     local d=$W/cpu_cp2 rc
     capped -m "${PRE[@]}" OMP_NUM_THREADS=$((NCPU / 2 > 0 ? NCPU / 2 : 1)) "${MPIRUN[@]}" -np 2 "$G/cpu/train" \
       --train_data "$DATA" --out_dir "$d" "${SMALL[@]}" --matmul_precision fp32 --cp 2 --comm mpi >"$d.txt" 2>&1; rc=$?
-    if [ $rc -eq 0 ] && run_py same_losses "$G/ref/metrics.jsonl" "$d/metrics.jsonl" 1e-5 >"$W/cmp.txt" 2>&1; then
+    if [ $rc -eq 0 ] && run_py compare "$G/ref/metrics.jsonl" "$d/metrics.jsonl" 1e-5 1e-3 1e-4 0 >"$W/cmp.txt" 2>&1; then
       ok "mpirun_cpu: the bundle's mpirun, CPU build, cp 2 equals the CPU reference: $(cat "$W/cmp.txt")"
     else bad "mpirun_cpu: exit $rc$(cut_note $rc): $(why "$d.txt") $(oneline "$W/cmp.txt" 1)"; fi
   fi
@@ -855,21 +946,29 @@ check_run() {
   # ---- correctness on the GPU
   if gpu_step test_cuda; then
     local rc line
-    capped "${PRE[@]}" OMP_NUM_THREADS="$NCPU" "$C/tests/test_cuda" >"$W/test_cuda.txt" 2>&1; rc=$?
-    grep -E '^(ok|FAIL)' "$W/test_cuda.txt" | sed 's/^/   /'
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$W/test_cuda.txt" | tail -n 1)
-    if [ $rc -eq 0 ] && [ -n "$line" ]; then ok "test_cuda: $line"; else bad "test_cuda: exit $rc$(cut_note $rc): $(why "$W/test_cuda.txt")"; fi
+    # (not the verdict cache: test_cuda checks the self-check itself; the rehearsal: the emulated program without a
+    # device, which says so and exits 77 — its path, libraries and start-up; make test runs it on emulated devices)
+    if [ "$MODE" = rehearse ]; then
+      capped "${PRE[@]}" RINGLM_ATTN_CHECK_CACHE= RINGLM_EMU_DEVICES=0 "$C/tests/test_cuda" >"$W/test_cuda.txt" 2>&1; rc=$?
+      if [ $rc -eq 77 ] && grep -q "no CUDA device" "$W/test_cuda.txt"; then ok "test_cuda: starts and finds no device (exit 77): $(oneline "$W/test_cuda.txt" 1)"
+      else bad "test_cuda: exit $rc$(cut_note $rc), not 77 with no device: $(why "$W/test_cuda.txt")"; fi
+    else
+      capped "${PRE[@]}" RINGLM_ATTN_CHECK_CACHE= OMP_NUM_THREADS="$NCPU" "$C/tests/test_cuda" >"$W/test_cuda.txt" 2>&1; rc=$?
+      grep -E '^(ok|FAIL)' "$W/test_cuda.txt" | sed 's/^/   /'
+      line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$W/test_cuda.txt" | tail -n 1)
+      if [ $rc -eq 0 ] && [ -n "$line" ]; then ok "test_cuda: $line"; else bad "test_cuda: exit $rc$(cut_note $rc): $(why "$W/test_cuda.txt")"; fi
+    fi
   fi
-  local prec tol
+  local prec tight loose gtol
   for prec in fp32 bf16; do
     gpu_step "train_$prec" || continue
-    tol=1e-2; [ $prec = fp32 ] && tol=1e-5
+    read -r tight loose gtol <<<"$([ $prec = fp32 ] && echo "1e-5 1e-3 1e-4" || echo "2e-3 1e-2 2e-2")"
     rm -rf "$W/t_$prec"
     capped "${PRE[@]}" OMP_NUM_THREADS="$NCPU" "$C/train" --train_data "$DATA" --out_dir "$W/t_$prec" "${SMALL[@]}" \
       --matmul_precision $prec >"$W/t_$prec.txt" 2>&1; rc=$?
     if [ $rc -ne 0 ]; then bad "train_$prec: exit $rc$(cut_note $rc): $(why "$W/t_$prec.txt")"
-    elif run_py same_losses "$G/ref/metrics.jsonl" "$W/t_$prec/metrics.jsonl" $tol >"$W/cmp.txt" 2>&1; then
-      ok "train_$prec: within $tol of the CPU: $(cat "$W/cmp.txt")"
+    elif run_py compare "$G/ref/metrics.jsonl" "$W/t_$prec/metrics.jsonl" $tight $loose $gtol $DRY >"$W/cmp.txt" 2>&1; then
+      ok "train_$prec: against the CPU: $(cat "$W/cmp.txt")"
     else bad "train_$prec: $(oneline "$W/cmp.txt" 2)"; fi
   done
   local np
@@ -881,8 +980,8 @@ check_run() {
       --verify_attention 5 >"$W/cp$np.txt" 2>&1; rc=$?
     if [ $rc -ne 0 ]; then bad "cp$np: exit $rc$(cut_note $rc): $(why "$W/cp$np.txt")"
     elif [ ! -s "$W/t_fp32/metrics.jsonl" ]; then bad "cp$np: no one-process fp32 losses to compare with (train_fp32 failed)"
-    elif run_py same_losses "$W/t_fp32/metrics.jsonl" "$W/cp$np/metrics.jsonl" 1e-5 >"$W/cmp.txt" 2>&1 &&
-         grep -q "verify_attention step" "$W/cp$np.txt" && ! grep -q WARNING "$W/cp$np.txt"; then
+    elif run_py compare "$W/t_fp32/metrics.jsonl" "$W/cp$np/metrics.jsonl" 1e-5 1e-3 1e-4 $DRY >"$W/cmp.txt" 2>&1 &&
+         grep -q "verify_attention step" "$W/cp$np.txt" && { [ $DRY = 1 ] || ! grep -q WARNING "$W/cp$np.txt"; }; then
       ok "cp$np: equals one process: $(cat "$W/cmp.txt")"
     else bad "cp$np: $(oneline "$W/cmp.txt" 2) $(grep -m1 WARNING "$W/cp$np.txt")"; fi
   done
@@ -914,8 +1013,10 @@ check_run() {
           >"$W/r${np}_$e.txt" 2>&1; rc=$?
         if [ $rc -ne 0 ]; then bad "ring_bf16: cp $np on $e: exit $rc$(cut_note $rc): $(why "$W/r${np}_$e.txt")"
         elif [ ! -s "$ref/metrics.jsonl" ]; then bad "ring_bf16: cp $np on $e: no one-process run to compare with (engine step)"
-        elif run_py same_losses "$ref/metrics.jsonl" "$W/r${np}_$e/metrics.jsonl" 5e-3 >"$W/cmp.txt" 2>&1; then
-          ok "ring_bf16: cp $np on $e (staged) equals one process within 5e-3: $(cat "$W/cmp.txt")"
+        # (bf16 against bf16: the ring rounds P and dS at other block boundaries and merges in fp32, no further from
+        # one process than bf16 is from the CPU's fp32 — measured there 9e-5 over steps 1-5, gradient norms 1.1e-3)
+        elif run_py compare "$ref/metrics.jsonl" "$W/r${np}_$e/metrics.jsonl" 5e-3 1e-2 2e-2 $DRY >"$W/cmp.txt" 2>&1; then
+          ok "ring_bf16: cp $np on $e (staged) equals one process: $(cat "$W/cmp.txt")"
         else bad "ring_bf16: cp $np on $e: $(oneline "$W/cmp.txt" 2)"; fi
       done
     done
@@ -924,11 +1025,11 @@ check_run() {
   # ---- benchmarks: kernels alone, throughput at 8K/32K (with the profile), the anchors, then 64K
   if step kernels; then
     local kb=$C/bench_kernels kargs=(--gemm 8192 --reps 5) engines=(own cudnn) mm
-    [ "$MODE" = rehearse ] && kb=$G/cpu/bench_kernels kargs=(--gemm 256 --reps 2) engines=(own)
     for e in "${engines[@]}"; do
       local bk=$W/bench_kernels.md; [ $e = own ] || bk=$W/bench_kernels_$e.md
       [ $e = own ] || kargs=(--gemm 0 "${kargs[@]:2}")
-      capped "${PRE[@]}" OMP_NUM_THREADS="$NCPU" "$kb" --precision bf16 --engine $e "${kargs[@]}" "${att[@]}" >"$bk" 2>&1; rc=$?
+      # (the run's shapes in the rehearsal too: a dry run of them costs seconds)
+      capped "${PRE[@]}" OMP_NUM_THREADS="$NCPU" "$kb" --precision bf16 --engine $e "${kargs[@]}" "${ATT[@]}" >"$bk" 2>&1; rc=$?
       sed 's/^/   /' "$bk"
       mm=$(sed -nE 's/^matmul .*: ([0-9.e+]+) TFLOP\/s.*/\1/p' "$W/bench_kernels.md")
       if [ $rc -eq 0 ]; then ok "kernels: bench_kernels, attention on $e${mm:+ (bf16 matmul $mm TFLOP/s)}"
@@ -978,6 +1079,8 @@ main() {
 case "${1:-}" in
   prepare) prepare ;;
   run|rehearse)
+    ONLY=""
+    if [ -n "${GPU_CHECK_ONLY:-}" ]; then ONLY=$(only_steps "$GPU_CHECK_ONLY") || exit 2; fi
     if [ ! -e "$G/.gpu_check_bundle" ] || ! why=$(bundle_complete "$G"); then
       echo "gpu_check: no complete $G here${why:+ ($why)}: run 'make gpu-bundle' first" >&2; exit 1
     fi

@@ -21,15 +21,21 @@
 // own engine's out and lse — and cuDNN's out, lse, dq, dk, dv must match the own kernels' within the tolerances of
 // tests/gpu/test_cuda.c. A class that fails (or cuDNN missing, too old, unable to make a handle, to plan, or to
 // run) stays on the own kernels with one line saying why; attn_engine = cudnn makes that an error.
+// The check costs a few plans (NVRTC compiles: ~0.5 s of CPU each). RINGLM_ATTN_CHECK_CACHE=FILE keeps its verdicts:
+// one line per (cuDNN version, device, head dim, query heads per KV head, documents, class), appended when a check
+// ran, and a later process with the same key takes the verdict from there instead of checking again (its line says
+// so). For a series of runs on one machine (tools/gpu_check.sh); the verdict is the same check's, not a guess.
 #include "backend/cuda/cu_common.h"
 #include "backend/cuda/cudnn_sdpa.h"
 #include "tests/gpu/compare.h"
 #include <cuda_bf16.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <vector>
 extern "C" {
 #include "common/util.h"
@@ -481,6 +487,45 @@ static int check_class(int cls, const AttnRunShape* s, Errs* worst, char* why, s
     return 0;
 }
 
+// ---- the verdict cache (RINGLM_ATTN_CHECK_CACHE): lines "KEY\tok\tERRORS" or "KEY\tfail\tREASON" ----
+static void cache_key(char* key, size_t n, int cls, const AttnRunShape* s) {
+    snprintf(key, n, "cudnn %zu | %s | head_dim %d | heads per kv %d | docs %d | %s", E.api.version, cu_device_name(), s->hd,
+             s->nh / (s->nkv > 0 ? s->nkv : 1), s->docs ? 1 : 0, CLASS_NAME[cls]);
+    for (char* c = key; *c; c++) if (*c == '\t' || *c == '\n') *c = ' ';
+}
+// the last line of the cache for key: 1 with ok (1 = verified) and its detail, else 0
+static int cache_get(const char* path, const char* key, int* ok, char* detail, size_t dn) {
+    FILE* f = fopen(path, "r");
+    if (!f) return 0;
+    char line[1600];
+    int found = 0;
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (strncmp(line, key, kl) || line[kl] != '\t') continue;
+        const char* v = line + kl + 1;
+        int is_ok = !strncmp(v, "ok\t", 3), is_fail = !strncmp(v, "fail\t", 5);
+        if (!is_ok && !is_fail) continue;   // a line cut short or of another format: not a verdict
+        *ok = is_ok;
+        snprintf(detail, dn, "%s", v + (is_ok ? 3 : 5));
+        found = 1;
+    }
+    fclose(f);
+    return found;
+}
+// one line appended with one write (O_APPEND: ranks checking at once do not interleave their lines)
+static void cache_put(const char* path, const char* key, int ok, const char* detail) {
+    char line[1600];
+    int n = snprintf(line, sizeof line, "%s\t%s\t%s\n", key, ok ? "ok" : "fail", detail);
+    if (n <= 0 || (size_t)n >= sizeof line) return;
+    for (char* c = line + strlen(key) + 1; c < line + n - 1; c++) if (*c == '\n') *c = ' ';
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0) return;   // (a cache that cannot be written: the next process checks again)
+    ssize_t w = write(fd, line, (size_t)n);
+    (void)w;
+    close(fd);
+}
+
 int attn_engine_select(const char* engine, const AttnRunShape* s, unsigned* fast, char* report, size_t reportlen, char* err,
                        size_t errlen) {
     *fast = 0;
@@ -520,19 +565,34 @@ int attn_engine_select(const char* engine, const AttnRunShape* s, unsigned* fast
             common = buf;
         }
     }
+    const char* cache = getenv("RINGLM_ATTN_CHECK_CACHE");
+    if (cache && !*cache) cache = NULL;
     for (int cls = 0; cls < 2; cls++) {
-        char line[1200], why[800] = "";
+        char line[1800], why[1200] = "", key[400], detail[800] = "";
         Errs w;
         double t0 = now_s();
-        int ok = !common && !check_class(cls, s, &w, why, sizeof why);
+        int ok = 0, cached = 0;
+        if (!common) {
+            cache_key(key, sizeof key, cls, s);
+            if (cache && cache_get(cache, key, &ok, detail, sizeof detail)) {
+                cached = 1;
+                if (!ok) snprintf(why, sizeof why, "%s (the verdict cached in %s)", detail, cache);
+            } else {
+                ok = !check_class(cls, s, &w, why, sizeof why);
+                if (ok) snprintf(detail, sizeof detail, "out %.1e, lse %.1e, dq %.1e, dk %.1e, dv %.1e within %.1e, %.0e, %.0e",
+                                 w.out, w.lse, w.dq, w.dk, w.dv, CHECK_TOL_OUT, CHECK_TOL_LSE, CHECK_TOL_GRAD);
+                if (cache) cache_put(cache, key, ok, ok ? detail : why);
+            }
+        }
         double dt = now_s() - t0;
         if (ok) {
             *fast |= 1u << cls;
-            snprintf(line, sizeof line, "attention engine: %s blocks (head_dim %d, %d query heads per KV head%s): cuDNN %zu.%zu.%zu "
-                     "(self-check against the own kernels: out %.1e, lse %.1e, dq %.1e, dk %.1e, dv %.1e within %.1e, %.0e, %.0e; %.2f s)",
+            char tail[1400];
+            if (cached) snprintf(tail, sizeof tail, "self-check verdict cached in %s: %s", cache, detail);
+            else snprintf(tail, sizeof tail, "self-check against the own kernels: %s; %.2f s", detail, dt);
+            snprintf(line, sizeof line, "attention engine: %s blocks (head_dim %d, %d query heads per KV head%s): cuDNN %zu.%zu.%zu (%s)",
                      CLASS_NAME[cls], s->hd, s->nh / (s->nkv > 0 ? s->nkv : 1), s->docs ? ", one document" : "",
-                     E.api.version / 10000, E.api.version / 100 % 100, E.api.version % 100, w.out, w.lse, w.dq, w.dk, w.dv,
-                     CHECK_TOL_OUT, CHECK_TOL_LSE, CHECK_TOL_GRAD, dt);
+                     E.api.version / 10000, E.api.version / 100 % 100, E.api.version % 100, tail);
         } else {
             snprintf(line, sizeof line, "attention engine: %s blocks (head_dim %d, %d query heads per KV head%s): own kernels (%s)",
                      CLASS_NAME[cls], s->hd, s->nh / (s->nkv > 0 ? s->nkv : 1), s->docs ? ", one document" : "",

@@ -91,21 +91,29 @@ static void rec_del(void* p) {
 }
 
 // ---- scratch ----
+// Stream-ordered (cudaMallocAsync from the device's pool: uninitialised, reused) where the device supports memory
+// pools (probed at start-up: the attribute and a small allocation), else cudaMalloc / cudaFree (which synchronise the
+// device; scratch only grows, rarely). Either way its contents are undefined: a user writes before it reads.
+static int g_pools = 0;
 static void* g_ws[WS_COUNT];
 static size_t g_ws_size[WS_COUNT];
 void* cu_workspace(int slot, size_t bytes) {
     if (bytes <= g_ws_size[slot]) return g_ws[slot];
     size_t n = bytes + bytes / 4 + 4096;   // grow with headroom: a slightly larger call does not re-allocate
-    if (g_ws[slot]) CU_CHECK(cudaFreeAsync(g_ws[slot], g_stream), "workspace (cudaFreeAsync)");
+    if (g_ws[slot]) {
+        if (g_pools) CU_CHECK(cudaFreeAsync(g_ws[slot], g_stream), "workspace (cudaFreeAsync)");
+        else CU_CHECK(cudaFree(g_ws[slot]), "workspace (cudaFree)");
+    }
     g_ws_total -= g_ws_size[slot];
     g_ws[slot] = NULL; g_ws_size[slot] = 0;
-    cudaError_t e = cudaMallocAsync(&g_ws[slot], n, g_stream);
+    cudaError_t e = g_pools ? cudaMallocAsync(&g_ws[slot], n, g_stream) : cudaMalloc(&g_ws[slot], n);
     if (e != cudaSuccess) {
         size_t fr = 0, tot = 0;
         cudaGetLastError();
         cudaMemGetInfo(&fr, &tot);
-        cu_die("workspace", "out of device memory allocating %.1f MiB of scratch (cudaMallocAsync: %s; %.2f of %.2f GiB free)",
-               n / 1048576.0, cudaGetErrorString(e), fr / 1073741824.0, tot / 1073741824.0);
+        cu_die("workspace", "out of device memory allocating %.1f MiB of scratch (%s: %s; %.2f of %.2f GiB free)",
+               n / 1048576.0, g_pools ? "cudaMallocAsync" : "cudaMalloc", cudaGetErrorString(e), fr / 1073741824.0,
+               tot / 1073741824.0);
     }
     g_ws_size[slot] = n;
     g_ws_total += n;
@@ -317,6 +325,31 @@ extern "C" int cuda_backend_start(int local_rank, char* err, size_t errlen) {
     }
     blas_check(cublasSetStream(g_blas, g_stream), "cublasSetStream");
     blas_check(cublasSetWorkspace(g_blas, g_blas_ws, BLAS_WS_BYTES), "cublasSetWorkspace");
+    // stream-ordered memory pools for the scratch: the attribute, then a small allocation (some virtualised runtimes
+    // report pools they cannot give); without them cudaMalloc, with one line (never "out of memory" for "unsupported")
+    int pools = 0;
+    char why[300] = "";
+    if ((e = cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev)) != cudaSuccess) {
+        snprintf(why, sizeof why, "cudaDeviceGetAttribute: %s", cudaGetErrorString(e));
+        cudaGetLastError();
+        pools = 0;
+    } else if (!pools) snprintf(why, sizeof why, "cudaDevAttrMemoryPoolsSupported is 0");
+    else {
+        void* t = NULL;
+        if ((e = cudaMallocAsync(&t, 256, g_stream)) == cudaSuccess && (e = cudaFreeAsync(t, g_stream)) == cudaSuccess)
+            e = cudaStreamSynchronize(g_stream);
+        if (e != cudaSuccess) {
+            snprintf(why, sizeof why, "a 256-byte cudaMallocAsync: %s", cudaGetErrorString(e));
+            cudaGetLastError();
+            pools = 0;
+        }
+    }
+    g_pools = pools;
+    if (!pools) {
+        fprintf(stderr, "cuda backend: device %d (%s): no stream-ordered memory pools (%s): scratch through cudaMalloc\n",
+                dev, g_prop.name, why);
+        fflush(stderr);
+    }
     const char* p = getenv("RINGLM_CUDA_PRECISION");   // the default before be_set_matmul_precision (tests)
     if (p && be_set_matmul_precision(p)) {
         snprintf(err, errlen, "cuda backend: RINGLM_CUDA_PRECISION = '%s' must be bf16, tf32 or fp32", p);
@@ -568,8 +601,7 @@ void* be_host_alloc(size_t bytes) {
         fflush(stderr);
         exit(1);
     }
-    memset(p, 0, bytes + 64);
-    *(size_t*)p = bytes;
+    *(size_t*)p = bytes;   // (not zero-filled: pinning is the cost, touching every page would double it)
     g_host_bytes += bytes;
     if (g_host_bytes > g_host_peak) g_host_peak = g_host_bytes;
     return p + 64;

@@ -2,17 +2,26 @@
 //
 // The graphs are the ones cuDNN's fused flash-attention engines match (the form cuDNN's frontend expands its
 // sdpa / sdpa_backward nodes into), in 4-D [batch, head, row, column] tensors of batch 1:
-//   forward   S = Q KT (fp32) -> * scale -> [causal: row + (Skv - Sq) >= col, else -inf] -> softmax:
+//   forward   S = Q KT (fp32) -> * scale -> [causal: row + (Skv - Sq) >= col, else -FLT_MAX] -> softmax:
 //             M = max_col S, E = exp(S - M), Z = sum_col E, Stats = M + log Z, P = E / Z (bf16) -> O = P V (bf16)
 //   backward  Dsum = sum_d(dO * O) * 1 (fp32, workspace); S as above; E = exp(S * scale - Stats) [masked];
-//             dV = E^T dO; dS = (dO VT - Dsum) * E * scale; dK = dS^T Q; dQacc = dS K (fp32, workspace),
+//             dV = E^T dO; dS = (dO VT - Dsum) * E * scale; dK = dS^T Q; dQacc += dS K (fp32, workspace),
 //             dQ = identity(dQacc) (bf16); with Hk < H, dV and dK are summed over each group of H / Hk heads by a
 //             reduction from full-head [1, H, Skv, D] intermediates.
-// Scalars (scale, -inf, 1, the alignment offset Skv - Sq as the pair Skv, Sq) are pass-by-value tensors whose
-// host addresses go into the variant pack. Every descriptor call is checked; the first failure is kept with cuDNN's
-// own message.
+// The dQ accumulator: a non-virtual FLOAT matmul output is how cuDNN 9's fused backward is told to add dQ with fp32
+// atomics across key tiles (into it, not over it). So it is zeroed on the handle's stream before EVERY backward
+// execution (cudnn-frontend registers the same memset as a workspace modification of its sdpa_backward node;
+// TransformerEngine's backend-API graph calls cudaMemsetAsync before each backward), and it carries the tensor
+// reordering mode the frontend sets on it (CUDNN_TENSOR_REORDERING_F16x16: cuDNN keeps it in its own 16x16 order,
+// which only ringlm's zeroing and cuDNN's own identity op to dQ ever touch). Dsum is written, not accumulated ("no
+// requirement ... to be memset", the frontend's note on it).
+// Scalars (scale, the mask fill -FLT_MAX, 1, the alignment offset Skv - Sq as the pair Skv, Sq) are pass-by-value
+// tensors whose host addresses go into the variant pack; the mask fill is the frontend's (the lowest finite float,
+// not -inf: what the engines are exercised with). Every descriptor call is checked; the first failure is kept with
+// cuDNN's own message.
 #include "backend/cuda/cudnn_sdpa.h"
 #include <dlfcn.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -76,6 +85,7 @@ int cudnn_api_load(CudnnApi* api, char* err, size_t errlen) {
     SYM(Create, "cudnnCreate");
     SYM(Destroy, "cudnnDestroy");
     SYM(SetStream, "cudnnSetStream");
+    SYM(GetStream, "cudnnGetStream");
     SYM(CreateDescriptor, "cudnnBackendCreateDescriptor");
     SYM(DestroyDescriptor, "cudnnBackendDestroyDescriptor");
     SYM(Finalize, "cudnnBackendFinalize");
@@ -107,7 +117,7 @@ struct Tensor {
 };
 
 // the non-virtual tensors of the graphs (the variant pack's entries)
-enum { T_Q, T_K, T_V, T_O, T_STATS, T_DO, T_DQ, T_DK, T_DV, T_DSUM, T_DQACC, T_SCALE, T_NEGINF, T_ONE, T_SKV, T_SQ,
+enum { T_Q, T_K, T_V, T_O, T_STATS, T_DO, T_DQ, T_DK, T_DV, T_DSUM, T_DQACC, T_SCALE, T_FILL, T_ONE, T_SKV, T_SQ,
        T_COUNT };
 
 struct Builder {
@@ -152,9 +162,10 @@ struct Builder {
         set(d, a, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v, name);
     }
 
-    // a 4-D tensor; uid > 0: that uid (a variant-pack entry), else a fresh one
+    // a 4-D tensor; uid > 0: that uid (a variant-pack entry), else a fresh one; reorder: its tensor reordering mode
     Tensor tensor(const int64_t dims[4], const int64_t strides[4], cudnnDataType_t dt, bool is_virtual,
-                  bool by_value = false, int64_t uid = 0) {
+                  bool by_value = false, int64_t uid = 0,
+                  cudnnBackendTensorReordering_t reorder = CUDNN_TENSOR_REORDERING_NONE) {
         Tensor t;
         t.uid = uid > 0 ? uid : next_uid++;
         t.d = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor");
@@ -167,6 +178,8 @@ struct Builder {
         set(t.d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
         set(t.d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &v, "tensor virtual");
         if (by_value) set(t.d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &bv, "tensor by value");
+        if (reorder != CUDNN_TENSOR_REORDERING_NONE)
+            set(t.d, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &reorder, "tensor reordering");
         fin(t.d, "tensor");
         return t;
     }
@@ -244,7 +257,7 @@ struct SdpaPlan {
     std::vector<cudnnBackendDescriptor_t> descs;
     cudnnBackendDescriptor_t plan;
     int64_t uid[T_COUNT];
-    float scale, neginf, one;
+    float scale, fill, one;
     int32_t skv, sq;
     int64_t engine;
     size_t ws_cudnn, off_dsum, off_dqacc, off_cudnn, ws_total;
@@ -252,7 +265,7 @@ struct SdpaPlan {
 
 static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
-// The causal mask on a [1, H, Sq, Skv] score tensor x: row + (Skv - Sq) >= col, else -inf (bottom-right). Sq = Skv
+// The causal mask on a [1, H, Sq, Skv] score tensor x: row + (Skv - Sq) >= col, else -FLT_MAX (bottom-right). Sq = Skv
 // is the plain top-left mask (no offset ops).
 static Tensor causal_mask(Builder& g, SdpaPlan* p, const Tensor& x) {
     const SdpaShape& s = p->s;
@@ -272,9 +285,9 @@ static Tensor causal_mask(Builder& g, SdpaPlan* p, const Tensor& x) {
     }
     Tensor keep = g.virt(1, H, Sq, Skv, H * Sq * Skv, Sq * Skv, Skv, 1, CUDNN_DATA_BOOLEAN);
     g.pw(CUDNN_POINTWISE_CMP_GE, r, &col, NULL, keep, CUDNN_DATA_BOOLEAN);
-    Tensor ninf = g.scalar(CUDNN_DATA_FLOAT, p->uid[T_NEGINF]);
+    Tensor fill = g.scalar(CUDNN_DATA_FLOAT, p->uid[T_FILL]);
     Tensor y = g.virt(1, H, Sq, Skv, H * Sq * Skv, Sq * Skv, Skv, 1);
-    g.pw(CUDNN_POINTWISE_BINARY_SELECT, x, &ninf, &keep, y);
+    g.pw(CUDNN_POINTWISE_BINARY_SELECT, x, &fill, &keep, y);
     return y;
 }
 
@@ -338,7 +351,7 @@ static void build_backward(Builder& g, SdpaPlan* p) {
     Tensor Stats = g.tensor(sd, ss, CUDNN_DATA_FLOAT, false, false, p->uid[T_STATS]);
     Tensor Dsum = g.tensor(sd, ss, CUDNN_DATA_FLOAT, false, false, p->uid[T_DSUM]);
     const int64_t qd[4] = { 1, H, Sq, D }, qs[4] = { H * Sq * D, Sq * D, D, 1 };
-    Tensor dQacc = g.tensor(qd, qs, CUDNN_DATA_FLOAT, false, false, p->uid[T_DQACC]);
+    Tensor dQacc = g.tensor(qd, qs, CUDNN_DATA_FLOAT, false, false, p->uid[T_DQACC], CUDNN_TENSOR_REORDERING_F16x16);
     Tensor scale = g.scalar(CUDNN_DATA_FLOAT, p->uid[T_SCALE]);
     Tensor one = g.scalar(CUDNN_DATA_FLOAT, p->uid[T_ONE]);
 
@@ -385,7 +398,7 @@ static void build_backward(Builder& g, SdpaPlan* p) {
         g.matmul(dST, Q, dKf);
         g.reduce(CUDNN_REDUCE_TENSOR_ADD, dKf, dK);
     }
-    // dQ = dS K (fp32 accumulator, then bf16)
+    // dQacc += dS K (the fp32 accumulator, zeroed before each execution), then dQ = bf16(dQacc)
     rows_layout(d, st, Hk, Skv, D, s.ldk, false);
     Tensor K = g.tensor(d, st, CUDNN_DATA_BFLOAT16, true);
     g.reshape(KT, K);
@@ -417,7 +430,7 @@ SdpaPlan* sdpa_build(const CudnnApi* api, cudnnHandle_t handle, cudnnBackendDesc
     p->s = *s;
     for (int i = 0; i < T_COUNT; i++) p->uid[i] = i + 1;
     p->scale = s->scale;
-    p->neginf = -INFINITY;
+    p->fill = -FLT_MAX;
     p->one = 1.0f;
     p->skv = s->Skv;
     p->sq = s->Sq;
@@ -574,7 +587,7 @@ int sdpa_forward(const CudnnApi* api, cudnnHandle_t h, const SdpaPlan* p, const 
 #define ADD(t, ptr) do { uids[n] = p->uid[t]; ptrs[n] = (void*)(ptr); n++; } while (0)
     ADD(T_Q, q); ADD(T_K, k); ADD(T_V, v); ADD(T_O, o); ADD(T_STATS, stats); ADD(T_SCALE, &p->scale);
     if (p->s.causal) {
-        ADD(T_NEGINF, &p->neginf);
+        ADD(T_FILL, &p->fill);
         if (p->s.Skv != p->s.Sq) { ADD(T_SKV, &p->skv); ADD(T_SQ, &p->sq); }
     }
     return run(api, h, p, uids, ptrs, n, workspace, "attention forward", err, errlen);
@@ -592,9 +605,21 @@ int sdpa_backward(const CudnnApi* api, cudnnHandle_t h, const SdpaPlan* p, const
     ADD(T_DSUM, (char*)workspace + p->off_dsum); ADD(T_DQACC, (char*)workspace + p->off_dqacc);
     ADD(T_SCALE, &p->scale); ADD(T_ONE, &p->one);
     if (p->s.causal) {
-        ADD(T_NEGINF, &p->neginf);
+        ADD(T_FILL, &p->fill);
         if (p->s.Skv != p->s.Sq) { ADD(T_SKV, &p->skv); ADD(T_SQ, &p->sq); }
     }
 #undef ADD
+    // cuDNN adds dQ into the accumulator: zero it, in stream order before this execution (on the handle's stream)
+    cudaStream_t stream = NULL;
+    cudnnStatus_t st = api->GetStream(h, &stream);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        snprintf(err, errlen, "cudnnGetStream (attention backward): %s", api->GetErrorString(st));
+        return 1;
+    }
+    cudaError_t e = cudaMemsetAsync((char*)workspace + p->off_dqacc, 0, (size_t)p->s.H * p->s.Sq * p->s.D * sizeof(float), stream);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cudaMemsetAsync (attention backward: zeroing the dQ accumulator): %s", cudaGetErrorString(e));
+        return 1;
+    }
     return run(api, h, p, uids, ptrs, n, workspace, "attention backward", err, errlen);
 }

@@ -4,9 +4,10 @@
 // No C++ header of cuDNN's frontend is used: the operation graph is built descriptor by descriptor, in the form
 // cuDNN's fused attention engines recognise (the frontend's "composite" SDPA graphs: Q K^T, scale, an optional
 // bottom-right causal mask from generated row/column indices, softmax with its statistics, P V; the backward from
-// dO, O, the statistics, with dQ accumulated in fp32). Host code only (no kernels): compiled into the CUDA
-// backend, into the emulated build, and into the device-less check of tests/gpu/cudnn_graphs.cc, which builds
-// every graph against the real cuDNN for an H200 without a GPU.
+// dO, O, the statistics, with dQ accumulated in fp32). Host code only (no kernels; one CUDA runtime call,
+// the memset of the backward's dQ accumulator): compiled into the CUDA backend, into the emulated build, and into the
+// device-less check of tests/gpu/cudnn_graphs.cc, which builds every graph against the real cuDNN for an H200 without
+// a GPU.
 //
 // Layouts (one sequence block, batch 1, row-major as ringlm keeps them; all pointers device memory):
 //   q, o, dout, dq   bf16 [Sq rows, ldq]: head h at columns h*D .. h*D+D-1
@@ -33,6 +34,7 @@ typedef struct {
     cudnnStatus_t (*Create)(cudnnHandle_t*);
     cudnnStatus_t (*Destroy)(cudnnHandle_t);
     cudnnStatus_t (*SetStream)(cudnnHandle_t, cudaStream_t);
+    cudnnStatus_t (*GetStream)(cudnnHandle_t, cudaStream_t*);
     cudnnStatus_t (*CreateDescriptor)(cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t*);
     cudnnStatus_t (*DestroyDescriptor)(cudnnBackendDescriptor_t);
     cudnnStatus_t (*Finalize)(cudnnBackendDescriptor_t);
@@ -76,7 +78,8 @@ int64_t sdpa_engine(const SdpaPlan* p);
 int sdpa_forward(const CudnnApi* api, cudnnHandle_t h, const SdpaPlan* p, const void* q, const void* k, const void* v,
                  void* o, float* stats, void* workspace, char* err, size_t errlen);
 // dq, dk, dv (overwritten) from q, k, v, o, dout and the stats (backward plan). cuDNN uses o only through
-// D = rowsum(dout * o). 0, or 1 with one line in err.
+// D = rowsum(dout * o). The workspace's fp32 dQ accumulator is zeroed first, on the handle's stream (cuDNN adds into
+// it). 0, or 1 with one line in err.
 int sdpa_backward(const CudnnApi* api, cudnnHandle_t h, const SdpaPlan* p, const void* q, const void* k, const void* v,
                   const void* o, const void* dout, const float* stats, void* dq, void* dk, void* dv, void* workspace,
                   char* err, size_t errlen);

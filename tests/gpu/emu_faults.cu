@@ -4,10 +4,14 @@
 // GPU would fault, hang or silently compute garbage. `ok` is the control: correct code of the same shapes runs.
 //   emu_faults CASE      (CASE: ok, host_read, oob, use_after_free, host_arg, block_limit, smem_optin, smem_oob,
 //                         race, race_kernel, divergent_barrier, deadlock, shfl_exited, memcpy_range, memcpy_kind,
-//                         double_free; traffic, with RINGLM_EMU_TRAFFIC=1: the page counts of the step anatomy)
+//                         double_free, nccl_streams; traffic, with RINGLM_EMU_TRAFFIC=1: the page counts of the step
+//                         anatomy; nccl_ok: the control of nccl_streams)
 #include "backend/cuda/cu_common.h"
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <mpi.h>
+#include <nccl.h>
 
 // what cu_common.h's LAUNCH needs: the compute stream of this test
 static cudaStream_t g_s;
@@ -88,7 +92,51 @@ int main(int argc, char** argv) {
             fprintf(stderr, "wrong results %g %g %g\n", r[0], r[1], h[n - 1]);
             return 1;
         }
-        printf("ok: sum %g, shared %g, copied %g\n", r[0], r[1], h[n - 1]);
+        // fresh memory is garbage, not zeros: pool memory (cudaMallocAsync, larger than cudaMalloc's 16 MiB of NaN
+        // bytes) and pinned host memory read as NaN
+        float *pool, *pinned, pv[2];
+        size_t big = (size_t)20 << 20;
+        if (check(cudaMallocAsync((void**)&pool, big, g_s), "cudaMallocAsync") || check(cudaMallocHost((void**)&pinned, big), "cudaMallocHost"))
+            return 1;
+        cudaMemcpyAsync(pv, pool + big / 4 - 1, 4, cudaMemcpyDeviceToHost, g_s);
+        cudaMemcpyAsync(pv + 1, pool, 4, cudaMemcpyDeviceToHost, g_s);
+        cudaStreamSynchronize(g_s);
+        if (!std::isnan(pv[0]) || !std::isnan(pv[1]) || !std::isnan(pinned[0]) || !std::isnan(pinned[big / 4 - 1])) {
+            fprintf(stderr, "fresh pool or pinned memory is not garbage: %g %g %g\n", pv[0], pv[1], pinned[0]);
+            return 1;
+        }
+        cudaFreeAsync(pool, g_s);
+        cudaStreamSynchronize(g_s);
+        cudaFreeHost(pinned);
+        printf("ok: sum %g, shared %g, copied %g; fresh pool and pinned memory NaN\n", r[0], r[1], h[n - 1]);
+        return 0;
+    }
+    if (!strcmp(c, "nccl_ok") || !strcmp(c, "nccl_streams")) {   // two communicators, two streams: ordered, or not
+        MPI_Init(&argc, &argv);
+        ncclUniqueId id[2];
+        ncclComm_t comm[2];
+        cudaStream_t s2;
+        cudaEvent_t ev;
+        cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+        cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        for (int i = 0; i < 2; i++)
+            if (ncclGetUniqueId(&id[i]) != ncclSuccess || ncclCommInitRank(&comm[i], 1, id[i], 0) != ncclSuccess) {
+                fprintf(stderr, "cannot make a communicator\n");
+                return 1;
+            }
+        LAUNCH(fill_k, (n + 255) / 256, 256, 0, d, n, 1.0f);
+        ncclAllReduce(d, d, 500, ncclFloat, ncclSum, comm[0], g_s);   // one communicator on the compute stream ...
+        if (!strcmp(c, "nccl_ok")) { cudaEventRecord(ev, g_s); cudaStreamWaitEvent(s2, ev, 0); }
+        ncclAllReduce(d + 500, d + 500, 500, ncclFloat, ncclSum, comm[1], s2);   // ... the other on a second stream
+        cudaEventRecord(ev, s2);
+        cudaStreamWaitEvent(g_s, ev, 0);
+        ncclAllReduce(d, d, 500, ncclFloat, ncclSum, comm[0], g_s);   // (ordered after both: fine)
+        cudaMemcpyAsync(h, d, n * sizeof(float), cudaMemcpyDeviceToHost, g_s);
+        cudaStreamSynchronize(g_s);
+        if (h[0] != 1.0f || h[n - 1] != 1.0f) { fprintf(stderr, "wrong results %g %g\n", h[0], h[n - 1]); return 1; }
+        printf("ok: NCCL operations of two communicators on two streams, ordered by an event\n");
+        for (int i = 0; i < 2; i++) ncclCommDestroy(comm[i]);
+        MPI_Finalize();
         return 0;
     }
     if (!strcmp(c, "traffic")) {   // RINGLM_EMU_TRAFFIC=1: the pages each kernel read and wrote, counted exactly

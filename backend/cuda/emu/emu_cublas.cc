@@ -3,14 +3,18 @@
 // lda, ldb, ldc checked as cuBLAS checks them and every matrix checked to lie inside its allocation. The compute
 // type sets the input rounding of the tensor cores: CUBLAS_COMPUTE_32F_FAST_16BF rounds A and B to bf16 (to
 // nearest even), CUBLAS_COMPUTE_32F_FAST_TF32 to tf32 (10-bit mantissa, to nearest, ties away from zero, as
-// cvt.rna.tf32.f32), CUBLAS_COMPUTE_32F keeps them; products of the rounded inputs are exact in fp32 and summed in
-// fp32 (by OpenBLAS's sgemm on the rounded copies). beta = 0 means C is not read (NaN in C does not propagate).
+// cvt.rna.tf32.f32), CUBLAS_COMPUTE_32F keeps them; the products of the rounded inputs are summed in fp32 in an
+// order of the emulation's own, not the CPU backend's (OpenBLAS's): k in slices of EMU_GEMM_KSLICE = 16 (a tensor-core
+// instruction's k), each slice's products summed in k order from zero, each slice's sum then added to the element's
+// running fp32 accumulator, alpha applied last. So an emulated GEMM differs from the CPU's by the rounding of another
+// summation order (~1e-7 relative per product, as real cuBLAS does by its tiling and split-K), and every CPU-vs-CUDA
+// tolerance of the tests is exercised with such rounding; for k <= 16 the order is plain k order. beta = 0 means C is
+// not read (NaN in C does not propagate).
 // Types: A and B both fp32 (CUDA_R_32F, any of the three compute types) or both bf16 (CUDA_R_16BF, CUBLAS_COMPUTE_32F:
 // exact in fp32); C fp32 or bf16 (the fp32 result rounded to nearest even), as cuBLAS supports them.
 // Runs in stream order on the handle's stream, and counts for the race checks like any operation.
 #include "emu_internal.h"
 #include "cublas_v2.h"
-#include <cblas.h>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -43,16 +47,45 @@ uint16_t f_to_bf16(float x) {   // to nearest even; NaN stays NaN
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
-// a rows x cols column-major matrix (fp32 or bf16) with leading dimension ld, packed (ld = rows) and rounded
-void pack(std::vector<float>& out, const void* src, bool bf, int rows, int cols, int ld, int compute) {
-    out.resize((size_t)rows * cols);
-    for (int c = 0; c < cols; c++)
-        for (int r = 0; r < rows; r++) {
-            size_t at = (size_t)c * ld + r;
+// op(X) of a column-major matrix X (fp32 or bf16, leading dimension ld) as an R x K column-major matrix
+// (out[c * R + r] = op(X)[r][c]), rounded as the compute type rounds the inputs
+void pack(std::vector<float>& out, const void* src, bool bf, bool trans, int R, int K, int ld, int compute) {
+    out.resize((size_t)R * K);
+    for (int c = 0; c < K; c++)
+        for (int r = 0; r < R; r++) {
+            size_t at = trans ? (size_t)r * ld + c : (size_t)c * ld + r;
             float v = bf ? bf16_to_f(((const uint16_t*)src)[at]) : ((const float*)src)[at];
-            out[(size_t)c * rows + r] = compute == CUBLAS_COMPUTE_32F_FAST_16BF ? emu::round_bf16(v)
-                                      : compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? round_tf32(v) : v;
+            out[(size_t)c * R + r] = compute == CUBLAS_COMPUTE_32F_FAST_16BF ? emu::round_bf16(v)
+                                   : compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? round_tf32(v) : v;
         }
+}
+
+// C[:, j] (column-major, ldc) = alpha * sum_k A[:, k] B[k, j] + beta C[:, j] with A packed m x k, B packed k x n (both
+// column-major): the sums in slices of EMU_GEMM_KSLICE (see the header), vectorised over the rows of a column
+const int EMU_GEMM_KSLICE = 16;
+void gemm_sliced(float* C, int ldc, const float* A, const float* B, int m, int n, int k, float alpha, float beta) {
+    static std::vector<float> acc, part;
+    acc.resize((size_t)m);
+    part.resize((size_t)m);
+    for (int j = 0; j < n; j++) {
+        const float* b = B + (size_t)j * k;
+        float* a_ = acc.data();
+        float* p_ = part.data();
+        for (int i = 0; i < m; i++) a_[i] = 0.0f;
+        for (int k0 = 0; k0 < k; k0 += EMU_GEMM_KSLICE) {
+            int k1 = k0 + EMU_GEMM_KSLICE < k ? k0 + EMU_GEMM_KSLICE : k;
+            for (int i = 0; i < m; i++) p_[i] = 0.0f;
+            for (int kk = k0; kk < k1; kk++) {
+                const float* ak = A + (size_t)kk * m;
+                float bk = b[kk];
+                for (int i = 0; i < m; i++) p_[i] += ak[i] * bk;
+            }
+            for (int i = 0; i < m; i++) a_[i] += p_[i];
+        }
+        float* c = C + (size_t)j * ldc;
+        if (beta == 0.0f) for (int i = 0; i < m; i++) c[i] = alpha * a_[i];
+        else for (int i = 0; i < m; i++) c[i] = alpha * a_[i] + beta * c[i];
+    }
 }
 }   // namespace
 
@@ -165,10 +198,9 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                 for (int i = 0; i < m; i++) c[(size_t)j * cld + i] *= be;
     } else {
         static std::vector<float> pa, pb;
-        pack(pa, A, abf, ar, ac, lda, compute);
-        pack(pb, B, abf, br, bc, ldb, compute);
-        cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                    m, n, k, al, pa.data(), ar > 1 ? ar : 1, pb.data(), br > 1 ? br : 1, be == 0.0f ? 0.0f : be, c, cld);
+        pack(pa, A, abf, ta != CUBLAS_OP_N, m, k, lda, compute);
+        pack(pb, B, abf, tb != CUBLAS_OP_N, k, n, ldb, compute);
+        gemm_sliced(c, cld, pa.data(), pb.data(), m, n, k, al, be);
     }
     if (cbf)
         for (int j = 0; j < n; j++)

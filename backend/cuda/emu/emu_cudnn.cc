@@ -4,7 +4,11 @@
 // It calls the emulation's runtime (device memory, streams, race checks) in the program that loaded it.
 //
 // Strict as cuDNN is about what it is given: each attribute must belong to its descriptor's type, with its type
-// and element count; finalize checks that the required attributes are set and consistent (tensor dims and strides,
+// and element count (an attribute this emulation does not know is refused, as is a value of one it does not model:
+// a pointwise alpha other than 1, a reordering mode other than none or F16x16); the attributes cudnn-frontend always
+// sets must be set (a tensor's type, dims, strides, uid and alignment; a pointwise descriptor's mode and precision, and
+// its axis for GEN_INDEX; a pointwise operation's alpha1 and alpha2; a matmul's and a reduction's compute type; the
+// operation graph's handle; the variant pack's workspace); finalize checks that they are consistent (tensor dims and strides,
 // unique ids, pointwise operands that broadcast, matmul shapes [.., m, k] x [.., k, n] -> [.., m, n] whose batch
 // dims divide the output's, reductions whose output dims divide the input's, reshapes that are views of the same
 // elements, one producer per virtual tensor, no cycle); a plan needs a handle; execution needs every non-virtual
@@ -13,13 +17,21 @@
 // memory (filled with garbage first). The graph must look like attention to be supported (two or more bf16/fp16
 // matmuls, head dim a multiple of 8 up to 256), as the fused attention engines require.
 //
+// Where cuDNN's contract differs from the convenient reading, the emulation takes cuDNN's: a non-virtual FLOAT matmul
+// output (the backward's dQ accumulator) is ACCUMULATED INTO (+=, as the fused backward's fp32 atomics do, each tile of
+// 64 keys adding its part in an order that varies from execution to execution: dQ does not repeat bit for bit; the
+// caller zeroes it before each execution, as cudnn-frontend and TransformerEngine do), and it must carry the reordering mode
+// the frontend sets on it (F16x16); by-value scalars must be finite (the frontend's mask fill is the lowest float, and
+// an infinite one is not what the engines are exercised with: not modelled, refused at execution).
+//
 // Execution INTERPRETS the operation graph, op by op in dependency order, on the host: every tensor is
 // materialised (virtual ones too) in fp32 with the rounding of its data type (bf16 to nearest even), matmuls
 // summed in double, pointwise ops and reductions as cuDNN defines them (GEN_INDEX, CMP_*, BINARY_SELECT = t ? x : b,
 // reductions over the dims the output has as 1, or over groups of consecutive indices where the output dim divides
 // the input's: GQA's head groups). So the numbers are the graph's own semantics: a graph built wrong (a mask
 // misaligned, a missing scale, strides that read another head) gives wrong numbers, which the tests against the CPU
-// backend catch. Operations run in stream order on the handle's stream and count for the race checks.
+// backend catch. Operations run in stream order on the handle's stream and count for the race checks; under the
+// runtime's dry run (RINGLM_EMU_DRY) every check runs and nothing is computed.
 //
 // RINGLM_EMU_CUDNN switches faults on, for the engine's self-check and its fallbacks:
 //   old           cudnnGetVersion says 8.9.7
@@ -39,6 +51,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -86,12 +99,14 @@ struct Tensor {   // a finalized tensor descriptor
     int64_t dims[8], strides[8];
     int64_t uid, align;
     bool is_virtual, by_value;
+    int reorder;       // cudnnBackendTensorReordering_t
 };
 enum OpKind { OP_PW, OP_MM, OP_RED, OP_RESHAPE };
 struct Op { OpKind kind; int mode; int64_t axis; cudnnDataType_t comp; Desc *x, *b, *t, *y; };
 struct Graph {
     std::vector<Desc*> ops;          // in dependency order after finalize
     std::vector<Desc*> tensors;      // every tensor descriptor, once
+    std::set<Desc*> accum;           // non-virtual FLOAT matmul outputs: accumulated into (+=)
     bool backward, causal;
     int64_t head_dim, skv;     // of the first matmul (Q KT): head dim and key rows
 };
@@ -130,6 +145,7 @@ const Allowed ALLOWED[] = {
     { CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64 },
     { CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN },
     { CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN },
+    { CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE },
     { CUDNN_BACKEND_POINTWISE_DESCRIPTOR, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE },
     { CUDNN_BACKEND_POINTWISE_DESCRIPTOR, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE },
     { CUDNN_BACKEND_POINTWISE_DESCRIPTOR, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64 },
@@ -222,6 +238,11 @@ cudnnStatus_t finalize_tensor(Desc* d) {
     t.by_value = has(d, CUDNN_ATTR_TENSOR_IS_BY_VALUE) && one<bool>(d, CUDNN_ATTR_TENSOR_IS_BY_VALUE);
     if (t.is_virtual && t.by_value) return bad(CUDNN_STATUS_BAD_PARAM, "tensor %lld: virtual and by value", (long long)t.uid);
     if (t.by_value && count(t) != 1) return bad(CUDNN_STATUS_BAD_PARAM, "tensor %lld: by value with %lld elements", (long long)t.uid, (long long)count(t));
+    t.reorder = has(d, CUDNN_ATTR_TENSOR_REORDERING_MODE) ? one<int>(d, CUDNN_ATTR_TENSOR_REORDERING_MODE) : CUDNN_TENSOR_REORDERING_NONE;
+    if (t.reorder != CUDNN_TENSOR_REORDERING_NONE && t.reorder != CUDNN_TENSOR_REORDERING_F16x16)
+        return bad(CUDNN_STATUS_NOT_SUPPORTED, "tensor %lld: reordering mode %d (this emulation models none and F16x16)", (long long)t.uid, t.reorder);
+    if (t.reorder == CUDNN_TENSOR_REORDERING_F16x16 && t.dt != CUDNN_DATA_FLOAT && t.dt != CUDNN_DATA_HALF && t.dt != CUDNN_DATA_BFLOAT16)
+        return bad(CUDNN_STATUS_BAD_PARAM, "tensor %lld: F16x16 reordering of a data type %d tensor", (long long)t.uid, (int)t.dt);
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -263,6 +284,14 @@ cudnnStatus_t finalize_op(Desc* d) {
         o.x = fin_tensor(d, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, "pointwise x", &st);
         o.y = fin_tensor(d, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, "pointwise y", &st);
         if (st) return st;
+        // the frontend sets both scaling factors on every pointwise operation; only 1 is modelled (y = op(x, b))
+        for (int a : { CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2 }) {
+            if (!has(d, a)) return bad(CUDNN_STATUS_BAD_PARAM, "pointwise operation: attribute %d (alpha%d) is not set", a,
+                                       a == CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1 ? 1 : 2);
+            if (one<float>(d, a) != 1.0f)
+                return bad(CUDNN_STATUS_NOT_SUPPORTED, "pointwise operation: alpha%d = %g (this emulation models 1)",
+                           a == CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1 ? 1 : 2, (double)one<float>(d, a));
+        }
         bool need_b = binary_mode(o.mode) || o.mode == CUDNN_POINTWISE_BINARY_SELECT, need_t = o.mode == CUDNN_POINTWISE_BINARY_SELECT;
         if (need_b) o.b = fin_tensor(d, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, "pointwise b", &st);
         if (need_t) o.t = fin_tensor(d, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, "pointwise t", &st);
@@ -366,6 +395,17 @@ cudnnStatus_t finalize_graph(Desc* d) {
     for (Desc* t : g.tensors)
         if (t->t.is_virtual && !producer.count(t))
             return bad(CUDNN_STATUS_BAD_PARAM, "operation graph: virtual tensor %lld is read but nothing writes it", (long long)t->t.uid);
+    // a non-virtual FLOAT matmul output is an accumulator (the fused backward adds dQ into it with fp32 atomics); the
+    // frontend marks its dQ accumulator F16x16
+    g.accum.clear();
+    for (Desc* o : ops)
+        if (o->op.kind == OP_MM && !o->op.y->t.is_virtual && o->op.y->t.dt == CUDNN_DATA_FLOAT) {
+            if (o->op.y->t.reorder != CUDNN_TENSOR_REORDERING_F16x16)
+                return bad(CUDNN_STATUS_BAD_PARAM, "operation graph: tensor %lld, a non-virtual FLOAT matmul output, is an "
+                           "accumulator cuDNN adds into; it needs the reordering mode cudnn-frontend sets on it "
+                           "(CUDNN_TENSOR_REORDERING_F16x16)", (long long)o->op.y->t.uid);
+            g.accum.insert(o->op.y);
+        }
     // dependency order (Kahn)
     g.ops.clear();
     std::set<Desc*> done_t, placed;
@@ -472,6 +512,7 @@ int64_t operand_index(const Tensor& x, const int64_t* idx, const Tensor& y) {
 
 struct Run {
     std::map<Desc*, std::vector<float>> val;   // every tensor, in logical order
+    const std::set<Desc*>* accum = NULL;       // the graph's accumulators: val holds their memory before the op
 };
 
 cudnnStatus_t run_op(Run& r, Desc* o) {
@@ -479,6 +520,9 @@ cudnnStatus_t run_op(Run& r, Desc* o) {
     const Tensor& y = op.y->t;
     std::vector<float>& Y = r.val[op.y];
     int64_t n = count(y);
+    bool acc = op.kind == OP_MM && r.accum && r.accum->count(op.y);   // += what memory held
+    std::vector<float> before;
+    if (acc) before.swap(Y);
     Y.assign((size_t)n, 0.0f);
     int64_t idx[8];
     if (op.kind == OP_PW) {
@@ -532,6 +576,28 @@ cudnnStatus_t run_op(Run& r, Desc* o) {
             const float* Ap = A.data() + abase * M * K;
             const float* Bp = B.data() + bbase * K * N;
             float* Yp = Y.data() + bt * M * N;
+            if (acc) {   // fp32 atomics: each tile of 64 keys adds its part, the tiles in an order that varies per execution
+                int64_t nt = (K + 63) / 64;
+                std::vector<int64_t> order((size_t)nt);
+                for (int64_t c = 0; c < nt; c++) order[(size_t)c] = c;
+                static uint64_t g_exec = 0x9e3779b97f4a7c15ULL;
+                uint64_t x = (g_exec += 0x9e3779b97f4a7c15ULL);
+                for (int64_t c = nt - 1; c > 0; c--) {
+                    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                    std::swap(order[(size_t)c], order[(size_t)(x % (uint64_t)(c + 1))]);
+                }
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        float v = before[(size_t)(bt * M * N + i * N + j)];
+                        for (int64_t c : order) {
+                            double s = 0;
+                            for (int64_t k = c * 64; k < K && k < c * 64 + 64; k++) s += (double)Ap[i * K + k] * Bp[k * N + j];
+                            v += (float)s;
+                        }
+                        Yp[i * N + j] = v;
+                    }
+                continue;
+            }
             for (int64_t i = 0; i < M; i++)
                 for (int64_t j = 0; j < N; j++) {
                     double s = 0;
@@ -593,7 +659,13 @@ cudnnStatus_t execute(Handle* h, Desc* plan, Desc* pack) {
         if (tt.is_virtual) continue;
         auto it = ptr.find(tt.uid);
         if (it == ptr.end() || !it->second) return bad(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "variant pack: no pointer for tensor %lld", (long long)tt.uid);
-        if (tt.by_value) continue;   // a host pointer to its value
+        if (tt.by_value) {   // a host pointer to its value
+            float v = load_mem(tt.dt, (const unsigned char*)it->second);
+            if (!std::isfinite(v))
+                return bad(CUDNN_STATUS_NOT_SUPPORTED, "by-value tensor %lld is %g: not modelled (cuDNN's engines are exercised with "
+                           "finite scalars; the frontend's mask fill is the lowest float, -FLT_MAX)", (long long)tt.uid, (double)v);
+            continue;
+        }
         size_t bytes = (size_t)extent(tt) * dt_bytes(tt.dt);
         emu::need_device(op, "a tensor of the variant pack", it->second, bytes);
         if ((uintptr_t)it->second % (uintptr_t)tt.align)
@@ -611,13 +683,14 @@ cudnnStatus_t execute(Handle* h, Desc* plan, Desc* pack) {
         emu::need_device(op, "the workspace", pack->ws, (size_t)plan->workspace);
         emu::access(s, t, op, pack->ws, (size_t)plan->workspace, true);
     }
+    if (emu::dry()) return CUDNN_STATUS_SUCCESS;
     emu::DeviceAccess da;
     if (plan->workspace > 0) memset(pack->ws, 0xFF, (size_t)plan->workspace);   // cuDNN's scratch: garbage afterwards
     Run r;
     int64_t idx[8];
-    for (Desc* td : g.tensors) {   // the inputs, from memory
+    for (Desc* td : g.tensors) {   // the inputs, from memory; an accumulator's value before the execution too
         const Tensor& tt = td->t;
-        if (tt.is_virtual || produced.count(td)) continue;
+        if (tt.is_virtual || (produced.count(td) && !g.accum.count(td))) continue;
         std::vector<float>& V = r.val[td];
         int64_t n = count(tt);
         V.resize((size_t)n);
@@ -627,6 +700,7 @@ cudnnStatus_t execute(Handle* h, Desc* plan, Desc* pack) {
             V[(size_t)i] = load_mem(tt.dt, base + offset(tt, idx) * dt_bytes(tt.dt));
         }
     }
+    r.accum = &g.accum;
     for (Desc* o : g.ops)
         if (cudnnStatus_t st = run_op(r, o)) return st;
     bool wrong = f.mode == "wrong" && fault_applies(f, g);
@@ -692,6 +766,13 @@ cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
     Handle* h = (Handle*)handle;
     if (!g_handles.count(h) || h->dead) return bad(CUDNN_STATUS_BAD_PARAM, "cudnnDestroy: not a live handle");
     h->dead = true;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t* stream) {
+    Handle* h = (Handle*)handle;
+    if (!g_handles.count(h) || h->dead) return bad(CUDNN_STATUS_BAD_PARAM, "cudnnGetStream: not a live handle");
+    if (!stream) return bad(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "cudnnGetStream: NULL result");
+    *stream = h->stream;
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
@@ -773,6 +854,8 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t desc) {
         break;
     case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
         if (!has(d, CUDNN_ATTR_OPERATIONGRAPH_OPS)) st = bad(CUDNN_STATUS_BAD_PARAM, "operation graph: no operations");
+        else if (!has(d, CUDNN_ATTR_OPERATIONGRAPH_HANDLE))
+            st = bad(CUDNN_STATUS_BAD_PARAM, "operation graph: a handle is needed (this emulation plans for its device only)");
         else st = finalize_graph(d);
         break;
     case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR: {
@@ -806,6 +889,8 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t desc) {
             d->ptrs.resize((size_t)p.count);
             memcpy(d->uids.data(), u.bytes.data(), u.bytes.size());
             memcpy(d->ptrs.data(), p.bytes.data(), p.bytes.size());
+            if (!has(d, CUDNN_ATTR_VARIANT_PACK_WORKSPACE))   // (the frontend always sets it, NULL for no workspace)
+                st = bad(CUDNN_STATUS_BAD_PARAM, "variant pack: the workspace attribute is not set");
             d->ws = has(d, CUDNN_ATTR_VARIANT_PACK_WORKSPACE) ? one<void*>(d, CUDNN_ATTR_VARIANT_PACK_WORKSPACE) : NULL;
         }
         break;

@@ -53,6 +53,13 @@ uint64_t begin_op(Stream* s, const char* op);
 // address (a kernel's pointer argument): it matches a range that contains it.
 void access(Stream* s, uint64_t t, const char* op, const void* lo, size_t bytes, bool write, bool point = false);
 
+// NCCL's progress rule: NCCL gives no progress guarantee to operations of two communicators that can run at the same
+// time (a real GPU may run one kernel of them and the other never, and each rank may pick differently: a deadlock).
+// Record that NCCL operation `op` of communicator `comm` (its `group`: the operations of one ncclGroupEnd are one
+// launch) runs at time t on s; ends the process with one line when an operation of another communicator on another
+// stream is not ordered against it by an event (it may still be running, or not yet have started).
+void nccl_order(Stream* s, uint64_t t, const char* op, const void* comm, int comm_size, unsigned long group);
+
 // An operation that completes later (NCCL): progress without blocking, blocking wait, and the effect on device
 // memory applied when it completes (inside DeviceAccess). Owned by the stream once deferred.
 struct Deferred {

@@ -11,6 +11,13 @@
 // it is waited for or queried, or at a synchronisation; then the received data lands. Reductions gather every
 // rank's contribution and sum them in rank order, so every rank gets the same bits. An operation that does not
 // complete within RINGLM_EMU_TIMEOUT_S (default 300) ends the job with one line naming it.
+// Progress across communicators: NCCL promises none to two operations of different communicators that can run at
+// the same time (NCCL's maintainers: two NCCL operations on two streams may hang), so an operation posted while one
+// of another communicator on another stream is not ordered before it by an event ends the job with one line naming
+// both (emu::nccl_order) — where a real GPU could deadlock, whether or not this run's ranks would have. Operations
+// on one stream run one after the other (the next is posted when the one before it completed), so ranks that issue
+// one stream's operations of two communicators in different orders hang here as they would on a GPU, and end after
+// the timeout with one line.
 #include "emu_internal.h"
 #include "nccl.h"
 #include <cstdarg>
@@ -125,6 +132,7 @@ struct Op : emu::Deferred {
 
 int g_depth = 0;
 std::vector<Op*> g_queued;
+unsigned long g_launch = 0;   // launches: one per ungrouped operation or ncclGroupEnd (emu::nccl_order's group)
 
 int mpi_ready() {
     int init = 0, fin = 0;
@@ -144,6 +152,7 @@ void post(Op* o, uint64_t t) {
     size_t sbytes = o->kind == REDUCESCATTER ? bytes * n : bytes, rbytes = o->kind == ALLGATHER ? bytes * n : bytes;
     bool sends = o->kind != RECV && !(o->kind == BROADCAST && o->c->rank != o->peer);
     bool recvs = o->kind != SEND;
+    emu::nccl_order(s, t, name, o->c, o->c->size, g_launch);
     if (sends) emu::access(s, t, name, o->send, sbytes, false);
     if (recvs) emu::access(s, t, name, o->recv, rbytes, true);
     {
@@ -203,7 +212,10 @@ ncclResult_t enqueue(Kind kind, const void* send, void* recv, size_t count, nccl
     o->kind = kind; o->c = c; o->send = send; o->recv = recv; o->count = count; o->es = es; o->type = type; o->red = red;
     o->peer = peer; o->stream = stream;
     if (g_depth > 0) g_queued.push_back(o);
-    else post(o, emu::begin_op(emu::stream_of(stream), name));
+    else {
+        g_launch++;
+        post(o, emu::begin_op(emu::stream_of(stream), name));
+    }
     return ncclSuccess;
 }
 
@@ -312,6 +324,7 @@ ncclResult_t ncclGroupEnd(void) {
     if (--g_depth == 0) {
         std::vector<Op*> q;
         q.swap(g_queued);
+        g_launch++;
         std::vector<std::pair<cudaStream_t, uint64_t>> turn;   // each stream's turn, taken before anything is posted
         for (Op* o : q) {
             bool seen = false;

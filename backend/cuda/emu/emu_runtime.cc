@@ -9,8 +9,12 @@
 // Pinned host memory: freeing it (cudaFreeHost) while an asynchronous copy from or to it may be running (queued, and
 //   not waited for by the host through a synchronisation that covers it) ends the process with one line.
 // Memory: every device allocation lies in an address range reserved for the emulated device and ends at a
-//   page followed by a guard page; freed allocations stay unmapped (never reused), new allocations up to 16 MiB
-//   are filled with NaN bytes (larger ones read as zero until written). Device memory is mapped readable and writable only while the emulation itself runs an
+//   page followed by a guard page; freed allocations stay unmapped (never reused), new allocations are filled with
+//   NaN bytes: cudaMalloc's up to 16 MiB (larger ones read as zero until written), cudaMallocAsync's (pool memory,
+//   uninitialised and reused on a GPU) and cudaMallocHost's (pinned host memory) whatever their size.
+//   RINGLM_EMU_MALLOC_ASYNC: ok (default); unsupported (cudaDevAttrMemoryPoolsSupported is 0 and cudaMallocAsync /
+//   cudaFreeAsync fail with cudaErrorNotSupported, as on runtimes without stream-ordered pools); fails (the
+//   attribute says 1, the calls still fail). Device memory is mapped readable and writable only while the emulation itself runs an
 //   operation (a kernel, a copy, a memset, cuBLAS, NCCL); at any other time a dereference by host code ends the
 //   process with one line naming the function (RINGLM_EMU_HOSTCHECK=0 turns that off for speed). An access
 //   past the end of an allocation, of freed memory or outside any allocation ends it likewise, naming the
@@ -111,6 +115,7 @@ static size_t g_total = 0, g_used = 0;
 static bool g_hostcheck = true;
 static double g_timeout = 300;
 static bool g_dry = false, g_traffic = false;
+static int g_pools = 0;   // RINGLM_EMU_MALLOC_ASYNC: 0 ok, 1 unsupported, 2 fails
 bool dry(void) { ensure_init(); return g_dry; }
 
 static void on_fault(int sig, siginfo_t* si, void* ctx);
@@ -166,6 +171,13 @@ void ensure_init(void) {
     g_timeout = (double)env_long("RINGLM_EMU_TIMEOUT_S", 300, 1, 86400);
     g_dry = env_long("RINGLM_EMU_DRY", 0, 0, 1) != 0;
     g_traffic = env_long("RINGLM_EMU_TRAFFIC", 0, 0, 1) != 0;
+    const char* pm = getenv("RINGLM_EMU_MALLOC_ASYNC");
+    if (pm && *pm) {
+        if (!strcmp(pm, "ok")) g_pools = 0;
+        else if (!strcmp(pm, "unsupported")) g_pools = 1;
+        else if (!strcmp(pm, "fails")) g_pools = 2;
+        else die("RINGLM_EMU_MALLOC_ASYNC = '%s' must be ok, unsupported or fails", pm);
+    }
     fill_props(0);
     init_memory();
     // faults become one line: an alternate stack, so that a fiber's stack overflow is reported too
@@ -220,7 +232,8 @@ Alloc* find_alloc(const void* p) {
 
 static int prot_now(void) { return !g_hostcheck || g_device_depth > 0 ? PROT_READ | PROT_WRITE : PROT_NONE; }
 
-static Alloc* new_alloc(size_t bytes, int kind, const char* how) {
+// poison_all: NaN bytes whatever the size (pool and pinned memory); else up to POISON_MAX
+static Alloc* new_alloc(size_t bytes, int kind, const char* how, bool poison_all = false) {
     size_t need = round_up(bytes ? bytes : 1, 16), span = round_up(need, PAGE);
     Alloc* r = new Alloc();
     if (kind == DEVICE) {
@@ -230,7 +243,7 @@ static Alloc* new_alloc(size_t bytes, int kind, const char* how) {
         g_bump = r->hi + PAGE;
         // NaN bytes: uninitialised device memory is garbage. Allocations above POISON_MAX stay zero pages until
         // written (a page touched costs every later protection change of it; the 32 MiB cuBLAS workspace is one)
-        if (span <= POISON_MAX && !g_dry) {
+        if ((span <= POISON_MAX || poison_all) && !g_dry) {
             if (mprotect((void*)r->lo, span, PROT_READ | PROT_WRITE)) die("%s: mprotect failed", how);
             memset((void*)r->lo, 0xFF, span);
         }
@@ -240,6 +253,7 @@ static Alloc* new_alloc(size_t bytes, int kind, const char* how) {
     } else {
         void* p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) { delete r; return NULL; }
+        if (!g_dry) memset(p, 0xFF, span);   // pinned host memory is not zero-filled either
         r->lo = (uintptr_t)p;
         r->hi = r->lo + span;
         r->base = r->lo;
@@ -457,6 +471,32 @@ void access(Stream* s, uint64_t t, const char* op, const void* p, size_t bytes, 
     }
     g_hist.push_back(Access{ lo, hi, write, point, s->id, t, op });
     if (g_hist.size() > 4096) prune();
+}
+
+// ---- NCCL operations not yet known to be ordered before every stream's next operation (nccl_order) ----
+struct NcclRec { int stream; uint64_t time; const char* op; const void* comm; int size; unsigned long group; };
+static std::vector<NcclRec> g_nccl;
+void nccl_order(Stream* s, uint64_t t, const char* op, const void* comm, int comm_size, unsigned long group) {
+    size_t j = 0;
+    for (size_t i = 0; i < g_nccl.size(); i++) {   // drop what every live stream and the host are ordered after
+        const NcclRec& h = g_nccl[i];
+        bool all = g_host[h.stream] >= h.time;
+        if (!all) {
+            all = true;
+            for (int x = 0; x < g_nstreams && all; x++)
+                if (x != h.stream && !g_streams[x]->dead && g_streams[x]->vc[h.stream] < h.time) all = false;
+        }
+        if (!all) g_nccl[j++] = h;
+    }
+    g_nccl.resize(j);
+    for (const NcclRec& h : g_nccl) {
+        if (h.stream == s->id || h.comm == comm || h.group == group || s->vc[h.stream] >= h.time) continue;
+        die("%s on stream %d (a communicator of %d ranks) may run at the same time as %s on stream %d (another "
+            "communicator, of %d ranks): no event orders the two, and NCCL gives no progress guarantee to operations of two "
+            "communicators that run at once (a real GPU may deadlock: issue them on one stream, or order them with events)",
+            op, s->id, comm_size, h.op, h.stream, h.size);
+    }
+    g_nccl.push_back(NcclRec{ s->id, t, op, comm, comm_size, group });
 }
 
 static void host_waited(const Clock vc) {
@@ -1086,6 +1126,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
     default: return "cudaErrorUnknown";
     }
 }
@@ -1106,6 +1147,7 @@ static const char* plain_string(cudaError_t e) {
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotSupported: return "operation not supported";
     default: return "unknown error";
     }
 }
@@ -1187,14 +1229,25 @@ cudaError_t cudaFree(void* p) {
     cudaDeviceSynchronize();   // cudaFree synchronises the device
     return free_device(p, "cudaFree");
 }
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int dev) {
+    ensure_init();
+    if (!value) return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute with a NULL result pointer");
+    if (dev < 0 || dev >= g_ndev) return fail(cudaErrorInvalidDevice, "cudaDeviceGetAttribute(device %d) with %d devices", dev, g_ndev);
+    if (attr != cudaDevAttrMemoryPoolsSupported)
+        return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute %d is not in this emulation", (int)attr);
+    *value = g_pools != 1;
+    return cudaSuccess;
+}
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t cs) {
     ensure_init();
     Stream* s = stream_of(cs);
+    if (g_pools) return fail(cudaErrorNotSupported, "cudaMallocAsync: no stream-ordered memory pools (RINGLM_EMU_MALLOC_ASYNC=%s)",
+                             g_pools == 1 ? "unsupported" : "fails");
     begin_op(s, "cudaMallocAsync");
     if (g_used + bytes > g_total)
         return fail(cudaErrorMemoryAllocation, "cudaMallocAsync of %zu bytes with %zu of %zu bytes of the emulated device in use",
                     bytes, g_used, g_total);
-    Alloc* r = new_alloc(bytes, DEVICE, "cudaMallocAsync");
+    Alloc* r = new_alloc(bytes, DEVICE, "cudaMallocAsync", true);
     g_used += bytes;
     *p = (void*)r->base;
     return cudaSuccess;
@@ -1202,6 +1255,8 @@ cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t cs) {
 cudaError_t cudaFreeAsync(void* p, cudaStream_t cs) {
     ensure_init();
     Stream* s = stream_of(cs);
+    if (g_pools) return fail(cudaErrorNotSupported, "cudaFreeAsync: no stream-ordered memory pools (RINGLM_EMU_MALLOC_ASYNC=%s)",
+                             g_pools == 1 ? "unsupported" : "fails");
     begin_op(s, "cudaFreeAsync");
     // every stream's deferred work is finished first: this emulation frees at once
     for (int i = 0; i < g_nstreams; i++) if (!g_streams[i]->dead) complete_all(g_streams[i]);

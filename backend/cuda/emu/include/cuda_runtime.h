@@ -29,6 +29,7 @@ typedef enum cudaError {
     cudaErrorIllegalAddress = 700,
     cudaErrorLaunchOutOfResources = 701,
     cudaErrorLaunchFailure = 719,
+    cudaErrorNotSupported = 801,
     cudaErrorUnknown = 999
 } cudaError_t;
 
@@ -78,6 +79,10 @@ typedef struct cudaFuncAttributes {
     int maxDynamicSharedSizeBytes;
 } cudaFuncAttributes;
 
+typedef enum cudaDeviceAttr {
+    cudaDevAttrMemoryPoolsSupported = 115
+} cudaDeviceAttr;
+
 typedef enum cudaFuncAttribute {
     cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
     cudaFuncAttributePreferredSharedMemoryCarveout = 9
@@ -98,6 +103,7 @@ cudaError_t cudaGetDeviceCount(int* n);
 cudaError_t cudaSetDevice(int dev);
 cudaError_t cudaGetDevice(int* dev);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int dev);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int dev);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaDriverGetVersion(int* v);
 cudaError_t cudaRuntimeGetVersion(int* v);

@@ -111,6 +111,7 @@ typedef enum {
     CUDNN_ATTR_TENSOR_UNIQUE_ID = 906,
     CUDNN_ATTR_TENSOR_IS_VIRTUAL = 907,
     CUDNN_ATTR_TENSOR_IS_BY_VALUE = 908,
+    CUDNN_ATTR_TENSOR_REORDERING_MODE = 909,
     CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS = 1000,
     CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS = 1001,
     CUDNN_ATTR_VARIANT_PACK_WORKSPACE = 1003,
@@ -146,6 +147,7 @@ typedef enum {
     CUDNN_TYPE_POINTWISE_MODE = 14,
     CUDNN_TYPE_BACKEND_DESCRIPTOR = 15,
     CUDNN_TYPE_REDUCTION_OPERATOR_TYPE = 18,
+    CUDNN_TYPE_TENSOR_REORDERING_MODE = 20,
     CUDNN_TYPE_INT32 = 23,
     CUDNN_TYPE_CHAR = 24,
 } cudnnBackendAttributeType_t;
@@ -175,12 +177,19 @@ typedef enum {
     CUDNN_HEUR_MODE_A = 3,
 } cudnnBackendHeurMode_t;
 
+typedef enum {
+    CUDNN_TENSOR_REORDERING_NONE = 0,
+    CUDNN_TENSOR_REORDERING_INT8x32 = 1,
+    CUDNN_TENSOR_REORDERING_F16x16 = 2,
+} cudnnBackendTensorReordering_t;
+
 size_t cudnnGetVersion(void);
 const char* cudnnGetErrorString(cudnnStatus_t status);
 void cudnnGetLastErrorString(char* message, size_t max_size);
 cudnnStatus_t cudnnCreate(cudnnHandle_t* handle);
 cudnnStatus_t cudnnDestroy(cudnnHandle_t handle);
 cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream);
+cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t* stream);
 cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type, cudnnBackendDescriptor_t* desc);
 cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t desc);
 cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t desc);
