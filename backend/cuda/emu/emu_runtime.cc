@@ -5,7 +5,7 @@
 // Device: one emulated Hopper GPU per cudaSetDevice index (RINGLM_EMU_DEVICES per node, default 8; 0 = no
 //   device), with an H200's limits (132 SMs, 1024 threads per block, 48 KiB of shared memory per block without
 //   the opt-in attribute, 227 KiB with it) and RINGLM_EMU_MEMORY_MIB of memory (default 16384).
-//   RINGLM_EMU_CC (default 9.0) sets the compute capability.
+//   RINGLM_EMU_CC (default 9.0) sets the compute capability (8.0, 8.6, 8.9: that GPU's shared memory, SMs, threads per SM).
 // Pinned host memory: freeing it (cudaFreeHost) while an asynchronous copy from or to it may be running (queued, and
 //   not waited for by the host through a synchronisation that covers it) ends the process with one line.
 // Memory: every device allocation lies in an address range reserved for the emulated device and ends at a
@@ -150,6 +150,13 @@ static void fill_props(int dev) {
     g_prop.major = major; g_prop.minor = minor;
     g_prop.multiProcessorCount = 132;
     g_prop.maxThreadsPerMultiProcessor = 2048;
+    if (major == 8) {   // the shared memory, SMs and threads per SM of an A100 (8.0), A40 (8.6), L40S (8.9)
+        snprintf(g_prop.name, sizeof g_prop.name, "NVIDIA %s (host emulation)", minor == 0 ? "A100" : minor == 9 ? "L40S" : "A40");
+        g_prop.sharedMemPerBlockOptin = minor == 0 ? 166912 : 101376;
+        g_prop.sharedMemPerMultiprocessor = minor == 0 ? 167936 : 102400;
+        g_prop.multiProcessorCount = minor == 0 ? 108 : minor == 9 ? 142 : 84;
+        g_prop.maxThreadsPerMultiProcessor = minor == 0 ? 2048 : 1536;
+    }
     g_prop.l2CacheSize = 60 << 20;
     g_prop.clockRate = 1980000;
     g_prop.memoryClockRate = 3201000;
@@ -755,6 +762,9 @@ void* static_smem(const void* key, size_t bytes, size_t align) {
     memset(g_ssm_region + off, 0xFF, bytes);
     return g_ssm_region + off;
 }
+
+// the attention kernels' own instructions (emu_attn.h): a broken contract, with the kernel, block and thread
+void attn_fault(const char* what) { kdie("%s", what); }
 
 void check_smem(const void* p, size_t n, const char* what) {
     const unsigned char* q = (const unsigned char*)p;
