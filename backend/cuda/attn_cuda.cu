@@ -153,6 +153,12 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return u;
 }
 
+__device__ __forceinline__ void unpack_bf16(uint32_t u, float& lo, float& hi) {   // (exact: bf16 is fp32's top half)
+    uint32_t a = u << 16, b = u & 0xffff0000u;
+    memcpy(&lo, &a, 4);
+    memcpy(&hi, &b, 4);
+}
+
 // Fragment addressing (PTX ISA, mma.m16n8k16 and ldmatrix), lane = 4 * gq + tq:
 //   A 16x16 row-major tile at smem rows r0.., cols c0..:  ldsm_x4(rows r0 + (lane & 15), col c0 + (lane >> 4) * 8)
 //   B 16(k)x16(n) pair of n-tiles from smem stored [n][k] (rows = n): ldsm_x4(rows n0 + (lane & 7) + ((lane >> 4) << 3),
@@ -319,7 +325,7 @@ template <int HD, int BN> constexpr size_t fwd_smem() {
 }
 template <int HD> constexpr size_t bwd_smem() {
     constexpr int BNK = NWARP * BwdCfg<HD>::KR;
-    return (size_t)(2 * BNK + 4 * BQ) * (HD + 8) * 2 + (size_t)BNK * (BQ + 8) * 2 + 4 * 2 * BQ * 4 + 2 * BNK * 4;
+    return (size_t)(2 * BNK + 4 * BQ) * (HD + 8) * 2 + (size_t)BNK * (BQ + 8) * 2 + 4 * 2 * BQ * 4 + 2 * BNK * 4 + 16;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -530,7 +536,7 @@ __global__ void __launch_bounds__(NWARP * 32, 1) fwd_bf16_k(AttnArgs a) {
 // lets the blocks of one head group run in step: each adds a query tile right after its predecessor did.
 
 template <int HD>
-__global__ void __launch_bounds__(NWARP * 32, 2) dkdv_bf16_k(AttnArgs a) {
+__global__ void __launch_bounds__(NWARP * 32, 1) dkdv_bf16_k(AttnArgs a) {
     constexpr int KR = BwdCfg<HD>::KR, MB = KR / 16, BNK = NWARP * KR, LDS = HD + 8, LDD = BQ + 8, NT = NWARP * 32;
     constexpr int DQN = HD / 2 / 8;   // dQ: each warp computes 16 query rows x HD / 2 columns (DQN n8 tiles)
     DYN_SMEM(unsigned char, smem);
@@ -545,6 +551,8 @@ __global__ void __launch_bounds__(NWARP * 32, 2) dkdv_bf16_k(AttnArgs a) {
     int* qds = qps + 2 * BQ;                          // [2][BQ]
     int* kps = qds + 2 * BQ;                          // [BNK] key positions, document ids (read by the mask)
     int* kds = kps + BNK;                             // [BNK]
+    int* cnt = kds + BNK;                             // [2] tiles computed, visibility steps (put_stats; here, not in
+                                                      //     registers: on sm_80 the loop has none to spare)
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, gq = lane >> 2, tq = lane & 3;
     // block (key tile, KV head g, split sp): query heads g * grp + sp * hs .. + hs - 1 (hs = grp / hsplit)
     const int kt = blockIdx.x, g = blockIdx.y / a.hsplit, sp = blockIdx.y % a.hsplit, hs = a.grp / a.hsplit, k0 = kt * BNK;
@@ -555,9 +563,10 @@ __global__ void __launch_bounds__(NWARP * 32, 2) dkdv_bf16_k(AttnArgs a) {
     const int total = hs * a.nqt;
     auto qt_of = [&](int it2) { return a.nqt - 1 - it2 % a.nqt; };   // descending query tiles within each head
     auto visible = [&](int it2) { return tiles_meet(a, a.qmm[qt_of(it2)], km); };
-    int steps = 0, tiles = 0;
+    int steps = 0;
     int it = next_visible(visible, 0, total, steps);
     if (it >= total) { put_stats(a, 0, steps); return; }   // no query sees these keys: nothing to add, no flag to set
+    if (tid == 0) { cnt[0] = 0; cnt[1] = steps; }
 
     load_rows<HD, NT, BNK>(Ks, kg, k0, a.Tk);
     load_rows<HD, NT, BNK>(Vs, vg, k0, a.Tk);
@@ -598,8 +607,9 @@ __global__ void __launch_bounds__(NWARP * 32, 2) dkdv_bf16_k(AttnArgs a) {
     const int ldq = a.nh * a.hd, dqm = w & 1, dqc = (w >> 1) * (HD / 2);   // this warp's dQ rows (m16 block), columns
     int buf = 0;
     while (it < total) {
-        tiles++;
-        int nit = next_visible(visible, it + 1, total, steps);
+        int st = 0;
+        int nit = next_visible(visible, it + 1, total, st);
+        if (tid == 0) { cnt[0]++; cnt[1] += st; }
         if (nit < total) load_q(nit, buf ^ 1);
         cp_commit();
         cp_wait<1>();
@@ -610,87 +620,102 @@ __global__ void __launch_bounds__(NWARP * 32, 2) dkdv_bf16_k(AttnArgs a) {
         const float* Db = Dsh + buf * BQ;
         const int* Pb = qps + buf * BQ;
         const int* Qd = qds + buf * BQ;
-        // S^T = K Q^T and dP^T = V dO^T (KR keys x BQ queries per warp; each Q / dO fragment used by every m16 block)
-        float s[MB][BQ / 8][4], dp[MB][BQ / 8][4];
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-            for (int i = 0; i < BQ / 8; i++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[mb][i][e] = dp[mb][i][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            uint32_t ka[MB][4];
-#pragma unroll
-            for (int mb = 0; mb < MB; mb++) ldsm_x4(ka[mb], a_addr(Ks, KR * w + 16 * mb, kk * 16, LDS, lane));
-#pragma unroll
-            for (int np = 0; np < BQ / 16; np++) {
-                uint32_t b[4];
-                ldsm_x4(b, bn_addr(Qb, np * 16, kk * 16, LDS, lane));
-#pragma unroll
-                for (int mb = 0; mb < MB; mb++) {
-                    mma16816(s[mb][2 * np], ka[mb], b[0], b[1]);
-                    mma16816(s[mb][2 * np + 1], ka[mb], b[2], b[3]);
-                }
-            }
-        }
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            uint32_t va[MB][4];
-#pragma unroll
-            for (int mb = 0; mb < MB; mb++) ldsm_x4(va[mb], a_addr(Vs, KR * w + 16 * mb, kk * 16, LDS, lane));
-#pragma unroll
-            for (int np = 0; np < BQ / 16; np++) {
-                uint32_t b[4];
-                ldsm_x4(b, bn_addr(Ob, np * 16, kk * 16, LDS, lane));
-#pragma unroll
-                for (int mb = 0; mb < MB; mb++) {
-                    mma16816(dp[mb][2 * np], va[mb], b[0], b[1]);
-                    mma16816(dp[mb][2 * np + 1], va[mb], b[2], b[3]);
-                }
-            }
-        }
+        // S^T = K Q^T (KR keys x BQ queries per warp; each Q fragment used by every m16 block), then P^T packed to
+        // bf16 at once (as dV and dS use it), so that dP^T = V dO^T finds the registers of S free
         const int qt = qt_of(it), hh = sp * hs + it / a.nqt, h = g * a.grp + hh, q0 = qt * BQ;
         const bool msk = !tiles_full(a, a.qmm[qt], km);
+        uint32_t pk[MB][BQ / 8][2], dk2[MB][BQ / 8][2];   // P^T, dS^T as bf16 pairs: [m16 block][n8 tile][row gq, gq + 8]
+        {
+            float sc[MB][BQ / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < BQ / 8; nt++)
+            for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int col = nt * 8 + 2 * tq + e, pq = Pb[col], dq_ = Qd[col];
-                const float L = Lb[col], Dc = Db[col];
+                for (int i = 0; i < BQ / 8; i++) sc[mb][i][0] = sc[mb][i][1] = sc[mb][i][2] = sc[mb][i][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                uint32_t ka[MB][4];
+#pragma unroll
+                for (int mb = 0; mb < MB; mb++) ldsm_x4(ka[mb], a_addr(Ks, KR * w + 16 * mb, kk * 16, LDS, lane));
+#pragma unroll
+                for (int np = 0; np < BQ / 16; np++) {
+                    uint32_t b[4];
+                    ldsm_x4(b, bn_addr(Qb, np * 16, kk * 16, LDS, lane));
+#pragma unroll
+                    for (int mb = 0; mb < MB; mb++) {
+                        mma16816(sc[mb][2 * np], ka[mb], b[0], b[1]);
+                        mma16816(sc[mb][2 * np + 1], ka[mb], b[2], b[3]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; nt++) {
+                const int col = nt * 8 + 2 * tq;
 #pragma unroll
                 for (int mb = 0; mb < MB; mb++)
 #pragma unroll
                     for (int hr = 0; hr < 2; hr++) {
-                        // (masked before the exponent: every argument stays <= 0)
-                        float x = fmaf(s[mb][nt][2 * hr + e], c, -L);
                         const int r = KR * w + 16 * mb + gq + 8 * hr;
-                        if (msk && ((a.causal && kps[r] > pq) || (a.docs && kds[r] != dq_))) x = -INFINITY;
-                        float p = ex2_ftz(x);
-                        s[mb][nt][2 * hr + e] = p;
-                        dp[mb][nt][2 * hr + e] = p * (dp[mb][nt][2 * hr + e] - Dc);
+                        float p2[2];
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            // (masked before the exponent: every argument stays <= 0)
+                            float x = fmaf(sc[mb][nt][2 * hr + e], c, -Lb[col + e]);
+                            if (msk && ((a.causal && kps[r] > Pb[col + e]) || (a.docs && kds[r] != Qd[col + e]))) x = -INFINITY;
+                            p2[e] = ex2_ftz(x);
+                        }
+                        pk[mb][nt][hr] = pack_bf16(p2[0], p2[1]);
                     }
             }
-        // dV += P^T dO,  dK += dS^T Q   (k = the BQ queries); dS^T to shared memory for dQ
+        }
+        {
+            float dp[MB][BQ / 8][4];
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int i = 0; i < BQ / 8; i++) dp[mb][i][0] = dp[mb][i][1] = dp[mb][i][2] = dp[mb][i][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                uint32_t va[MB][4];
+#pragma unroll
+                for (int mb = 0; mb < MB; mb++) ldsm_x4(va[mb], a_addr(Vs, KR * w + 16 * mb, kk * 16, LDS, lane));
+#pragma unroll
+                for (int np = 0; np < BQ / 16; np++) {
+                    uint32_t b[4];
+                    ldsm_x4(b, bn_addr(Ob, np * 16, kk * 16, LDS, lane));
+#pragma unroll
+                    for (int mb = 0; mb < MB; mb++) {
+                        mma16816(dp[mb][2 * np], va[mb], b[0], b[1]);
+                        mma16816(dp[mb][2 * np + 1], va[mb], b[2], b[3]);
+                    }
+                }
+            }
+            // dS^T = P^T (dP^T - D), from the bf16 P^T that dV uses; to shared memory for dQ (C fragment layout: key row
+            // gq (+ 8), query columns 2 tq, 2 tq + 1 of each n8 tile)
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; nt++) {
+                const int col = nt * 8 + 2 * tq;
+                const float D0 = Db[col], D1 = Db[col + 1];
+#pragma unroll
+                for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                    for (int hr = 0; hr < 2; hr++) {
+                        float p0, p1;
+                        unpack_bf16(pk[mb][nt][hr], p0, p1);
+                        dk2[mb][nt][hr] = pack_bf16(p0 * (dp[mb][nt][2 * hr] - D0), p1 * (dp[mb][nt][2 * hr + 1] - D1));
+                        *reinterpret_cast<uint32_t*>(dSs + (size_t)(KR * w + 16 * mb + gq + 8 * hr) * LDD + col) = dk2[mb][nt][hr];
+                    }
+            }
+        }
+        // dV += P^T dO,  dK += dS^T Q   (k = the BQ queries)
 #pragma unroll
         for (int kq = 0; kq < BQ / 16; kq++) {
             uint32_t pa[MB][4], da[MB][4];
 #pragma unroll
             for (int mb = 0; mb < MB; mb++) {
-                pa[mb][0] = pack_bf16(s[mb][2 * kq][0], s[mb][2 * kq][1]);
-                pa[mb][1] = pack_bf16(s[mb][2 * kq][2], s[mb][2 * kq][3]);
-                pa[mb][2] = pack_bf16(s[mb][2 * kq + 1][0], s[mb][2 * kq + 1][1]);
-                pa[mb][3] = pack_bf16(s[mb][2 * kq + 1][2], s[mb][2 * kq + 1][3]);
-                da[mb][0] = pack_bf16(dp[mb][2 * kq][0], dp[mb][2 * kq][1]);
-                da[mb][1] = pack_bf16(dp[mb][2 * kq][2], dp[mb][2 * kq][3]);
-                da[mb][2] = pack_bf16(dp[mb][2 * kq + 1][0], dp[mb][2 * kq + 1][1]);
-                da[mb][3] = pack_bf16(dp[mb][2 * kq + 1][2], dp[mb][2 * kq + 1][3]);
-                // (C fragment layout: key row gq (+ 8), query columns 2 tq, 2 tq + 1 of n8 tiles 2 kq and 2 kq + 1)
-                bf16* dst = dSs + (size_t)(KR * w + 16 * mb + gq) * LDD + kq * 16 + 2 * tq;
-                *reinterpret_cast<uint32_t*>(dst) = da[mb][0];
-                *reinterpret_cast<uint32_t*>(dst + 8 * LDD) = da[mb][1];
-                *reinterpret_cast<uint32_t*>(dst + 8) = da[mb][2];
-                *reinterpret_cast<uint32_t*>(dst + 8 * LDD + 8) = da[mb][3];
+                pa[mb][0] = pk[mb][2 * kq][0]; pa[mb][1] = pk[mb][2 * kq][1];
+                pa[mb][2] = pk[mb][2 * kq + 1][0]; pa[mb][3] = pk[mb][2 * kq + 1][1];
+                da[mb][0] = dk2[mb][2 * kq][0]; da[mb][1] = dk2[mb][2 * kq][1];
+                da[mb][2] = dk2[mb][2 * kq + 1][0]; da[mb][3] = dk2[mb][2 * kq + 1][1];
             }
 #pragma unroll
             for (int d2 = 0; d2 < HD / 16; d2++) {
@@ -710,42 +735,48 @@ __global__ void __launch_bounds__(NWARP * 32, 2) dkdv_bf16_k(AttnArgs a) {
             }
         }
         __syncthreads();   // dS^T of every warp is in shared memory
-        // dQ (16 query rows dqm x HD / 2 columns from dqc per warp) = dS K over the block's BNK keys
-        float dqp[DQN][4];
-#pragma unroll
-        for (int i = 0; i < DQN; i++) dqp[i][0] = dqp[i][1] = dqp[i][2] = dqp[i][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < BNK / 16; kk++) {
-            uint32_t af[4];
-            ldsm_x4_t(af, at_addr(dSs, kk * 16, 16 * dqm, LDD, lane));
-#pragma unroll
-            for (int d2 = 0; d2 < DQN / 2; d2++) {
-                uint32_t b[4];
-                ldsm_x4_t(b, bk_addr(Ks, kk * 16, dqc + d2 * 16, LDS, lane));
-                mma16816(dqp[2 * d2], af, b[0], b[1]);
-                mma16816(dqp[2 * d2 + 1], af, b[2], b[3]);
-            }
-        }
-        // the ordered add: wait for the previous visible key tile's block, add, then let the next one in
+        // dQ (16 query rows dqm x HD / 2 columns from dqc per warp) = dS K over the block's BNK keys, in parts of 32
+        // columns (at head_dim 128 two: 16 accumulators each beside dK and dV), each added into dq in the fixed order:
+        // wait (before the first part's adds) for the previous visible key tile's block, add, then let the next one in
         int* flag = a.flags + (size_t)h * a.nqt + qt;
-        if (w == 0) {
-            const int4 qmq = a.qmm[qt];
-            int prev = prev_visible([&](int j2) { return tiles_meet(a, qmq, a.kmm[j2]); }, kt);
-            if (lane == 0) flag_wait(flag, prev + 1);
-        }
-        __syncthreads();
 #pragma unroll
-        for (int hr = 0; hr < 2; hr++) {
-            int row = q0 + 16 * dqm + gq + 8 * hr;
-            if (row >= a.Tq) continue;
-            float* dqr = a.dq + (size_t)row * ldq + (size_t)h * a.hd;
+        for (int part = 0; part < DQN / 4; part++) {
+            float dqp[4][4];
 #pragma unroll
-            for (int dt = 0; dt < DQN; dt++)
+            for (int i = 0; i < 4; i++) dqp[i][0] = dqp[i][1] = dqp[i][2] = dqp[i][3] = 0.0f;
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    int col = dqc + dt * 8 + 2 * tq + e;
-                    if (col < a.hd) red_add_f32(dqr + col, a.scale * dqp[dt][2 * hr + e]);
+            for (int kk = 0; kk < BNK / 16; kk++) {
+                uint32_t af[4];
+                ldsm_x4_t(af, at_addr(dSs, kk * 16, 16 * dqm, LDD, lane));
+#pragma unroll
+                for (int d2 = 0; d2 < 2; d2++) {
+                    uint32_t b[4];
+                    ldsm_x4_t(b, bk_addr(Ks, kk * 16, dqc + part * 32 + d2 * 16, LDS, lane));
+                    mma16816(dqp[2 * d2], af, b[0], b[1]);
+                    mma16816(dqp[2 * d2 + 1], af, b[2], b[3]);
                 }
+            }
+            if (part == 0) {
+                if (w == 0) {
+                    const int4 qmq = a.qmm[qt];
+                    int prev = prev_visible([&](int j2) { return tiles_meet(a, qmq, a.kmm[j2]); }, kt);
+                    if (lane == 0) flag_wait(flag, prev + 1);
+                }
+                __syncthreads();
+            }
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                int row = q0 + 16 * dqm + gq + 8 * hr;
+                if (row >= a.Tq) continue;
+                float* dqr = a.dq + (size_t)row * ldq + (size_t)h * a.hd;
+#pragma unroll
+                for (int dt = 0; dt < 4; dt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        int col = dqc + part * 32 + dt * 8 + 2 * tq + e;
+                        if (col < a.hd) red_add_f32(dqr + col, a.scale * dqp[dt][2 * hr + e]);
+                    }
+            }
         }
         __threadfence();
         __syncthreads();   // (also: every warp is done with buffer `buf` and with dS^T before they are overwritten)
@@ -754,7 +785,7 @@ __global__ void __launch_bounds__(NWARP * 32, 2) dkdv_bf16_k(AttnArgs a) {
         buf ^= 1;
     }
     cp_wait<0>();
-    put_stats(a, tiles, steps);
+    put_stats(a, cnt[0], cnt[1]);   // (thread 0's own writes)
     const int ldk = a.nkv * a.hd;
     const bool part = a.hsplit > 1;   // this split's sums to its partial rows (added in split order by dkdv_sum_k)
 #pragma unroll
