@@ -45,6 +45,7 @@ fault race_kernel "race: sum_k on stream 1 reads|cudaMemsetAsync on stream 2 wri
 fault divergent_barrier "kernel divergent_k|__syncthreads in divergent code"
 fault deadlock "kernel deadlock_k|deadlock: 48 threads wait at __syncthreads and 16 at warp collectives"
 fault shfl_exited "kernel shfl_k|a shuffle reads lane 16, which has exited"
+fault block_order "kernel chain_k (block (3, 0, 0)|waits for flag|which holds 0|has not started"
 fault memcpy_range "cudaMemcpyAsync: source|does not lie inside its allocation"
 fault memcpy_kind "cudaMemcpy: invalid argument|cudaMemcpyHostToDevice, but the destination"
 fault double_free "cudaFree: invalid argument|freed twice"

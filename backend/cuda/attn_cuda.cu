@@ -18,12 +18,13 @@
 //   document-id minima and maxima computed by a small kernel first: causally later keys, or keys whose document
 //   ids all lie outside the queries' range), the per-element mask is applied only to tiles that straddle the
 //   causal boundary, a document boundary or the end of the keys. Online softmax in base 2 on fp32 registers.
-// Backward: deterministic and free of atomics, as two kernels that each own their outputs:
-//   dK/dV: one block per (key tile, kv head), looping over every query head of the group and every visible
-//          query tile: P^T = exp(S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q;
-//   dQ:    one block per (query tile, head), looping over visible key tiles: dQ += dS K.
-//   That recomputes S and dP once more than a kernel with atomic dQ updates (7 tile matmuls instead of 5),
-//   and in exchange every output element is written by one thread in a fixed order.
+// Backward, deterministic: every output element gets its sums in a fixed order.
+//   bf16: one pass (dkdv_bf16_k): one block per (key tile, KV head, split), looping over the visible (query head,
+//          query tile) items: P^T = exp(S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q
+//          in registers, dQ = dS K added into dq with fp32 atomics that flags serialise in key-tile order; each block
+//          takes its tile from a ticket, so that it waits only for blocks already running (see the kernel).
+//   fp32: two kernels that each own their outputs: dK/dV per (key tile, kv head), dQ per (query tile, head) (S and dP
+//          computed twice: 7 tile matmuls instead of 5).
 #include "backend/cuda/cu_common.h"
 #include <cuda_bf16.h>
 typedef __nv_bfloat16 bf16;
@@ -50,6 +51,7 @@ struct AttnArgs {
     float *part_k, *part_v;            // dK/dV with hsplit > 1: [hsplit][Tk][nkv * hd] per block group's sums
     int* stats;                        // NULL, or per block: tiles computed, visibility steps (cuda_attn_stats)
     int* flags;                        // backward: [nh][query tiles] the last key tile whose dQ was added, + 1 (zeroed)
+    int* ticket;                       // backward: the next block's ticket (zeroed with the flags: the word after them)
 };
 
 // The next visible tile: the first j in [from, n) with visible(j), else n. 32 candidates per step, one per lane of a
@@ -77,9 +79,8 @@ __device__ __forceinline__ int prev_visible(F visible, int before) {
     }
     return -1;
 }
-__device__ __forceinline__ void put_stats(const AttnArgs& a, int tiles, int steps) {
+__device__ __forceinline__ void put_stats(const AttnArgs& a, size_t b, int tiles, int steps) {   // b: the block's tile
     if (a.stats && threadIdx.x == 0) {
-        size_t b = (size_t)blockIdx.y * gridDim.x + blockIdx.x;
         a.stats[2 * b] = tiles;
         a.stats[2 * b + 1] = steps;
     }
@@ -122,8 +123,10 @@ __device__ __forceinline__ float ex2_ftz(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
-// the ordered dQ accumulation: a global fp32 add whose result is not read (RED), a flag read with acquire until it
-// holds `want` (a block that waited 2^31 reads traps: an error instead of a hang), a flag written with release
+// the ordered dQ accumulation: a block's ticket (the counter's old value: blocks take them in the order they start), a
+// global fp32 add whose result is not read (RED), a flag read with acquire until it holds `want` (a block that waited
+// 2^31 reads traps: an error instead of a hang), a flag written with release
+__device__ __forceinline__ int ticket_take(int* p) { return atomicAdd(p, 1); }
 __device__ __forceinline__ void red_add_f32(float* p, float v) { atomicAdd(p, v); }
 __device__ __forceinline__ void flag_wait(const int* p, int want) {
     for (long n = 0;; n++) {
@@ -144,7 +147,7 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 #else
-#include "backend/cuda/emu/emu_attn.h"   // ex2_ftz, red_add_f32, flag_wait, flag_set on the host
+#include "backend/cuda/emu/emu_attn.h"   // ex2_ftz, ticket_take, red_add_f32, flag_wait, flag_set on the host
 #endif
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);   // .x (low half) = lo: the lower column index
@@ -490,7 +493,7 @@ __global__ void __launch_bounds__(NWARP * 32, 1) fwd_bf16_k(AttnArgs a) {
         buf ^= 1;
     }
     cp_wait<0>();
-    put_stats(a, tiles, steps);
+    put_stats(a, (size_t)blockIdx.y * gridDim.x + blockIdx.x, tiles, steps);
 
     // block result o / l, lse_b = ln 2 (m c + log2 l) (m c rounded as the exponents used it), merged into (out, lse)
 #pragma unroll
@@ -529,11 +532,16 @@ __global__ void __launch_bounds__(NWARP * 32, 1) fwd_bf16_k(AttnArgs a) {
 // dV += P^T dO, dK += dS^T Q in registers (the warp's KR key rows), and the tile's dQ = dS K (dS through shared
 // memory: the sum runs over the keys of all four warps) added into dq in fp32 in a fixed order: for each (query head,
 // query tile) the key tiles that see it add in ascending order, each waiting for a flag that the previous visible key
-// tile's block sets after its adds (flags[head][query tile] = key tile + 1; zeroed before the launch). A block only
-// waits for blocks of lower index (the same blockIdx.y, a lower key tile), which the GPU has started before it, so
-// the waits cannot deadlock; and every dq element gets the same sums in the same order on every run (deterministic,
-// without the separate dQ pass that recomputed S and dP: 5 tile matmuls instead of 7). The descending query order
-// lets the blocks of one head group run in step: each adds a query tile right after its predecessor did.
+// tile's block sets after its adds (flags[head][query tile] = key tile + 1; zeroed before the launch).
+// A block takes its (key tile, KV head, split) from a ticket, not from blockIdx: thread 0's atomicAdd on a counter
+// zeroed with the flags, broadcast through shared memory; ticket t is key tile t % nkt of grid row t / nkt (KV head,
+// split), so every block a block waits for (a lower key tile of its row) holds a lower ticket, handed to a block that
+// was already running. CUDA promises no order of blocks (a block of high index may be resident and spin while the
+// lower one it waits for finds no free SM: a deadlock); waits for lower tickets cannot deadlock in any order (by
+// induction: ticket 0 waits for nothing, and a block whose waits end finishes). The order of the adds into each dq
+// element is that of the key tiles (the flags'), not of the tickets: the same sums in the same order on every run
+// (deterministic, without the separate dQ pass that recomputed S and dP: 5 tile matmuls instead of 7). The descending
+// query order lets the blocks of one head group run in step: each adds a query tile right after its predecessor did.
 
 template <int HD>
 __global__ void __launch_bounds__(NWARP * 32, 1) dkdv_bf16_k(AttnArgs a) {
@@ -551,21 +559,32 @@ __global__ void __launch_bounds__(NWARP * 32, 1) dkdv_bf16_k(AttnArgs a) {
     int* qds = qps + 2 * BQ;                          // [2][BQ]
     int* kps = qds + 2 * BQ;                          // [BNK] key positions, document ids (read by the mask)
     int* kds = kps + BNK;                             // [BNK]
-    int* cnt = kds + BNK;                             // [2] tiles computed, visibility steps (put_stats; here, not in
-                                                      //     registers: on sm_80 the loop has none to spare)
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, gq = lane >> 2, tq = lane & 3;
-    // block (key tile, KV head g, split sp): query heads g * grp + sp * hs .. + hs - 1 (hs = grp / hsplit)
-    const int kt = blockIdx.x, g = blockIdx.y / a.hsplit, sp = blockIdx.y % a.hsplit, hs = a.grp / a.hsplit, k0 = kt * BNK;
-    const bf16* kg = reinterpret_cast<const bf16*>(a.k) + (size_t)g * a.Tk * HD;
-    const bf16* vg = reinterpret_cast<const bf16*>(a.v) + (size_t)g * a.Tk * HD;
+    int* cnt = kds + BNK;                             // [4] tiles computed, visibility steps (put_stats), the block's key
+                                                      //     tile and first query head (here, not in registers: the
+                                                      //     loop has none to spare; read through `tile`)
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, gq = lane >> 2, tq = lane & 3, hs = a.grp / a.hsplit;
+    // the ticket's block: key tile ticket % nkt, grid row ticket / nkt = (KV head g, split sp), whose query heads are
+    // h0 = g * grp + sp * hs .. + hs - 1 (hs = grp / hsplit)
+    if (tid == 0) {
+        const int t = ticket_take(a.ticket), row = t / a.nkt;
+        cnt[2] = t % a.nkt;
+        cnt[3] = row / a.hsplit * a.grp + row % a.hsplit * hs;
+    }
+    __syncthreads();
+    const volatile int* tile = cnt + 2;               // [0] the key tile, [1] h0: loaded where used
+    // the block's ticket (its statistics' index): key tile + nkt (g hsplit + sp)
+    auto block_of = [&]() { return (size_t)tile[0] + (size_t)a.nkt * (tile[1] / a.grp * a.hsplit + tile[1] % a.grp / hs); };
+    const int k0 = tile[0] * BNK;
+    const bf16* kg = reinterpret_cast<const bf16*>(a.k) + (size_t)(tile[1] / a.grp) * a.Tk * HD;
+    const bf16* vg = reinterpret_cast<const bf16*>(a.v) + (size_t)(tile[1] / a.grp) * a.Tk * HD;
     const float c = a.scale_log2;
-    const int4 km = a.kmm[kt];
+    const int4 km = a.kmm[tile[0]];
     const int total = hs * a.nqt;
     auto qt_of = [&](int it2) { return a.nqt - 1 - it2 % a.nqt; };   // descending query tiles within each head
     auto visible = [&](int it2) { return tiles_meet(a, a.qmm[qt_of(it2)], km); };
     int steps = 0;
     int it = next_visible(visible, 0, total, steps);
-    if (it >= total) { put_stats(a, 0, steps); return; }   // no query sees these keys: nothing to add, no flag to set
+    if (it >= total) { put_stats(a, block_of(), 0, steps); return; }   // no query sees these keys: nothing to add, no flag to set
     if (tid == 0) { cnt[0] = 0; cnt[1] = steps; }
 
     load_rows<HD, NT, BNK>(Ks, kg, k0, a.Tk);
@@ -577,7 +596,7 @@ __global__ void __launch_bounds__(NWARP * 32, 1) dkdv_bf16_k(AttnArgs a) {
         kds[i] = key < a.Tk && a.docs ? a.kdoc[key] : 0;
     }
     auto load_q = [&](int it2, int b) {
-        int hh = sp * hs + it2 / a.nqt, qt = qt_of(it2), h = g * a.grp + hh, q0 = qt * BQ;
+        int qt = qt_of(it2), h = tile[1] + it2 / a.nqt, q0 = qt * BQ;
         load_rows<HD, NT, BQ>(Qs + b * BQ * LDS, reinterpret_cast<const bf16*>(a.q) + (size_t)h * a.Tq * HD, q0, a.Tq);
         load_rows<HD, NT, BQ>(Os + b * BQ * LDS, reinterpret_cast<const bf16*>(a.dout) + (size_t)h * a.Tq * HD, q0, a.Tq);
         for (int i = tid; i < BQ; i += NT) {
@@ -622,7 +641,7 @@ __global__ void __launch_bounds__(NWARP * 32, 1) dkdv_bf16_k(AttnArgs a) {
         const int* Qd = qds + buf * BQ;
         // S^T = K Q^T (KR keys x BQ queries per warp; each Q fragment used by every m16 block), then P^T packed to
         // bf16 at once (as dV and dS use it), so that dP^T = V dO^T finds the registers of S free
-        const int qt = qt_of(it), hh = sp * hs + it / a.nqt, h = g * a.grp + hh, q0 = qt * BQ;
+        const int qt = qt_of(it), h = tile[1] + it / a.nqt, q0 = qt * BQ;
         const bool msk = !tiles_full(a, a.qmm[qt], km);
         uint32_t pk[MB][BQ / 8][2], dk2[MB][BQ / 8][2];   // P^T, dS^T as bf16 pairs: [m16 block][n8 tile][row gq, gq + 8]
         {
@@ -759,7 +778,7 @@ __global__ void __launch_bounds__(NWARP * 32, 1) dkdv_bf16_k(AttnArgs a) {
             if (part == 0) {
                 if (w == 0) {
                     const int4 qmq = a.qmm[qt];
-                    int prev = prev_visible([&](int j2) { return tiles_meet(a, qmq, a.kmm[j2]); }, kt);
+                    int prev = prev_visible([&](int j2) { return tiles_meet(a, qmq, a.kmm[j2]); }, tile[0]);
                     if (lane == 0) flag_wait(flag, prev + 1);
                 }
                 __syncthreads();
@@ -780,19 +799,19 @@ __global__ void __launch_bounds__(NWARP * 32, 1) dkdv_bf16_k(AttnArgs a) {
         }
         __threadfence();
         __syncthreads();   // (also: every warp is done with buffer `buf` and with dS^T before they are overwritten)
-        if (tid == 0) flag_set(flag, kt + 1);
+        if (tid == 0) flag_set(flag, tile[0] + 1);
         it = nit;
         buf ^= 1;
     }
     cp_wait<0>();
-    put_stats(a, cnt[0], cnt[1]);   // (thread 0's own writes)
-    const int ldk = a.nkv * a.hd;
+    put_stats(a, block_of(), cnt[0], cnt[1]);   // (thread 0's own writes)
+    const int ldk = a.nkv * a.hd, k1 = tile[0] * BNK, g = tile[1] / a.grp, sp = tile[1] % a.grp / hs;
     const bool part = a.hsplit > 1;   // this split's sums to its partial rows (added in split order by dkdv_sum_k)
 #pragma unroll
     for (int mb = 0; mb < MB; mb++)
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
-            int key = k0 + KR * w + 16 * mb + gq + 8 * hr;
+            int key = k1 + KR * w + 16 * mb + gq + 8 * hr;
             if (key >= a.Tk) continue;
             size_t off = (size_t)key * ldk + (size_t)g * a.hd, poff = (size_t)sp * a.Tk * ldk + off;
             float* dkr = part ? a.part_k + poff : a.dk + off;
@@ -1245,8 +1264,8 @@ static void attn_traffic(const AttnArgs& a, double rb, int which) {
     if (which == 0) TRAFFIC_ATTN(q + 2 * kv + o + rows + idx, o + rows);
     else if (which == 1) TRAFFIC_ATTN(2 * q + 2 * kv + 2 * rows + idx + dkv * a.hsplit, dkv * a.hsplit);   // (hsplit > 1: the partials)
     else if (which == 2) TRAFFIC_ATTN(2 * q + 2 * kv + 2 * rows + idx + o, o);
-    else {   // the bf16 backward (dK, dV and dQ in one pass): dq read and written by its ordered adds, the flags
-        double fl = 4.0 * a.nh * a.nqt;
+    else {   // the bf16 backward (dK, dV and dQ in one pass): dq read and written by its ordered adds, the flags, the ticket
+        double fl = 4.0 * a.nh * a.nqt + 4;
         TRAFFIC_ATTN(2 * q + 2 * kv + 2 * rows + idx + dkv * a.hsplit + o + fl, dkv * a.hsplit + o + fl);
     }
 }
@@ -1330,9 +1349,10 @@ static void backward_bf16(AttnArgs a, const float* q, const float* k, const floa
                  "attn_block_backward (dk, dv partials)");
         cu_anat_op("cudaMemsetAsync (dk, dv partials)", 0, 2.0 * a.hsplit * nkel * sizeof(float));
     }
-    a.flags = (int*)cu_workspace(WS_ATT_FLAGS, nflags * sizeof(int));
-    CU_CHECK(cudaMemsetAsync(a.flags, 0, nflags * sizeof(int), cu_stream()), "attn_block_backward (dq order flags)");
-    cu_anat_op("cudaMemsetAsync (dq order flags)", 0, 4.0 * nflags);
+    a.flags = (int*)cu_workspace(WS_ATT_FLAGS, (nflags + 1) * sizeof(int));   // the flags, then the ticket counter
+    a.ticket = a.flags + nflags;
+    CU_CHECK(cudaMemsetAsync(a.flags, 0, (nflags + 1) * sizeof(int), cu_stream()), "attn_block_backward (dq order flags, ticket)");
+    cu_anat_op("cudaMemsetAsync (dq order flags, ticket)", 0, 4.0 * (nflags + 1));
     a.stats = stats_for(1, (unsigned)a.nkt * a.nkv * a.hsplit);
     attn_traffic(a, 2.0 * HD, 3);
     cu_anat_attn_kernel(1, HD, BNK, a.Tq, a.Tk, a.nh, a.causal);

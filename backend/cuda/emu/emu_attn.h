@@ -1,6 +1,6 @@
 // emu_attn.h — the host emulation of the few PTX instructions the attention kernels (backend/cuda/attn_cuda.cu)
 // wrap beyond those of emu_device.h: the fast base-2 exponential of the softmax and the ordered fp32 accumulation of
-// dQ (a global add, a flag read with acquire and written with release). Included by attn_cuda.cu in the emulated
+// dQ (a block's ticket, a global add, a flag read with acquire and written with release). Included by attn_cuda.cu in the emulated
 // build only; kept apart from emu_device.h so that the kernels' own instructions stay with the kernels' owner.
 //
 // ex2.approx.ftz.f32 (PTX ISA): an approximation of 2^x, subnormal inputs and results flushed to zero (sign kept),
@@ -10,11 +10,14 @@
 //   instruction's: every argument is <= 0 up to the rounding of the scale folded into one FMA (a score minus its
 //   row's running maximum or its LSE); an argument above 0.25 or a NaN means a wrong maximum or LSE, and ends the
 //   process with one line naming the kernel, block and thread.
-// red.global.add.f32: one thread of the emulation runs at a time, so the add is a plain read-modify-write.
-// ld.acquire.gpu / st.release.gpu on a flag: blocks run one after another in launch order (ascending linear block
-//   index), so a block that waits for a flag must find it already set by a block that ran before it. A flag not yet
-//   set would mean that the block waits for a block launched after it, which on a GPU may never be resident while
-//   the waiter spins (a deadlock): the emulation ends the process with one line instead of spinning.
+// atomicAdd(counter, 1) of a ticket, red.global.add.f32: one thread of the emulation runs at a time, so each is a plain
+//   read-modify-write, and tickets go out in the order the blocks run. A ticket at or past the grid's block count
+//   (a counter not zeroed before the launch) ends the process with one line.
+// ld.acquire.gpu / st.release.gpu on a flag: blocks run one after another, in a fixed order that is not their index
+//   order (emu_runtime.cc, block_order: CUDA promises none), so a block that waits for a flag must find it already
+//   set by a block that ran before it. A flag not yet set means that the block waits for one that has not started,
+//   which on a GPU may never become resident while the waiter spins (a deadlock): the emulation ends the process
+//   with one line instead of spinning. A block may wait only for blocks known to be running: ones with a lower ticket.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -41,12 +44,23 @@ inline float ex2_ftz(float x) {
     memcpy(&r, &u, 4);
     return r;
 }
+inline int ticket_take(int* p) {
+    unsigned long n = (unsigned long)gridDim.x * gridDim.y * gridDim.z;
+    if (*p < 0 || (unsigned long)*p >= n) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "takes ticket %d of a grid of %lu blocks: the ticket counter %p was not zeroed before "
+                 "the launch", *p, n, (const void*)p);
+        emu::attn_fault(msg);
+    }
+    return (*p)++;
+}
 inline void red_add_f32(float* p, float v) { *p += v; }
 inline void flag_wait(const int* p, int want) {
     if (*p != want) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "waits for flag %p = %d, which holds %d: the block it waits for runs later (on a GPU "
-                 "a block may wait only for blocks launched before it)", (const void*)p, want, *p);
+        char msg[240];
+        snprintf(msg, sizeof msg, "waits for flag %p = %d, which holds %d: the block it waits for has not started (blocks "
+                 "run in any order; a block may wait only for blocks known to be running: a lower ticket)",
+                 (const void*)p, want, *p);
         emu::attn_fault(msg);
     }
 }

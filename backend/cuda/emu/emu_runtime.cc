@@ -24,7 +24,8 @@
 //   write) without an event ordering them ends the process with one line naming both operations. Kernels are
 //   known by their pointer arguments (a pointer to const is a read, others reads and writes; pointers inside
 //   struct arguments count as reads).
-// Kernels: see emu_device.h (fibers, barriers, warp collectives, shared memory, launch limits).
+// Kernels: see emu_device.h (fibers, barriers, warp collectives, shared memory, launch limits). The blocks of a launch
+//   run one after another in a fixed permutation of their index, not ascending (block_order: CUDA promises no order).
 // Dry runs (RINGLM_EMU_DRY=1): every check above runs, but no kernel, copy, memset or cuBLAS call is executed and
 //   new allocations are not filled: the program's own host code runs as usual on device memory that stays zero, so
 //   the step anatomy can count the work of shapes far beyond this machine (results are meaningless).
@@ -902,6 +903,19 @@ static void run_block(Launch* L) {
     }
 }
 
+// The order of a launch's blocks. CUDA promises none (the programming guide: blocks must be able to run in any order,
+// in parallel or in series), so the emulation runs them neither ascending nor descending but in a fixed permutation of
+// the linear block index: i = 0, 1, .., 2^bits - 1 to the complement of its bit reversal (bits: the fewest that hold
+// the grid). Block a runs before block b iff a has a 1 at the lowest bit where the two differ: the odd blocks before the
+// even ones, block 0 last, and of two blocks as often the higher as the lower first. A block that waits for another
+// which has not run yet (in either direction: emu_attn.h's flag_wait ends the process) shows up; deterministic, so
+// every run repeats.
+static unsigned long block_order(unsigned long i, int bits) {
+    unsigned long r = 0;
+    for (int k = 0; k < bits; k++) r |= ((i >> k) & 1ul) << (bits - 1 - k);
+    return r ^ ((1ul << bits) - 1);
+}
+
 void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, void* stream, const Arg* args, int nargs,
             Runner run, void* tuple) {
     ensure_init();
@@ -974,15 +988,20 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
     L.cur = 0;
     blockDim = block;
     gridDim = grid;
+    // the blocks in the order of block_order: linear index b = x + grid.x (y + grid.y z), i over [0, 2^bits) mapped,
+    // indices past the grid skipped
     auto run_all = [&]() {
         g_L = &L;
-        for (unsigned bz = 0; bz < grid.z; bz++)
-            for (unsigned by = 0; by < grid.y; by++)
-                for (unsigned bx = 0; bx < grid.x; bx++) {
-                    blockIdx = uint3{ bx, by, bz };
-                    L.block_linear = bx + (unsigned long)grid.x * (by + (unsigned long)grid.y * bz);
-                    run_block(&L);
-                }
+        unsigned long n = (unsigned long)grid.x * grid.y * grid.z;
+        int bits = 0;
+        while ((1ul << bits) < n) bits++;
+        for (unsigned long i = 0; i < (1ul << bits); i++) {
+            unsigned long b = block_order(i, bits);
+            if (b >= n) continue;
+            blockIdx = uint3{ (unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / grid.x / grid.y) };
+            L.block_linear = b;
+            run_block(&L);
+        }
         g_L = NULL;
     };
     if (!g_traffic) {
