@@ -548,13 +548,15 @@ def bench_table(path, source):
         if mm:
             rk_mm = {"n": int(mm.group(1)), "precision": mm.group(2), "tflops": float(mm.group(3))}
         c = [x.strip() for x in line.strip().strip("|").split("|")]
-        if len(c) == 7 and c[0].isdigit() and c[1].isdigit():
+        if len(c) in (7, 9) and c[0].isdigit() and c[1].isdigit():
             hd, T = int(c[0]), int(c[1])
             nh = int(c[2].split()[0])
             fl = 4.0 * T * T / 2 * hd * nh
             fm, bm = float(c[3]), float(c[5])
             t[(hd, T)] = {"source": source, "hd": hd, "T": T, "heads": c[2], "fwd_ms": fm, "fwd_tflops": float(c[4]),
                           "bwd_ms": bm, "bwd_tflops": float(c[6]),
+                          "model_fwd_ms": float(c[7]) if len(c) == 9 and c[7] != "—" else None,
+                          "model_bwd_ms": float(c[8]) if len(c) == 9 and c[8] != "—" else None,
                           "fwdbwd_tflops": 3.5 * fl / ((fm + bm) * 1e-3) / 1e12 if fm + bm > 0 else None}
     return t
 rk = bench_table(os.path.join(W, "bench_kernels.md"), "ringlm")
@@ -623,6 +625,16 @@ if rk or rkc or tatt:
                                    [ratio(r.get("fwd_tflops"), x.get("fwd_tflops")) for r in rs for x in t] +
                                    [f(r.get("fwdbwd_tflops")) for r in rs] + [cell(x, "fwdbwd_tflops") for x in t] +
                                    [ratio(r.get("fwdbwd_tflops"), x.get("fwdbwd_tflops")) for r in rs for x in t]) + " |")
+    if any(r.get("model_fwd_ms") for r in rk.values()):   # the anatomy's model of the own kernels beside the clock
+        L += ["", "Own kernels, measured against the step anatomy's model (tiles x per-tile cost from the SASS; "
+              "docs/attention_kernels.md): ms, and measured / model", "",
+              "| head_dim | T | fwd ms | model fwd ms | fwd measured/model | bwd ms | model bwd ms | bwd measured/model |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for k in sorted(rk):
+            r = rk[k]
+            L.append(f"| {k[0]} | {k[1]} | {f(r['fwd_ms'], 2)} | {f(r.get('model_fwd_ms'), 2)} | "
+                     f"{ratio(r['fwd_ms'], r.get('model_fwd_ms'))} | {f(r['bwd_ms'], 2)} | {f(r.get('model_bwd_ms'), 2)} | "
+                     f"{ratio(r['bwd_ms'], r.get('model_bwd_ms'))} |")
 else:
     L.append("not measured")
 L += ["", "## Training step (one sequence per step, bf16; tokens/s and model TFLOP/s: medians after a warm-up step)", "",

@@ -45,7 +45,8 @@ static const double HBM_BW = 4.8e12;        // bytes/s
 static const double PCIE_BW = 25e9;         // host <-> device, pageable source or destination
 static const double LAUNCH_S = 2e-6;        // per kernel, cuBLAS call, memset or copy: the GPU's gap between operations
 static const double SYNC_S = 20e-6;         // per host synchronisation: the queue drains, the host relaunches
-static double g_attn_rate[2] = { 350e12, 250e12 };   // attention forward, backward: FLOP/s (RINGLM_ANATOMY_ATTN_TFLOPS)
+static double g_attn_rate[2] = { 0, 0 };   // attention forward, backward: FLOP/s, when RINGLM_ANATOMY_ATTN_TFLOPS sets them
+static int g_attn_rate_set = 0;
 
 int cu_anat_on = 0;
 
@@ -207,13 +208,83 @@ void cu_anat_sync(const char* why) {
     g_sync_why[why]++;
 }
 
-void cu_anat_attention(int backward, int Tq, int Tk, int nh, int hd, int causal) {
+// The FLOPs of an attention block call. Its time: at the engine rate RINGLM_ANATOMY_ATTN_TFLOPS when that is set
+// (every engine, e.g. cuDNN's published rates); else the fp32 kernels at the fp32 peak, and the bf16 kernels by
+// the model of cu_anat_attn_kernel.
+void cu_anat_attention(int backward, int Tq, int Tk, int nh, int hd, int causal, int fp32) {
     if (!cu_anat_on) return;
     double pairs = !causal ? (double)Tq * Tk : Tq == Tk ? (double)Tq * (Tk + 1) / 2 : (double)Tq * Tk / 2;
     double fl = (backward ? 10.0 : 4.0) * hd * nh * pairs;
     int c = cls_now();
     g_c[c].attn_flops += fl;
-    g_c[c].pred_s += fl / g_attn_rate[backward ? 1 : 0];
+    if (g_attn_rate_set) g_c[c].pred_s += fl / g_attn_rate[backward ? 1 : 0];
+    else if (fp32) g_c[c].pred_s += fl / PEAK_FP32;
+}
+
+// ---- the model of the own bf16 attention kernels ----
+// Per tile (forward: 128 query rows x one key tile; backward: one key tile x 32 query rows) and per warp, what the
+// kernel's main loop issues, counted from its SASS (sm_90a, CUDA 13.0; tools/sass_counts.py, docs/attention_kernels.md):
+// HMMA (mma.sync m16n8k16), MUFU (ex2), bytes through shared memory (ldmatrix x4 = 512 per warp, plain loads and
+// stores by their width), every instruction. The block's 4 warps share one SM with the other resident blocks; an
+// SM's throughput per clock is taken as: 1 HMMA per 1.5 clocks (mma.sync at 2/3 of the dense wgmma peak: an
+// assumption until measured), 16 MUFU lanes (a warp's ex2 = 2 clocks), 128 bytes of shared memory, 4 instructions
+// issued (one per scheduler). A tile costs the largest of the four (perfect overlap of the others), the kernel
+// tiles x that / (SMs x clock); at the 1.83 GHz that makes the 989.4 TFLOP/s bf16 peak 4096 FLOP per SM-clock.
+struct AttnModel { int backward, hd, tile; double hmma, mufu, smem, instr; };
+static const AttnModel ATTN_MODELS[] = {
+#include "backend/cuda/attn_model.h"
+};
+static const double SM_CLOCK = 1.83e9, SMS = 132, C_HMMA = 1.5, C_MUFU = 2.0, SMEM_BPC = 128, ISSUE_PC = 4;
+struct AttnRow { long calls; double tiles, pred_s, flops; const char* limit; AttnModel m; };
+static std::map<std::string, AttnRow> g_attn_k;
+static const AttnModel* attn_model(int backward, int hd, int tile) {
+    for (const AttnModel& m : ATTN_MODELS)
+        if (m.backward == backward && m.hd == hd && m.tile == tile) return &m;
+    return NULL;
+}
+// tiles computed: forward (query tiles of 128 rows) x (key tiles of `tile`), backward (key tiles of `tile`) x
+// (query tiles of 32), over the heads, those a causal mask aligned bottom-right (key j seen by query i iff
+// j <= i + Tk - Tq: the ring's blocks) leaves visible; document masks not counted
+static double attn_tiles(int backward, int tile, int Tq, int Tk, int nh, int causal) {
+    const int BMq = backward ? 32 : 128, BNk = tile;
+    long nqt = (Tq + BMq - 1) / BMq, nkt = (Tk + BNk - 1) / BNk;
+    if (!causal) return (double)nqt * nkt * nh;
+    long off = (long)Tk - Tq;
+    double n = 0;
+    for (long qt = 0; qt < nqt; qt++) {
+        long last = (qt + 1) * BMq - 1 < Tq ? (qt + 1) * BMq - 1 : Tq - 1;   // the tile's last query
+        long kmax = last + off;                                           // the last key it sees
+        if (kmax >= 0) n += kmax / BNk + 1 < nkt ? kmax / BNk + 1 : nkt;
+    }
+    return n * nh;
+}
+// the model's seconds for one tile of a kernel, and the pipe that bounds it
+static double attn_tile_s(const AttnModel& m, const char** limit) {
+    double t[4] = { 4 * m.hmma * C_HMMA, 4 * m.mufu * C_MUFU, 4 * m.smem / SMEM_BPC, 4 * m.instr / ISSUE_PC };
+    static const char* what[4] = { "tensor cores (HMMA)", "ex2 (MUFU)", "shared memory", "instruction issue" };
+    int k = 0;
+    for (int i = 1; i < 4; i++) if (t[i] > t[k]) k = i;
+    if (limit) *limit = what[k];
+    return t[k] / SM_CLOCK;
+}
+extern "C" double cuda_attn_model_s(int backward, int hd_pad, int tile, int Tq, int Tk, int nh, int causal) {
+    const AttnModel* m = attn_model(backward, hd_pad, tile);
+    if (!m) return 0;
+    return attn_tiles(backward, tile, Tq, Tk, nh, causal) * attn_tile_s(*m, NULL) / SMS;
+}
+void cu_anat_attn_kernel(int backward, int hd_pad, int tile, int Tq, int Tk, int nh, int causal) {
+    if (!cu_anat_on || g_attn_rate_set) return;
+    const AttnModel* m = attn_model(backward, hd_pad, tile);
+    if (!m) return;
+    char key[64];
+    snprintf(key, sizeof key, "%s hd %d, %d-key tiles", backward ? "backward" : "forward", hd_pad, tile);
+    AttnRow& r = g_attn_k[key];
+    r.m = *m;
+    double tiles = attn_tiles(backward, tile, Tq, Tk, nh, causal), ts = attn_tile_s(*m, &r.limit);
+    r.calls++; r.tiles += tiles; r.pred_s += tiles * ts / SMS;
+    double pairs = !causal ? (double)Tq * Tk : Tq == Tk ? (double)Tq * (Tk + 1) / 2 : (double)Tq * Tk / 2;
+    r.flops += (backward ? 10.0 : 4.0) * hd_pad * nh * pairs;
+    g_c[cls_now()].pred_s += tiles * ts / SMS;
 }
 
 extern "C" void cuda_backend_note_sync(const char* why) { cu_anat_sync(why); }
@@ -233,7 +304,9 @@ extern "C" void be_step_begin(long long step, double model_flops, const char* ab
         if (s && *s) g_want = atoll(s);
         const char* a = getenv("RINGLM_ANATOMY_ATTN_TFLOPS");
         double f, b;
-        if (a && sscanf(a, "%lf,%lf", &f, &b) == 2 && f > 0 && b > 0) { g_attn_rate[0] = f * 1e12; g_attn_rate[1] = b * 1e12; }
+        if (a && sscanf(a, "%lf,%lf", &f, &b) == 2 && f > 0 && b > 0) {
+            g_attn_rate[0] = f * 1e12; g_attn_rate[1] = b * 1e12; g_attn_rate_set = 1;
+        }
     }
     if (++g_seen != g_want) return;
     g_model_flops = model_flops;
@@ -287,16 +360,22 @@ static void write_report(void) {
     for (auto& e : g_k) { bad += e.second.bad; counted += e.second.counted; }
     const double MiB = 1048576.0;
     fprintf(f, "# Step anatomy: step %lld of this run\n\n%s\n\n", g_want, g_about);
+    char attn_how[200];
+    if (g_attn_rate_set)
+        snprintf(attn_how, sizeof attn_how, "attention at %.0f (forward) / %.0f (backward) TFLOP/s (RINGLM_ANATOMY_ATTN_TFLOPS)",
+                 g_attn_rate[0] / 1e12, g_attn_rate[1] / 1e12);
+    else
+        snprintf(attn_how, sizeof attn_how, "the own bf16 attention kernels by their model (tiles x per-tile cost from the SASS, "
+                 "below), the fp32 ones at the fp32 peak");
     fprintf(f, "Counted on %s. Roofline (H200 SXM, stated assumptions): per operation max(FLOPs / peak, bytes / %.1f TB/s) "
-            "+ %.0f us launch; peaks %.1f (bf16), %.1f (tf32), %.1f (fp32) TFLOP/s dense; attention at %.0f (forward) / %.0f "
-            "(backward) TFLOP/s (assumed until the GPU check measures it); %.0f us per host synchronisation; host<->device "
-            "copies at %.0f GB/s; fp32 operands under a bf16 compute type modelled as one conversion pass inside cuBLAS "
-            "(read 4, write 2, read 2 bytes per element); communication not predicted.\n\n",
+            "+ %.0f us launch; peaks %.1f (bf16), %.1f (tf32), %.1f (fp32) TFLOP/s dense; %s; %.0f us per host "
+            "synchronisation; host<->device copies at %.0f GB/s; fp32 operands under a bf16 compute type modelled as one "
+            "conversion pass inside cuBLAS (read 4, write 2, read 2 bytes per element); communication not predicted.\n\n",
             emu ? (dry ? "the host emulation's dry run (RINGLM_EMU_DRY: the code path, no kernel executed)"
                        : traffic ? "the host emulation, each kernel's pages counted (RINGLM_EMU_TRAFFIC)" : "the host emulation")
                 : "the GPU",
-            HBM_BW / 1e12, LAUNCH_S * 1e6, PEAK_BF16 / 1e12, PEAK_TF32 / 1e12, PEAK_FP32 / 1e12, g_attn_rate[0] / 1e12,
-            g_attn_rate[1] / 1e12, SYNC_S * 1e6, PCIE_BW / 1e9);
+            HBM_BW / 1e12, LAUNCH_S * 1e6, PEAK_BF16 / 1e12, PEAK_TF32 / 1e12, PEAK_FP32 / 1e12, attn_how, SYNC_S * 1e6,
+            PCIE_BW / 1e9);
     fprintf(f, "| | |\n|---|---:|\n");
     fprintf(f, "| launches (kernels + cuBLAS calls + memsets/copies on the device) | %ld (%ld + %ld + %ld) |\n", launches,
             kernels, blas, ops);
@@ -342,6 +421,18 @@ static void write_report(void) {
         }
         fprintf(f, "\n");
     }
+    if (!g_attn_k.empty()) {
+        fprintf(f, "\n## The own attention kernels' model\n\nPer tile and warp, counted from the SASS: HMMA, MUFU, shared-memory "
+                "bytes, instructions; an SM retires 1 HMMA / %.1f clocks, 16 MUFU lanes, %.0f shared-memory bytes and %.0f "
+                "instructions per clock at %.2f GHz, %d SMs; a tile costs its slowest pipe.\n\n"
+                "| kernel | calls | tiles | HMMA | MUFU | smem bytes | instructions | bound by | predicted ms | TFLOP/s |\n"
+                "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|\n", C_HMMA, SMEM_BPC, ISSUE_PC, SM_CLOCK / 1e9, (int)SMS);
+        for (auto& e : g_attn_k) {
+            const AttnRow& r = e.second;
+            fprintf(f, "| %s | %ld | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %.3f | %.0f |\n", e.first.c_str(), r.calls, r.tiles,
+                    r.m.hmma, r.m.mufu, r.m.smem, r.m.instr, r.limit, r.pred_s * 1e3, r.pred_s > 0 ? r.flops / r.pred_s / 1e12 : 0);
+        }
+    }
     fprintf(f, "\n## cuBLAS calls by shape\n\n| m | n | k | op | A | B | C | compute | calls | GFLOP | MiB moved | predicted ms |\n"
             "|---:|---:|---:|---|---|---|---|---|---:|---:|---:|---:|\n");
     for (auto& e : g_g)
@@ -369,6 +460,13 @@ static void write_report(void) {
         std::string nm = e.first.substr(0, e.first.find('\t'));
         fprintf(j, "%s\"%s | %s\": {\"class\": \"%s\", \"launches\": %ld, \"bad\": %ld, \"counted\": %ld}", first ? "" : ", ",
                 nm.c_str(), cls_name(e.second.cls), cls_name(e.second.cls), e.second.n, e.second.bad, e.second.counted);
+        first = 0;
+    }
+    fprintf(j, "}, \"attention_model\": {");
+    first = 1;
+    for (auto& e : g_attn_k) {
+        fprintf(j, "%s\"%s\": {\"calls\": %ld, \"tiles\": %.0f, \"predicted_s\": %.9g, \"flops\": %.6g, \"bound\": \"%s\"}",
+                first ? "" : ", ", e.first.c_str(), e.second.calls, e.second.tiles, e.second.pred_s, e.second.flops, e.second.limit);
         first = 0;
     }
     fprintf(j, "}}\n");

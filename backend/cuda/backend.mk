@@ -43,9 +43,15 @@ else
 BD              := build/cuda
 # portable x86 code: the binaries may run on another machine than the one that built them
 OPT             := -O3 -march=x86-64-v3
-NVCC_ARCH       ?= -gencode=arch=compute_90a,code=[sm_90a,compute_90a]
-# ptxas's per-kernel resource table (registers, shared memory, spills) only when asked: `make cuda PTXAS_V=1` (or V=1);
-# spills are warnings, and warnings are errors, either way
+# a fat binary: Ampere (sm_80: A100; sm_86: A40, A10, RTX 30xx), Ada (sm_89: L40S, L4, RTX 40xx), Hopper (sm_90a:
+# H100, H200; `a`: the arch-specific features cuDNN's and cuBLAS's Hopper kernels use are theirs, not ours) and
+# compute_80 PTX that newer GPUs compile at load time. The own kernels need sm_80 (mma.sync bf16, ldmatrix,
+# cp.async); be_init refuses older devices with one line. NVCC_ARCH=-gencode=arch=compute_90a,code=sm_90a builds
+# Hopper only (a third of the compile time).
+NVCC_ARCH       ?= -gencode=arch=compute_80,code=[sm_80,compute_80] -gencode=arch=compute_86,code=sm_86 \
+                   -gencode=arch=compute_89,code=sm_89 -gencode=arch=compute_90a,code=sm_90a
+# ptxas's per-kernel resource table (registers, shared memory, spills; tools/sass_counts.py reads it) only when asked:
+# `make cuda PTXAS_V=1` (or V=1); spills are warnings, and warnings are errors, either way
 PTXAS_V         ?= $(V)
 NVCC_FLAGS      := -std=c++17 -O3 $(NVCC_ARCH) -Xptxas -warn-spills$(if $(filter 1,$(PTXAS_V)),$(comma)-v) -Xcompiler -Wall,-Wextra,-march=x86-64-v3 \
                    -Werror all-warnings -I. -I$(CUDA_HOME)/include -I$(H5_INC)

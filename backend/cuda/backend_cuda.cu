@@ -2,10 +2,11 @@
 // matmuls (bf16 / tf32 tensor cores or fp32, fp32 accumulation), own kernels for everything else.
 //
 // All work is queued in order on one compute stream (cu_stream()); be_download / be_upload / be_sync wait.
-// Determinism: no atomics anywhere; every reduction has a fixed partition and a fixed order that do not
-// depend on scheduling, so a run repeats bit for bit on the same GPU and toolkit.
+// Determinism: every reduction has a fixed partition and a fixed order that do not depend on scheduling (the
+// attention backward's dQ adds are atomics serialised in key-tile order by flags), so a run repeats bit for bit on
+// the same GPU and toolkit.
 // Errors: a failed CUDA / cuBLAS call ends the process with one line "cuda backend: <operation>: <error>";
-// be_init returns one line instead (no device, a driver too old, a GPU that is not Hopper).
+// be_init returns one line instead (no device, a driver too old, a GPU older than Ampere, sm_80).
 #include "backend/cuda/cu_common.h"
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -281,6 +282,9 @@ __global__ void probe_kernel(int* x) { if (x) *x = 1; }
 extern "C" int cuda_backend_started(void) { return g_started; }
 extern "C" void* cuda_backend_stream(void) { return (void*)g_stream; }
 int cu_sm_count(void) { return g_prop.multiProcessorCount > 0 ? g_prop.multiProcessorCount : 1; }
+size_t cu_smem_optin(void) { return g_prop.sharedMemPerBlockOptin; }
+size_t cu_smem_per_sm(void) { return g_prop.sharedMemPerMultiprocessor; }
+int cu_cc(void) { return g_prop.major * 10 + g_prop.minor; }
 extern "C" void cuda_backend_device_uuid(unsigned char uuid[16]) { memcpy(uuid, g_prop.uuid.bytes, 16); }
 
 extern "C" int cuda_backend_start(int local_rank, char* err, size_t errlen) {
@@ -298,9 +302,9 @@ extern "C" int cuda_backend_start(int local_rank, char* err, size_t errlen) {
                  cudaGetErrorString(e));
         return 1;
     }
-    if (g_prop.major != 9) {
-        snprintf(err, errlen, "cuda backend: device %d (%s) has compute capability %d.%d; this build is for Hopper "
-                 "(sm_90a: H100, H200, GH200)", dev, g_prop.name, g_prop.major, g_prop.minor);
+    if (g_prop.major < 8) {   // the attention kernels' mma.sync (bf16), ldmatrix and cp.async need sm_80
+        snprintf(err, errlen, "cuda backend: device %d (%s) has compute capability %d.%d; ringlm needs 8.0 or newer "
+                 "(Ampere: A100, A40, A10; Ada: L40S, L4; Hopper: H100, H200)", dev, g_prop.name, g_prop.major, g_prop.minor);
         return 1;
     }
     cudaFuncAttributes fa;

@@ -36,7 +36,7 @@ void cu_check_(cudaError_t e, const char* op);
 // for the same slot with a larger size.
 enum { WS_RMS_DW, WS_EMB, WS_SUMSQ, WS_SUMSQ_TAB, WS_ADAM_TAB, WS_COPY,
        WS_ATT_Q, WS_ATT_K, WS_ATT_V, WS_ATT_DO, WS_ATT_MM,
-       WS_ATT_PART, WS_ATT_ST_FWD, WS_ATT_ST_DKDV, WS_ATT_ST_DQ,
+       WS_ATT_PART, WS_ATT_ST_FWD, WS_ATT_ST_DKDV, WS_ATT_FLAGS,
        WS_FA_Q, WS_FA_K, WS_FA_V, WS_FA_DO, WS_FA_OC, WS_FA_O, WS_FA_ST, WS_FA_DK, WS_FA_DV, WS_FA_WS, WS_COUNT };
 void* cu_workspace(int slot, size_t bytes);
 
@@ -114,7 +114,15 @@ void cu_anat_collective(const char* name, double bytes);
 void cu_anat_xfer(int to_device, double bytes);
 void cu_anat_xfer_async(int to_device, double bytes);   // a copy on the copy stream (offload): counted, hidden behind compute
 void cu_anat_sync(const char* why);
-void cu_anat_attention(int backward, int Tq, int Tk, int nh, int hd, int causal);
+void cu_anat_attention(int backward, int Tq, int Tk, int nh, int hd, int causal, int fp32);
+// the own bf16 attention kernel about to be launched (attn_cuda.cu): its tile configuration, for the anatomy's model of
+// its time (tiles x the per-tile cost counted from its SASS); backward 0: forward (tile = key tile), 1: the backward
+// (tile = its key tile; query tiles of 32 rows)
+void cu_anat_attn_kernel(int backward, int hd_pad, int tile, int Tq, int Tk, int nh, int causal);
+// the device (backend_cuda.cu): shared memory a block may opt in to, shared memory per SM, compute capability x 10
+size_t cu_smem_optin(void);
+size_t cu_smem_per_sm(void);
+int cu_cc(void);
 // What the host emulation adds to the anatomy (backend/cuda/emu/): a dry run (nothing executed), and the pages each
 // kernel touched; on a GPU: 0.
 #ifdef CUDA_EMU

@@ -3,10 +3,12 @@
 // process with one line on stderr naming the kernel or call and what was wrong, and a non-zero exit — where a real
 // GPU would fault, hang or silently compute garbage. `ok` is the control: correct code of the same shapes runs.
 //   emu_faults CASE      (CASE: ok, host_read, oob, use_after_free, host_arg, block_limit, smem_optin, smem_oob,
-//                         race, race_kernel, divergent_barrier, deadlock, shfl_exited, memcpy_range, memcpy_kind,
-//                         double_free, nccl_streams; traffic, with RINGLM_EMU_TRAFFIC=1: the page counts of the step
-//                         anatomy; nccl_ok: the control of nccl_streams)
+//                         race, race_kernel, divergent_barrier, deadlock, shfl_exited, block_order, memcpy_range,
+//                         memcpy_kind, double_free, nccl_streams; traffic, with RINGLM_EMU_TRAFFIC=1: the page counts
+//                         of the step anatomy; nccl_ok: the control of nccl_streams)
 #include "backend/cuda/cu_common.h"
+#include "backend/cuda/emu/emu_attn.h"   // flag_wait, flag_set, ticket_take: the attention backward's waits
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -58,6 +60,20 @@ __global__ void shfl_k(float* out) {   // lanes 16..31 exit before the shuffle
     v += __shfl_xor_sync(0xffffffffu, v, 16);
     out[threadIdx.x] = v;
 }
+// a chain over the grid: the block holding tile i > 0 waits until tile i - 1's block has set its flag (flags zeroed),
+// records which block held tile i, and sets its own flag; tile = blockIdx.x (a wait for a block that may not have
+// started: a deadlock on a GPU) or a ticket (a wait only for a block that took a lower ticket: one already running)
+__global__ void chain_k(int* held, int* flags, int* ticket, int by_ticket) {
+    SHARED(int, tile, [1]);
+    if (threadIdx.x == 0) tile[0] = by_ticket ? ticket_take(ticket) : (int)blockIdx.x;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int i = tile[0];
+        if (i > 0) flag_wait(flags + i - 1, 1);
+        held[i] = (int)blockIdx.x;
+        flag_set(flags + i, 1);
+    }
+}
 
 static int check(cudaError_t e, const char* what) {
     if (e != cudaSuccess) { fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e)); return 1; }
@@ -92,6 +108,22 @@ int main(int argc, char** argv) {
             fprintf(stderr, "wrong results %g %g %g\n", r[0], r[1], h[n - 1]);
             return 1;
         }
+        // the ticket chain over 6 blocks: the tickets follow the order the blocks ran, which is docs/cuda.md's (block a
+        // before block b iff a has a 1 at the lowest bit where the two differ)
+        const int nb = 6;
+        int *ib, held[nb], want[nb];
+        if (check(cudaMalloc((void**)&ib, (2 * nb + 1) * sizeof(int)), "cudaMalloc") ||
+            check(cudaMemsetAsync(ib, 0, (2 * nb + 1) * sizeof(int), g_s), "cudaMemsetAsync")) return 1;
+        LAUNCH(chain_k, nb, 32, 0, ib, ib + nb, ib + 2 * nb, 1);
+        cudaMemcpyAsync(held, ib, sizeof held, cudaMemcpyDeviceToHost, g_s);
+        cudaStreamSynchronize(g_s);
+        for (int i = 0; i < nb; i++) want[i] = i;
+        std::sort(want, want + nb, [](int a, int b) { return a != b && ((a ^ b) & -(a ^ b) & a); });
+        if (memcmp(held, want, sizeof held)) {
+            fprintf(stderr, "blocks ran in the order %d %d %d %d %d %d (want %d %d %d %d %d %d)\n", held[0], held[1],
+                    held[2], held[3], held[4], held[5], want[0], want[1], want[2], want[3], want[4], want[5]);
+            return 1;
+        }
         // fresh memory is garbage, not zeros: pool memory (cudaMallocAsync, larger than cudaMalloc's 16 MiB of NaN
         // bytes) and pinned host memory read as NaN
         float *pool, *pinned, pv[2];
@@ -108,7 +140,8 @@ int main(int argc, char** argv) {
         cudaFreeAsync(pool, g_s);
         cudaStreamSynchronize(g_s);
         cudaFreeHost(pinned);
-        printf("ok: sum %g, shared %g, copied %g; fresh pool and pinned memory NaN\n", r[0], r[1], h[n - 1]);
+        printf("ok: sum %g, shared %g, copied %g, blocks ran in the order %d %d %d %d %d %d; fresh pool and pinned memory NaN\n",
+               r[0], r[1], h[n - 1], held[0], held[1], held[2], held[3], held[4], held[5]);
         return 0;
     }
     if (!strcmp(c, "nccl_ok") || !strcmp(c, "nccl_streams")) {   // two communicators, two streams: ordered, or not
@@ -198,6 +231,13 @@ int main(int argc, char** argv) {
     if (!strcmp(c, "divergent_barrier")) { LAUNCH(divergent_k, 1, 64, 0, out); return 0; }
     if (!strcmp(c, "deadlock")) { LAUNCH(deadlock_k, 1, 64, 0, out); return 0; }
     if (!strcmp(c, "shfl_exited")) { LAUNCH(shfl_k, 1, 32, 0, out); return 0; }
+    if (!strcmp(c, "block_order")) {   // the chain by blockIdx: block 0 does not run first
+        int* ib;
+        if (check(cudaMalloc((void**)&ib, 13 * sizeof(int)), "cudaMalloc") ||
+            check(cudaMemsetAsync(ib, 0, 13 * sizeof(int), g_s), "cudaMemsetAsync")) return 1;
+        LAUNCH(chain_k, 6, 32, 0, ib, ib + 6, ib + 12, 0);
+        return 0;
+    }
     if (!strcmp(c, "memcpy_range"))   // 4 bytes more than the allocation holds
         return check(cudaMemcpy(h, d, n * sizeof(float) + 4, cudaMemcpyDeviceToHost), "cudaMemcpy") ? 1 : 0;
     if (!strcmp(c, "memcpy_kind"))    // host-to-device with the directions swapped

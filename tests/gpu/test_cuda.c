@@ -1194,15 +1194,20 @@ static void test_engine(const Case* cases, size_t n) {
 
 // The work of the bf16 attention kernels, from their per-block statistics (tiles computed, visibility steps):
 // - the scan for the next visible tile takes 32 candidates per step (a ballot), so no block spends more steps than
-//   tiles computed + 1 + candidates / 32 (a serial scan takes one step per candidate: 4 steps for the forward's first
-//   query tile here, against a bound of 3);
-// - the dK/dV kernel splits each group of query heads over several blocks when (key tile, KV head) blocks are too few
-//   to fill the device, so that no block computes more tiles than the causal minimum (the query tiles one head's
-//   first key tile sees); one block per (key tile, KV head) over the whole group takes grp times that.
+//   tiles computed + 1 + candidates / 32 (a serial scan takes one step per candidate);
+// - the backward (dK, dV and dQ in one pass: key tiles of 128 at head_dim 64, query tiles of 32) splits each group of
+//   query heads over several blocks when (key tile, KV head) blocks are too few to fill the device, so that no block
+//   computes more tiles than the causal minimum (the query tiles one head's first key tile sees); one block per
+//   (key tile, KV head) over the whole group takes grp times that;
+// - the tiles are the device's (cuda_attn_config): on the emulated H200, 128 keys per forward tile at head_dim 64.
 void cuda_attn_stats_enable(int on);
 int cuda_attn_stats(int kind, int* out, int cap);
+void cuda_attn_config(int* fwd_bn64, int* fwd_bn128);
 static void test_attention_work(void) {
-    int T = 256, nh = 8, nkv = 2, hd = 64, grp = nh / nkv, bm = 64;   // bf16 hd 64 tiles: 64 rows everywhere
+    int T = 256, nh = 8, nkv = 2, hd = 64, grp = nh / nkv, fbm = 128, bq = 32, bnk = 128, fbn, fbn128;
+    cuda_attn_config(&fbn, &fbn128);
+    CHECK(fbn == 128 && fbn128 == 32, "attention forward tiles on the emulated H200: %d keys at head_dim 64, %d at 128 "
+          "(want 128, 32)", fbn, fbn128);
     size_t nq = (size_t)T * nh * hd, nk = (size_t)T * nkv * hd, nl = (size_t)T * nh;
     be_set_matmul_precision("bf16");
     float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *g = rnd(nq, 1);
@@ -1217,12 +1222,12 @@ static void test_attention_work(void) {
     attn_block_forward(Do, Dl, Dq, Dp, NULL, T, Dk, Dv, Dp, NULL, T, nh, nkv, hd, 0.125f, ATTN_MASK_CAUSAL);
     attn_backward_begin(DD, Dg, Do, T, nh, hd);
     attn_block_backward(Ddq, Ddk, Ddv, Dg, Dq, Dl, DD, Dp, NULL, T, Dk, Dv, Dp, NULL, T, nh, nkv, hd, 0.125f, ATTN_MASK_CAUSAL);
-    static const char* KIND[3] = { "forward", "dK/dV", "dQ" };
-    int st[2 * 4096], nt = T / bm, worst_tiles = 0, nb[3];
-    for (int kind = 0; kind < 3; kind++) {
+    static const char* KIND[2] = { "forward", "backward (dK, dV, dQ)" };
+    int st[2 * 4096], nqt = T / bq, worst_tiles = 0, nb[2];
+    for (int kind = 0; kind < 2; kind++) {
         int n = nb[kind] = cuda_attn_stats(kind, st, 4096), bad = 0, worst = 0;
-        // candidates per block: key tiles (forward, dQ), or query tiles of the block's heads (dK/dV)
-        int cand = kind == 1 ? (n > 0 ? grp * nt * (nt * nkv) / n : 0) : nt;
+        // candidates per block: key tiles (forward), or query tiles of the block's heads (backward)
+        int cand = kind == 1 ? (n > 0 ? grp * nqt * (T / bnk * nkv) / n : 0) : T / fbn;
         for (int b = 0; b < n; b++) {
             int tiles = st[2 * b], steps = st[2 * b + 1];
             bad += steps > tiles + 1 + (cand + 31) / 32;
@@ -1232,9 +1237,11 @@ static void test_attention_work(void) {
         CHECK(n > 0 && !bad, "attention bf16 %s kernel: %d blocks, each within tiles + 1 + %d / 32 visibility steps (%d blocks "
               "over; the most steps %d)", KIND[kind], n, cand, bad, worst);
     }
-    CHECK(nb[1] == nt * nkv * grp && worst_tiles == nt, "attention bf16 dK/dV kernel, causal T %d, GQA %d/%d: %d blocks "
+    CHECK(nb[0] == T / fbm * nh, "attention bf16 forward, T %d, %d heads: %d blocks (query tiles of %d rows x heads: %d)", T, nh,
+          nb[0], fbm, T / fbm * nh);
+    CHECK(nb[1] == T / bnk * nkv * grp && worst_tiles == nqt, "attention bf16 backward, causal T %d, GQA %d/%d: %d blocks "
           "(%d key tiles x %d KV heads x %d: the head group split), the longest computes %d tiles (the causal minimum: %d; "
-          "a block per key tile over the whole group: %d)", T, nh, nkv, nb[1], nt, nkv, grp, worst_tiles, nt, grp * nt);
+          "a block per key tile over the whole group: %d)", T, nh, nkv, nb[1], T / bnk, nkv, grp, worst_tiles, nqt, grp * nqt);
     cuda_attn_stats_enable(0);
     free(q); free(k); free(v); free(g); free(pos);
     void* all[] = { Dq, Dk, Dv, Dg, Dp, Do, Dl, DD, Ddq, Ddk, Ddv };

@@ -5,7 +5,8 @@
 //                 [--reps R] [--engine own|cudnn|auto]
 // Prints one line "matmul N^3 <precision>: X TFLOP/s" (median of R), then a markdown table: per head_dim and T,
 // causal attention of one sequence as one block call, forward and backward TFLOP/s (median of R), on the block
-// engine asked for (attention.h: attn_engine_select; its lines are printed before the table; own by default).
+// engine asked for (attention.h: attn_engine_select; its lines are printed before the table; own by default), and
+// beside them the CUDA backend's model of its own kernels (the step anatomy's: predicted ms, own engine only).
 // FLOPs counted causally: forward 4 * T^2/2 * hd * nh, backward 2.5 x forward (FlashAttention's convention).
 #include "backend/attention.h"
 #include "backend/backend.h"
@@ -37,6 +38,18 @@ static int parse_list(const char* s, int* out, int max) {
     }
     return n;
 }
+// The CUDA backend's model of its own bf16 attention kernels (backend/cuda/anatomy.cu: tiles x the per-tile cost counted
+// from their SASS); absent in other backends (weak: NULL), whose table then shows "—"
+double cuda_attn_model_s(int backward, int hd_pad, int tile, int Tq, int Tk, int nh, int causal) __attribute__((weak));
+void cuda_attn_config(int* fwd_bn64, int* fwd_bn128) __attribute__((weak));
+static void model_ms(int T, int nh, int hd, double* f, double* b) {
+    *f = *b = 0;
+    if (!cuda_attn_model_s || !cuda_attn_config || hd > 128) return;
+    int bn64, bn128, hp = hd <= 64 ? 64 : 128;
+    cuda_attn_config(&bn64, &bn128);
+    *f = 1e3 * cuda_attn_model_s(0, hp, hp == 64 ? bn64 : bn128, T, T, nh, 1);
+    *b = 1e3 * cuda_attn_model_s(1, hp, hp == 64 ? 128 : 64, T, T, nh, 1);
+}
 // seconds of one region on the backend's clock
 static double timed_region(BeTimer* t) { BeTimes r = be_timer_read(t); return r.wall_s; }
 
@@ -67,8 +80,9 @@ int main(int argc, char** argv) {
     double* t = malloc((size_t)reps * sizeof(double));
     if (gemm > 0)   // (fp32 operands at the set precision; train/mfu.c)
         printf("matmul %d^3 %s: %.3g TFLOP/s (median of %d, random data)\n", gemm, prec, matmul_rates(gemm, reps, BE_F32, NULL) / 1e12, reps);
-    printf("\n| head_dim | T | heads (kv) | forward ms | forward TFLOP/s | backward ms | backward TFLOP/s |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("\n| head_dim | T | heads (kv) | forward ms | forward TFLOP/s | backward ms | backward TFLOP/s | model forward ms | "
+           "model backward ms |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int h = 0; h < nhd; h++)
         for (int ti = 0; ti < nT; ti++) {
             int T = Ts[ti], hd = hds[h];
@@ -108,8 +122,12 @@ int main(int argc, char** argv) {
                 be_timer_free(f); be_timer_free(b);
             }
             double fl = 4.0 * T * (double)T / 2 * hd * nh, sf = median(t, reps), sb = median(tb, reps);
-            printf("| %d | %d | %d (%d) | %.2f | %.3g | %.2f | %.3g |\n", hd, T, nh, nkv, sf * 1e3, fl / sf / 1e12, sb * 1e3,
-                   2.5 * fl / sb / 1e12);
+            double mf, mb;
+            char mfs[32] = "—", mbs[32] = "—";
+            model_ms(T, nh, hd, &mf, &mb);
+            if (mf > 0 && !strcmp(engine, "own")) { snprintf(mfs, sizeof mfs, "%.2f", mf); snprintf(mbs, sizeof mbs, "%.2f", mb); }
+            printf("| %d | %d | %d (%d) | %.2f | %.3g | %.2f | %.3g | %s | %s |\n", hd, T, nh, nkv, sf * 1e3, fl / sf / 1e12,
+                   sb * 1e3, 2.5 * fl / sb / 1e12, mfs, mbs);
             fflush(stdout);
             attn_host_mirror(pos, NULL, 0);
             free(hp); free(tb);

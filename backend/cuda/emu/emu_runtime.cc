@@ -5,7 +5,7 @@
 // Device: one emulated Hopper GPU per cudaSetDevice index (RINGLM_EMU_DEVICES per node, default 8; 0 = no
 //   device), with an H200's limits (132 SMs, 1024 threads per block, 48 KiB of shared memory per block without
 //   the opt-in attribute, 227 KiB with it) and RINGLM_EMU_MEMORY_MIB of memory (default 16384).
-//   RINGLM_EMU_CC (default 9.0) sets the compute capability.
+//   RINGLM_EMU_CC (default 9.0) sets the compute capability (8.0, 8.6, 8.9: that GPU's shared memory, SMs, threads per SM).
 // Pinned host memory: freeing it (cudaFreeHost) while an asynchronous copy from or to it may be running (queued, and
 //   not waited for by the host through a synchronisation that covers it) ends the process with one line.
 // Memory: every device allocation lies in an address range reserved for the emulated device and ends at a
@@ -28,7 +28,8 @@
 //   write) without an event ordering them ends the process with one line naming both operations. Kernels are
 //   known by their pointer arguments (a pointer to const is a read, others reads and writes; pointers inside
 //   struct arguments count as reads).
-// Kernels: see emu_device.h (fibers, barriers, warp collectives, shared memory, launch limits).
+// Kernels: see emu_device.h (fibers, barriers, warp collectives, shared memory, launch limits). The blocks of a launch
+//   run one after another in a fixed permutation of their index, not ascending (block_order: CUDA promises no order).
 // Dry runs (RINGLM_EMU_DRY=1): every check above runs, but no kernel, copy, memset or cuBLAS call is executed and
 //   new allocations are not filled: the program's own host code runs as usual on device memory that stays zero, so
 //   the step anatomy can count the work of shapes far beyond this machine (results are meaningless).
@@ -155,6 +156,13 @@ static void fill_props(int dev) {
     g_prop.major = major; g_prop.minor = minor;
     g_prop.multiProcessorCount = 132;
     g_prop.maxThreadsPerMultiProcessor = 2048;
+    if (major == 8) {   // the shared memory, SMs and threads per SM of an A100 (8.0), A40 (8.6), L40S (8.9)
+        snprintf(g_prop.name, sizeof g_prop.name, "NVIDIA %s (host emulation)", minor == 0 ? "A100" : minor == 9 ? "L40S" : "A40");
+        g_prop.sharedMemPerBlockOptin = minor == 0 ? 166912 : 101376;
+        g_prop.sharedMemPerMultiprocessor = minor == 0 ? 167936 : 102400;
+        g_prop.multiProcessorCount = minor == 0 ? 108 : minor == 9 ? 142 : 84;
+        g_prop.maxThreadsPerMultiProcessor = minor == 0 ? 2048 : 1536;
+    }
     g_prop.l2CacheSize = 60 << 20;
     g_prop.clockRate = 1980000;
     g_prop.memoryClockRate = 3201000;
@@ -796,6 +804,9 @@ void* static_smem(const void* key, size_t bytes, size_t align) {
     return g_ssm_region + off;
 }
 
+// the attention kernels' own instructions (emu_attn.h): a broken contract, with the kernel, block and thread
+void attn_fault(const char* what) { kdie("%s", what); }
+
 void check_smem(const void* p, size_t n, const char* what) {
     const unsigned char* q = (const unsigned char*)p;
     if (q < g_L->dsm || q + n > g_L->dsm + g_L->dsm_bytes || ((uintptr_t)q & 15))
@@ -932,6 +943,19 @@ static void run_block(Launch* L) {
     }
 }
 
+// The order of a launch's blocks. CUDA promises none (the programming guide: blocks must be able to run in any order,
+// in parallel or in series), so the emulation runs them neither ascending nor descending but in a fixed permutation of
+// the linear block index: i = 0, 1, .., 2^bits - 1 to the complement of its bit reversal (bits: the fewest that hold
+// the grid). Block a runs before block b iff a has a 1 at the lowest bit where the two differ: the odd blocks before the
+// even ones, block 0 last, and of two blocks as often the higher as the lower first. A block that waits for another
+// which has not run yet (in either direction: emu_attn.h's flag_wait ends the process) shows up; deterministic, so
+// every run repeats.
+static unsigned long block_order(unsigned long i, int bits) {
+    unsigned long r = 0;
+    for (int k = 0; k < bits; k++) r |= ((i >> k) & 1ul) << (bits - 1 - k);
+    return r ^ ((1ul << bits) - 1);
+}
+
 void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, void* stream, const Arg* args, int nargs,
             Runner run, void* tuple) {
     ensure_init();
@@ -1004,15 +1028,20 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
     L.cur = 0;
     blockDim = block;
     gridDim = grid;
+    // the blocks in the order of block_order: linear index b = x + grid.x (y + grid.y z), i over [0, 2^bits) mapped,
+    // indices past the grid skipped
     auto run_all = [&]() {
         g_L = &L;
-        for (unsigned bz = 0; bz < grid.z; bz++)
-            for (unsigned by = 0; by < grid.y; by++)
-                for (unsigned bx = 0; bx < grid.x; bx++) {
-                    blockIdx = uint3{ bx, by, bz };
-                    L.block_linear = bx + (unsigned long)grid.x * (by + (unsigned long)grid.y * bz);
-                    run_block(&L);
-                }
+        unsigned long n = (unsigned long)grid.x * grid.y * grid.z;
+        int bits = 0;
+        while ((1ul << bits) < n) bits++;
+        for (unsigned long i = 0; i < (1ul << bits); i++) {
+            unsigned long b = block_order(i, bits);
+            if (b >= n) continue;
+            blockIdx = uint3{ (unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / grid.x / grid.y) };
+            L.block_linear = b;
+            run_block(&L);
+        }
         g_L = NULL;
     };
     if (!g_traffic) {
