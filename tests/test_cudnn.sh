@@ -47,8 +47,10 @@ fi
 
 # ---- data and the model: head_dim 64, GQA 4 query heads / 2 KV heads ----
 build/prepare --out "$T/data" --val-frac 0 model attention data >/dev/null 2>"$T/prep.err" || { bad "prepare: $(cat "$T/prep.err")"; finish; }
-mkdir -p "$T/docs"   # short documents (two lines of the README each): document boundaries inside the ring's blocks
-awk -v d="$T/docs" 'NF { b = b $0 "\n"; if (++k == 2) { f = sprintf("%s/p%05d.txt", d, n++); printf "%s", b > f; close(f); b = ""; k = 0 } }' README.md
+mkdir -p "$T/docs"   # short documents of 12-76 bytes (their own text: the README's lines change): document boundaries
+                     # inside the ring's blocks, and pieces of blocks that lie in one document
+awk -v d="$T/docs" 'BEGIN { for (n = 0; n < 80; n++) { f = sprintf("%s/p%05d.txt", d, n); s = sprintf("doc %d:", n);
+  for (i = 0; i < (n * 7) % 9 + 1; i++) s = s " word" (n * 13 + i) % 97; printf "%s\n", s > f; close(f) } }'
 build/prepare --out "$T/short" --val-frac 0 "$T/docs" >/dev/null 2>&1 || bad "prepare short documents"
 cat > "$T/c.conf" <<CONF
 vocab_size = 257
