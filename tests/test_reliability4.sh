@@ -4,6 +4,8 @@
 #   2. a library loaded by path (cuDNN: RINGLM_CUDNN_LIB, or a bare name found through LD_LIBRARY_PATH) that is a FIFO
 #      or a directory: one line naming the path and what it is; attn_engine = auto falls back to the own kernels,
 #      cudnn exits 1 (dlopen of a FIFO blocks for ever);
+#   6. a cuDNN execution that fails after start-up (the self-check's blocks are shorter: RINGLM_EMU_CUDNN=fail:long):
+#      one line per shape and direction, not one per block call, and the shape runs on the own kernels from then on;
 #   8. options that were silently ignored or misreported: cp_shard_min with cp_shard = window (train and eval),
 #      build/plan --balance with --choose or --longest, --memory_gib above the limit;
 #   and the observation: two runs sharing tensorboard_dir get a note (a resumed run, the same run, none);
@@ -56,6 +58,24 @@ CONF
     [ "$opened" = 0 ] || bad "${envv%%=*}, attn_engine = cudnn: the FIFO opened $opened times"
   done
 else bad "no $E/train (make cuda-emu)"; fi
+
+# ---- 6. cuDNN failing after start-up: one line per shape and direction, then the own kernels ----
+if [ -x $E/train ]; then
+  RINGLM_EMU_CUDNN=fail:long timeout -k 30 $HANG_S $E/train -c "$T/c.conf" --out_dir "$T/f6" --attn_engine auto --seq_len 128 \
+    --max_seq_len 128 --max_steps 4 --force >"$T/f6.out" 2>"$T/f6.err"; rc=$?
+  $PY - "$T/f6.err" "$T/f6/metrics.jsonl" <<'PY' >"$T/f6.txt" 2>&1 && [ $rc -eq 0 ] && ok "cuDNN failing after start-up, 4 steps: $(cat "$T/f6.txt")" || bad "cuDNN failing after start-up: exit $rc, $(cat "$T/f6.txt")"
+import json, re, sys
+lines = [l for l in open(sys.argv[1]) if l.strip()]
+keys = [re.match(r"attention: cuDNN failed on (\w+) (forward|backward) blocks \(Sq (\d+), Skv (\d+)\): .*: the own kernels compute such blocks$", l) for l in lines]
+assert lines and all(keys), lines[:3]
+k = [m.groups() for m in keys]
+assert len(k) == len(set(k)), f"{len(k)} lines for {len(set(k))} shapes and directions"
+recs = [json.loads(l) for l in open(sys.argv[2])]
+assert len(recs) == 4 and recs[-1]["attn_blocks_own"] > 0, recs[-1]
+print(f"{len(lines)} lines for {len(set(k))} shapes and directions ({', '.join(' '.join(x) for x in k)}); the last step's blocks: "
+      f"{recs[-1]['attn_blocks_own']} on the own kernels, {recs[-1]['attn_blocks_fast']} on cuDNN")
+PY
+fi
 
 # ---- 8. options silently ignored or misreported ----
 build/prepare --out "$T/d8" --val-frac 0 model >/dev/null

@@ -56,7 +56,9 @@ typedef __nv_bfloat16 bf16;
 namespace {
 
 struct Mirror { const int* dev; const int* host; size_t n; };
-struct Plan { SdpaShape s; SdpaPlan* p; };   // p NULL: cuDNN could not plan this shape (own kernels for it)
+// p NULL: cuDNN could not plan this shape; retired: an execution of it failed after start-up. Either way the shape
+// runs on the own kernels from then on (said once, when it happened)
+struct Plan { SdpaShape s; SdpaPlan* p; bool retired; };
 struct Piece { int q0, nq, k0, nk, causal; };
 
 struct Engine {
@@ -219,20 +221,31 @@ void fail_note(const char* fmt, ...) {
     fprintf(stderr, "attention: %s: the own kernels compute such blocks\n", msg);
 }
 
+bool same_shape(const SdpaShape& a, const SdpaShape& s) {
+    return a.dir == s.dir && a.causal == s.causal && a.Sq == s.Sq && a.Skv == s.Skv && a.H == s.H && a.Hk == s.Hk &&
+           a.D == s.D && a.ldq == s.ldq && a.ldk == s.ldk && a.scale == s.scale;
+}
+
 const SdpaPlan* plan_for(const SdpaShape& s) {
     std::vector<Plan>& plans = E.force ? E.check_plans : E.plans;   // the self-check plans afresh, and not for the run
     for (const Plan& p : plans)
-        if (p.s.dir == s.dir && p.s.causal == s.causal && p.s.Sq == s.Sq && p.s.Skv == s.Skv && p.s.H == s.H && p.s.Hk == s.Hk &&
-            p.s.D == s.D && p.s.ldq == s.ldq && p.s.ldk == s.ldk && p.s.scale == s.scale)
-            return p.p;
+        if (same_shape(p.s, s)) return p.retired ? NULL : p.p;
     if (plans.size() >= MAX_PLANS) return NULL;   // (shapes beyond the cache: own kernels)
     char err[900];
     int unsupported = 0;
     SdpaPlan* p = sdpa_build(&E.api, E.h, NULL, &s, &unsupported, err, sizeof err);
     if (!p) fail_note("cuDNN cannot plan the %s %s block Sq %d Skv %d: %s", CLASS_NAME[s.causal], s.dir ? "backward" : "forward",
                       s.Sq, s.Skv, err);
-    plans.push_back(Plan{ s, p });
+    plans.push_back(Plan{ s, p, false });
     return p;
+}
+
+// an execution of shape s failed: one line (fail_note), and the shape runs on the own kernels from then on. The plan
+// is kept (earlier executions of it may still be in flight on the stream) and freed with the others at the end.
+void plan_failed(const SdpaShape& s, const char* what, const char* err) {
+    fail_note("cuDNN failed on %s %s blocks (Sq %d, Skv %d): %s", CLASS_NAME[s.causal], what, s.Sq, s.Skv, err);
+    for (Plan& p : E.force ? E.check_plans : E.plans)
+        if (same_shape(p.s, s)) p.retired = true;
 }
 
 // the fast engine for a call: some class on it, the bf16 family of kernels (not matmul_precision fp32), head dim 64, 128
@@ -286,7 +299,8 @@ void attn_block_forward(float* out, float* lse, const float* q, const int* qpos,
     const bf16 *qb = to_bf16(WS_FA_Q, q, (size_t)Tq * ldq), *kb = to_bf16(WS_FA_K, k, (size_t)Tk * ldk),
                *vb = to_bf16(WS_FA_V, v, (size_t)Tk * ldk);
     for (const Piece& pc : pcs) {
-        const SdpaPlan* p = fast_for(pc.causal) ? plan_for(shape_of(SDPA_FWD, pc, nh, nkv, hd, scale)) : NULL;
+        const SdpaShape sh = shape_of(SDPA_FWD, pc, nh, nkv, hd, scale);
+        const SdpaPlan* p = fast_for(pc.causal) ? plan_for(sh) : NULL;
         char err[900];
         if (p) {
             bf16* o = (bf16*)cu_workspace(WS_FA_O, (size_t)pc.nq * ldq * sizeof(bf16));
@@ -300,7 +314,7 @@ void attn_block_forward(float* out, float* lse, const float* q, const int* qpos,
                 E.counts[ATTN_ENGINE_FAST]++;
                 continue;
             }
-            fail_note("cuDNN failed on %s forward blocks: %s", CLASS_NAME[pc.causal], err);
+            plan_failed(sh, "forward", err);
         }
         if (E.force) continue;   // the self-check reports the failure; no fallback there
         own_block_forward(out + (size_t)pc.q0 * ldq, lse + (size_t)pc.q0 * nh, q + (size_t)pc.q0 * ldq, qpos + pc.q0, NULL, pc.nq,
@@ -331,7 +345,8 @@ void attn_block_backward(float* dq, float* dk, float* dv, const float* dout, con
     LAUNCH(fa_carrier_k, blocks_for((size_t)Tq * nh), 256, 0, oc, dout, D, (long)Tq * nh, hd);
     CU_LAUNCHED("attn_block_backward (the carrier of D for cuDNN)");
     for (const Piece& pc : pcs) {
-        const SdpaPlan* p = fast_for(pc.causal) ? plan_for(shape_of(SDPA_BWD, pc, nh, nkv, hd, scale)) : NULL;
+        const SdpaShape sh = shape_of(SDPA_BWD, pc, nh, nkv, hd, scale);
+        const SdpaPlan* p = fast_for(pc.causal) ? plan_for(sh) : NULL;
         char err[900];
         if (p) {
             float* st = (float*)cu_workspace(WS_FA_ST, (size_t)pc.nq * nh * sizeof(float));
@@ -351,7 +366,7 @@ void attn_block_backward(float* dq, float* dk, float* dv, const float* dout, con
                 E.counts[ATTN_ENGINE_FAST]++;
                 continue;
             }
-            fail_note("cuDNN failed on %s backward blocks: %s", CLASS_NAME[pc.causal], err);
+            plan_failed(sh, "backward", err);
         }
         if (E.force) continue;
         own_block_backward(dq + (size_t)pc.q0 * ldq, dk + (size_t)pc.k0 * ldk, dv + (size_t)pc.k0 * ldk,
