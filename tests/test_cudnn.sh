@@ -103,8 +103,13 @@ tp2cp2 4 c_one fast --tp 2 --cp 2
 a2aring 4 c_one fast --cp 4 --cp_comm a2a+ring --cp_a2a 2
 cp8 8 c_one fast --cp 8
 doccp2 2 c_doc both --cp 2 --doc_mask 1 --train_data SHORT
+docshard 2 c_doc both --cp 2 --doc_mask 1 --cp_shard document --train_data SHORT
 RUNS
 set +f
+# document sharding deals unequal segments to the ranks (pieces of many shapes for one plan cache): against the own
+# kernels' bf16 run of the same layout (attention's numerics only)
+trun o_docshard 2 $E --attn_engine own --cp 2 --doc_mask 1 --cp_shard document --train_data "$T/short/train_*.bin" &&
+  cmp_runs "cuDNN engine vs the own kernels, both bf16, cp 2 with cp_shard = document and doc_mask (5e-4)" o_docshard f_docshard 5e-4
 cmp_runs "cuDNN engine vs the own kernels, both bf16, 1 rank (5e-4: attention's numerics only)" o_one f_one 5e-4
 if same_losses o_one f_one 1e-7 >/dev/null 2>&1; then bad "the cuDNN engine's losses equal the own kernels' to 1e-7: did it run?"
 else ok "the cuDNN engine's losses differ from the own kernels' beyond 1e-7 (the engine ran)"; fi

@@ -1300,6 +1300,10 @@ int main(void) {
         { "hd 128 GQA 4/2 causal T 256 (tile multiple)",          256,   256,  4, 2, 128, ATTN_MASK_CAUSAL, POS_SAME,     0, 1, 0 },
         { "hd 128 MQA 2/1 causal Tq 70 Tk 150 chunks",            70,    150,  2, 1, 128, ATTN_MASK_CAUSAL, POS_CHUNKS,   0, 1, F_ENGINE },
         { "hd 64 MHA 2/2 causal shuffled Tq 45 Tk 90",            45,    90,   2, 2,  64, ATTN_MASK_CAUSAL, POS_SHUFFLED, 0, 1, F_ENGINE },
+        // the cuDNN engine's plan cache: a causal 64 x 64 piece, then the same 64 queries against 128 keys (a causal
+        // piece Sq 64, Skv 128: a plan for other dimensions must not be reused)
+        { "hd 64 GQA 4/2 causal T 64 (one piece)",                64,    64,   4, 2,  64, ATTN_MASK_CAUSAL, POS_SAME,     0, 0, F_ENGINE },
+        { "hd 64 GQA 4/2 causal Tq 64 Tk 128 chunks (one piece)", 64,    128,  4, 2,  64, ATTN_MASK_CAUSAL, POS_CHUNKS,   0, 0, F_ENGINE },
         { "hd 24 MHA 3/3 unmasked Tq 33 Tk 47",                   33,    47,   3, 3,  24, ATTN_MASK_NONE,   POS_SAME,     0, 1, 0 },
         { "hd 100 GQA 4/2 causal shuffled Tq 40 Tk 75",           40,    75,   4, 2, 100, ATTN_MASK_CAUSAL, POS_SHUFFLED, 0, 1, 0 },
         { "hd 128 GQA 8/2 causal T 300",                          300,   300,  8, 2, 128, ATTN_MASK_CAUSAL, POS_SAME,     0, 1, 0 },
