@@ -5,6 +5,7 @@
 #   2. the dry run (RINGLM_EMU_DRY: nothing executed, what tools/bench/step_anatomy.sh uses for the large configs)
 #      counts the same launches, synchronisations and copies as the run that executes, and the same bytes;
 #   3. on a ring of 2 (NCCL) both ranks write their report, with the ring's collectives counted;
+#   the attention FLOPs of one rank (and with recompute = full) and the sum over a ring's ranks equal the closed form;
 #   4. ZeRO-3 with offload and a tiled MLP on dp 2 (NCCL, 3 layers): every kernel within its formula, the gathers
 #      (prefetched on the communication stream) and the reduce-scatters counted, the offload copies counted as copies
 #      on the copy queue, a cast per gathered unit (its bf16 copy) and still one host synchronisation per step;
@@ -59,6 +60,11 @@ assert a["traffic_departs"] == 0 and not bad, ("counted traffic departs from the
 for c in ("matmul", "attention forward", "attention backward", "norms and pointwise", "embedding", "cross-entropy", "optimizer"):
     assert a["classes"][c]["launches"] > 0, c
 assert a["cublas"] > 0 and a["gemm_flops"] > 0 and a["attn_flops"] > 0 and 0 < a["mfu"] < 1, a
+# attention FLOPs against the closed form (FlashAttention's convention: 4 hd per visible query-key pair forward, 10
+# backward; a causal sequence of T sees T (T + 1) / 2 pairs, the diagonal included): 2 layers x 2 sequences of 128,
+# 4 heads of 32
+want = (4 + 10) * 32 * 4 * 2 * 2 * 128 * 129 / 2
+assert abs(a["attn_flops"] - want) <= 1e-5 * want, ("attention FLOPs", a["attn_flops"], want)
 assert a["syncs"] == sum(int(l.split("|")[2]) for l in md.splitlines() if l.startswith("| &nbsp;")), "sync causes"
 causes = [l.split("|")[1].replace("&nbsp;", "").strip() for l in md.splitlines() if l.startswith("| &nbsp;")]
 assert a["syncs"] == 1 and causes == ["be_download"], ("one host synchronisation per step: the step's scalars", causes)
@@ -71,7 +77,8 @@ assert a["conv_bytes"] == 0, ("operand conversions", a["conv_bytes"])
 casts = sum(v["launches"] for k, v in a["kernels_by_name"].items() if k.startswith("cast_k"))
 assert casts == 1 + 2, ("casts: the weights once, the attention output of each of 2 layers", casts)
 print(f"{a['kernels']} kernel launches of {len(a['kernels_by_name'])} kernels x classes, each within two pages per pointer "
-      f"of its formula; {a['cublas']} cuBLAS calls, {a['syncs']} host syncs, predicted {a['predicted_s'] * 1e3:.3f} ms")
+      f"of its formula; {a['cublas']} cuBLAS calls, {a['syncs']} host syncs, predicted {a['predicted_s'] * 1e3:.3f} ms; "
+      f"attention {a['attn_flops'] / 1e6:.2f} MFLOP = 14 hd heads layers x B T (T + 1) / 2")
 PYEOF
 
 # ---- 2. the dry run counts what the real run does ----
@@ -85,6 +92,16 @@ for k in ("read_bytes", "written_bytes", "h2d_bytes", "d2h_bytes"):
     assert abs(a[k] - b[k]) <= 0.01 * a[k], (k, a[k], b[k])
 print(f"the same {a['launches']} launches, {a['syncs']} syncs, {a['h2d_copies']} + {a['d2h_copies']} copies, "
       f"{a['gemm_flops'] / 1e9:.3f} GFLOP and bytes within 1 % with no kernel executed")
+PYEOF
+
+# ---- 2a. recompute = full: the attention forward again in the backward (4 + 10 + 4) ----
+arun full 1 RINGLM_EMU_DRY=1 -- --recompute full &&
+  $PY - "$T/full.md.json" <<'PYEOF' >"$T/f.out" 2>&1 && ok "recompute full: $(cat "$T/f.out")" || bad "recompute full: $(cat "$T/f.out")"
+import json, sys
+a = json.load(open(sys.argv[1]))
+want = (4 + 10 + 4) * 32 * 4 * 2 * 2 * 128 * 129 / 2
+assert abs(a["attn_flops"] - want) <= 1e-5 * want, ("attention FLOPs with recompute full", a["attn_flops"], want)
+print(f"attention {a['attn_flops'] / 1e6:.2f} MFLOP = 18 hd heads layers x B T (T + 1) / 2 (the forward recomputed)")
 PYEOF
 
 # ---- 2b. act_dtype = fp32: fp32 operands (cuBLAS converts them inside under the bf16 compute type), no cast ----
@@ -109,7 +126,13 @@ for f in sys.argv[1:3]:
     assert hops and sum(hops) > 0, (f, "ring hops")
     assert a["undeclared"] == 0 and a["classes"]["attention forward"]["launches"] > 0, f
     assert a["syncs"] == 1, (f, "host synchronisations over NCCL", a["syncs"])
-print("both ranks report one host synchronisation per step, the ring's hops among the collectives (NCCL)")
+# the ring's blocks together see each visible pair of the sequence once: the two ranks' attention FLOPs add up to the
+# one-process closed form (zigzag: each rank half of it)
+tot = sum(json.load(open(f))["attn_flops"] for f in sys.argv[1:3])
+want = (4 + 10) * 32 * 4 * 2 * 2 * 128 * 129 / 2
+assert abs(tot - want) <= 1e-5 * want, ("the ring's attention FLOPs", tot, want)
+print("both ranks report one host synchronisation per step, the ring's hops among the collectives (NCCL); their "
+      f"attention FLOPs add up to the one-process closed form ({tot / 1e6:.2f} MFLOP)")
 PYEOF
 
 # ---- 4. ZeRO-3, offload and a tiled MLP ----
