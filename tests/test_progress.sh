@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Signs of life: the trainer's step lines carry the elapsed time and an ETA, and come at least every 30 s whatever
 # log_every says; every program's stdout is line-buffered when it is a file or a pipe (each line is there as soon as
-# it is printed, not when a 4 KiB buffer fills or the program ends). Evaluation's progress inside a document and its
-# line-buffered stdout are tested in test_eval.sh (they need a trained checkpoint).
+# it is printed, not when a 4 KiB buffer fills or the program ends); a resumed run's ETA is its own; build/eval's lines
+# between documents. Evaluation's progress inside a document and the ETA of a second series are tested in test_eval.sh.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
 build/prepare --out "$T/data" --val-frac 0 model attention >/dev/null || { bad prepare; finish; }
@@ -22,6 +22,30 @@ want = [(k, f"{dur(10.0 * k)} elapsed, ETA {dur(10.0 * (10 - k))}") for k in (3,
 print("     " + "; ".join(f"step {k}: {t}" for k, t in got))
 assert got == want, (got, want)
 PYEOF
+
+# 1b. a resumed run on the test clock: its elapsed time and ETA count its own steps (steps 5-10 of a run resumed at
+#     step 4), not the steps of the run before it (an ETA from all steps since step 0 would be 7/3 too short)
+build/train "${A[@]}" --max_steps 4 --out_dir "$T/res" >/dev/null 2>&1 || bad "the run to resume"
+RINGLM_TEST_PROGRESS_TICK=10 build/train "${A[@]}" --log_every 1000 --out_dir "$T/res" --resume latest >"$T/res.out" 2>&1 \
+  || bad "resumed tick run: $(tail -2 "$T/res.out")"
+$PY - "$T/res.out" <<'PYEOF' && ok "a resumed run's step lines: its own elapsed time and ETA (steps 7 and 10)" || bad "resumed run on the test clock: $(grep '^step' "$T/res.out" | tr '\n' ' ' | cut -c1-600)"
+import re, sys
+def dur(s):
+    return f"{s:.1f} s" if s < 60 else f"{int(s + .5) // 60}m{int(s + .5) % 60:02d}s"
+got = [(int(m.group(1)), m.group(2)) for m in (re.match(r"step +(\d+)/10 \|.* \| ([^|]*)$", l.rstrip("\n")) for l in open(sys.argv[1])) if m]
+want = [(k, f"{dur(10.0 * (k - 4))} elapsed, ETA {dur(10.0 * (10 - k))}") for k in (7, 10)]
+print("     " + "; ".join(f"step {k}: {t}" for k, t in got))
+assert got == want, (got, want)
+PYEOF
+
+# 1c. build/eval between units: fewer units than 4 (no quarter lines), on a test clock of 4 s a reading (3 readings a
+#     document: after each of the 2 layers, and its end; one window each): a line whenever 10 s passed since the last,
+#     here after every document, each with the elapsed time and the ETA at the mean rate
+RINGLM_TEST_PROGRESS_TICK=4 build/eval --ckpt "$T/res" --data "$T/data/train_*.bin" --seq_len 64 --doc_len 64 --docs 3 \
+  --out "$T/ev" >"$T/ev.out" 2>"$T/ev.err" || bad "eval on the test clock: $(tail -2 "$T/ev.err")"
+want=$(printf 'eval series 1/1: %s\n' "1/3, 12.0 s elapsed, ETA 24.0 s" "2/3, 24.0 s elapsed, ETA 12.0 s" "3/3, 36.0 s elapsed, ETA 0.0 s")
+[ "$(grep '^eval series' "$T/ev.err")" = "$want" ] && ok "eval: a progress line between documents every 10 s, with elapsed time and ETA" \
+  || bad "eval's progress lines: $(grep '^eval' "$T/ev.err" | tr '\n' '|')"
 
 # 2. a resume that drops the validation its checkpoint's run had (no --val_data) says so in one WARNING line; with
 #    --val_data it says nothing of it
