@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mutants.sh — a mutation run: plants each one-line bug of a list (default tests/mutants.txt) in a COPY of the
 # repository, one at a time, rebuilds there the CPU programs and the emulated CUDA ones (make all cuda-emu: a mutant
-# of a shared source reaches both; one of backend/cuda/ or comm/data_cuda.c reaches build/emu/), runs the tests the
+# of a shared source reaches both; one of backend/cuda/ or comm/data_cuda.c reaches build/emu/; and make asan for a
+# mutant that tests/test_asan.sh is to catch), runs the tests the
 # list names for it, and reports whether a test failed (caught) or all passed (missed). Each test is stopped at its
 # first FAIL line (the mutant is caught; the rest of that test would only take time). This checkout is never modified.
 #   bash tests/mutants.sh [--list FILE] [--dir DIR] [--all] [ID...]
@@ -39,7 +40,7 @@ fi
 cd "$DIR" || exit 2
 export OMP_NUM_THREADS=1
 echo "mutation run in $DIR (list $LIST)"
-build() { make -j2 all >"$1" 2>&1 && make -j2 cuda-emu >>"$1" 2>&1; }
+build() { make -j2 all >"$1" 2>&1 && make -j2 cuda-emu >>"$1" 2>&1 && { [ -z "${2:-}" ] || make -j2 asan >>"$1" 2>&1; }; }   # (2nd: the ASan build too)
 build "$DIR/mut_build.log" || { echo "mutants.sh: the unmutated copy does not build (see $DIR/mut_build.log)" >&2; exit 2; }
 # stop_session PID: TERM to the session PID leads (a test's EXIT trap removes its files), KILL to what is left
 stop_session() {
@@ -102,7 +103,7 @@ PYEOF
     table+=("$(printf '%-22s %-28s stale (text not found once)' "$id" "$file")"); other=$((other + 1)); continue
   fi
   line=$(grep -nF -- "$(cat "$REC/$i.new")" "$file" | head -1 | cut -d: -f1)
-  if ! build "$REC/build.log"; then
+  if ! build "$REC/build.log" "$([[ " $tests " == *test_asan.sh* ]] && echo asan)"; then
     table+=("$(printf '%-22s %-28s no build' "$id" "$file:$line")"); other=$((other + 1))
   else
     by=""

@@ -208,13 +208,20 @@ void cu_anat_sync(const char* why) {
     g_sync_why[why]++;
 }
 
+// The FLOPs of an attention block call (FlashAttention's convention): forward 4, backward 10 x hd x heads x the
+// visible query-key pairs; a causal block of Tq = Tk sees Tq (Tq + 1) / 2 (the diagonal included), another causal
+// block about half of Tq x Tk
+static double attn_flops_of(int backward, int Tq, int Tk, int nh, int hd, int causal) {
+    double pairs = !causal ? (double)Tq * Tk : Tq == Tk ? (double)Tq * (Tk + 1) / 2 : (double)Tq * Tk / 2;
+    return (backward ? 10.0 : 4.0) * hd * nh * pairs;
+}
+
 // The FLOPs of an attention block call. Its time: at the engine rate RINGLM_ANATOMY_ATTN_TFLOPS when that is set
 // (every engine, e.g. cuDNN's published rates); else the fp32 kernels at the fp32 peak, and the bf16 kernels by
 // the model of cu_anat_attn_kernel.
 void cu_anat_attention(int backward, int Tq, int Tk, int nh, int hd, int causal, int fp32) {
     if (!cu_anat_on) return;
-    double pairs = !causal ? (double)Tq * Tk : Tq == Tk ? (double)Tq * (Tk + 1) / 2 : (double)Tq * Tk / 2;
-    double fl = (backward ? 10.0 : 4.0) * hd * nh * pairs;
+    double fl = attn_flops_of(backward, Tq, Tk, nh, hd, causal);
     int c = cls_now();
     g_c[c].attn_flops += fl;
     if (g_attn_rate_set) g_c[c].pred_s += fl / g_attn_rate[backward ? 1 : 0];
@@ -282,8 +289,7 @@ void cu_anat_attn_kernel(int backward, int hd_pad, int tile, int Tq, int Tk, int
     r.m = *m;
     double tiles = attn_tiles(backward, tile, Tq, Tk, nh, causal), ts = attn_tile_s(*m, &r.limit);
     r.calls++; r.tiles += tiles; r.pred_s += tiles * ts / SMS;
-    double pairs = !causal ? (double)Tq * Tk : Tq == Tk ? (double)Tq * (Tk + 1) / 2 : (double)Tq * Tk / 2;
-    r.flops += (backward ? 10.0 : 4.0) * hd_pad * nh * pairs;
+    r.flops += attn_flops_of(backward, Tq, Tk, nh, hd_pad, causal);
     g_c[cls_now()].pred_s += tiles * ts / SMS;
 }
 
