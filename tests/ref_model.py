@@ -169,6 +169,8 @@ def parse_config(text):
 def typed_config(raw):
     """Returns (cfg dict with typed values, list of problems)."""
     cfg, problems = {}, []
+    if "rope_original_max_seq_len" not in raw and raw.get("rope_scaling", "").lower() != "yarn":
+        raw = dict(raw, rope_original_max_seq_len="0")   # only YaRN reads it: the config dump leaves it out otherwise
     for k in INT_KEYS + FLOAT_KEYS + STR_KEYS:
         if k not in raw:
             problems.append(f"missing key {k}")

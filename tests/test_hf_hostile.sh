@@ -218,6 +218,11 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, rc)" "${PH[@]}" --
   printf '{"text": "a"}\n{"text": 1}\n' > "$T/bad.jsonl"
   ERR_RC=1 ERR_ALSO='unchanged "$T/pd"' expect_err "prepare_hf --force with a bad JSON Lines record: refused, as build/prepare, the previous shards kept" \
     "prepare_hf: $T/bad.jsonl:2: the record's field 'text' is a number, not a string" 1 "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force --text-field text "$T/train.txt" "$T/bad.jsonl"
+  # SIGTERM the moment the temporary folder exists, before its removal is registered (a test hook): it waits until
+  # the removal is registered, then stops the run; nothing is left in pd
+  ERR_RC=1 ERR_ALSO='unchanged "$T/pd"' expect_err "prepare_hf --force: SIGTERM as its temporary folder is made leaves nothing behind" \
+    "prepare_hf: terminated (SIGTERM); '$T/pd' is as it was (the previous shards and meta.json untouched)" 1 \
+    env RINGLM_TEST_HF_FAIL=prepare_hf:staging_made "${PH[@]:1}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force --val-frac 0.5 eval
   # SIGTERM in the middle of a --force run (3 MB to encode): one line, the previous shards byte for byte
   "${PH[@]}" --tokenizer "$T/tok/bpe" --out "$T/pd" --force --val-frac 0 "$T/doc/big.txt" >"$T/o" 2>"$T/e" & job=$!
   # the signal once the run writes (its temporary folder exists: its handlers are in place, whatever the load)

@@ -61,7 +61,8 @@ for ((w = 0; w < HANG_S * 10; w++)); do [ "$(ls "$T/started" 2>/dev/null | wc -l
 kill -INT -- "-$pid"
 for ((w = 0; w < HANG_S * 10; w++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 wait "$pid"; rc=$?
-[ $rc -eq 130 ] && [ "$(left)" -eq 0 ] && grep -q "2 stopped unfinished (1 of them needed SIGKILL); no result$" "$T/r.k" \
+# (the stand-in that does not ignore SIGTERM may need SIGKILL too on a busy machine: 1 s is a short grace)
+[ $rc -eq 130 ] && [ "$(left)" -eq 0 ] && grep -qE "2 stopped unfinished \([12] of them needed SIGKILL\); no result$" "$T/r.k" \
   && ok "a test that ignores SIGTERM is killed after the grace: $(tail -n 1 "$T/r.k")" \
   || bad "SIGTERM ignored: exit $rc, $(left) left: $(tail -n 2 "$T/r.k" | tr '\n' '|')"
 pkill -KILL -f "ringlm_stand_in_$U" 2>/dev/null

@@ -55,7 +55,7 @@ stall() {   # NAME PROGRAM ARGS...: on 2 ranks, rank 1 stopped once MPI is up, -
   grep -v '^\[' "$T/$name.err" >"$T/$name.e1"
   if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c . "$T/$name.e1")" = 1 ] && grep -qE "^comm: .* did not finish within timeout_s = 1\.5 s: rank 1 \(no answer: stopped, hung or dead\) did not arrive; rank 0 aborts the job$" "$T/$name.e1"; then
     ok "$name --timeout_s 1.5, rank 1 stopped after MPI's start-up: exit $rc, one line: $(cat "$T/$name.e1")"
-  else bad "$name --timeout_s 1.5 with rank 1 stopped: exit $rc (124: hung), $(head -c 400 "$T/$name.err")"; fi
+  else bad "$name --timeout_s 1.5 with rank 1 stopped: exit $rc (124: hung), $(grep -c . "$T/$name.e1") lines: $(head -c 700 "$T/$name.e1" | tr '\n' '|')"; fi
 }
 stall eval build/eval --ckpt "$T/ck" --data "$T/d" --seq_len 64 --out "$T/ev"
 stall sample build/sample --ckpt "$T/ck" --max_tokens 4

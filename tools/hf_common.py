@@ -92,6 +92,12 @@ def fault(point):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + " (RINGLM_TEST_HF_FAIL)")
 
 
+def fault_signal(point):
+    """Test hook: send this process SIGTERM at POINT when $RINGLM_TEST_HF_FAIL names it (a signal at a known moment)."""
+    if point in os.environ.get("RINGLM_TEST_HF_FAIL", "").split(","):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def os_error(e, what=None):
     """One line for an OSError: what was done, to which file, and why ('disk full' for ENOSPC / EDQUOT)."""
     why = e.strerror or str(e) or e.__class__.__name__
@@ -629,17 +635,33 @@ class Staging:
         if created_out:
             on_failure(lambda: os.rmdir(out))
         failure_note(note)
+        # the signals that stop the tool wait while the directory is made and its removal registered: one arriving
+        # between the two would leave the directory behind
+        stops = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
         try:
             self.dir = tempfile.mkdtemp(prefix=f".{tag}.new.", dir=out)
+            fault_signal(f"{tag}:staging_made")   # (test hook: a SIGTERM between making it and registering it)
+            self.key = remove_on_failure(self.dir)
         except OSError as e:
             raise Fail(os_error(e, f"cannot create a temporary directory in '{out}'"))
-        self.key = remove_on_failure(self.dir)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def path(self, name):
         return os.path.join(self.dir, name)
 
     def swap(self, old, new):
-        """Replace the files OLD of DIR by the staged files NEW. Returns a note (or None)."""
+        """Replace the files OLD of DIR by the staged files NEW. Returns a note (or None). The signals that stop the
+        tool wait until the swap is done (or undone): one in the middle of the renames would leave DIR half old,
+        half new."""
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP, signal.SIGINT})
+        try:
+            return self._swap(old, new)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    def _swap(self, old, new):
         import tempfile
         for n in new:
             fsync_path(self.path(n))
