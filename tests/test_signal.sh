@@ -71,4 +71,17 @@ slow_stop() {  # NAME SIGNAL
   end_session "$(cat "$T/$name.sid")"
 }
 slow_stop slowint INT
+
+# a signal whose trap runs in the moment between tools/preemptible's look at what is pending and its wait (a test hook
+# sends it there): still passed on at once, not when the launcher ends by itself (a stand-in launcher that records
+# SIGUSR1, else ends after 60 s)
+cat > "$T/fake_launcher" <<'SH'
+#!/usr/bin/env bash
+trap 'echo usr1 > "$0.got"; exit 0' USR1
+sleep 60 & wait
+SH
+chmod +x "$T/fake_launcher"
+RINGLM_TEST_PREEMPT_RACE=1 timeout -k 10 $HANG_S tools/preemptible "$T/fake_launcher" >"$T/race.out" 2>&1; rc=$?
+[ $rc -eq 0 ] && [ -s "$T/fake_launcher.got" ] && ok "a signal just before tools/preemptible's wait is passed on at once (the launcher got SIGUSR1)" \
+  || bad "a signal just before the wait: exit $rc, the launcher $([ -s "$T/fake_launcher.got" ] && echo got || echo never got) SIGUSR1: $(head -c 300 "$T/race.out")"
 finish
