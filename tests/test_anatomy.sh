@@ -65,6 +65,12 @@ assert a["cublas"] > 0 and a["gemm_flops"] > 0 and a["attn_flops"] > 0 and 0 < a
 # 4 heads of 32
 want = (4 + 10) * 32 * 4 * 2 * 2 * 128 * 129 / 2
 assert abs(a["attn_flops"] - want) <= 1e-5 * want, ("attention FLOPs", a["attn_flops"], want)
+# cuBLAS FLOPs against the model's matmuls: forward 2 N C (C + 2 kv) for q|k|v, 2 N C C for o, 2 N C 2F for gate|up,
+# 2 N F C for down per layer, 2 N C V for the head (N = 256 tokens, C 128, kv 64, F 352, V 257); the backward two of
+# each (the inputs' and the weights' gradients): 3 x the forward
+N, C, KV, F, V, L = 256, 128, 64, 352, 257, 2
+fwd = L * (2 * N * C * (C + 2 * KV) + 2 * N * C * C + 2 * N * C * 2 * F + 2 * N * F * C) + 2 * N * C * V
+assert abs(a["gemm_flops"] - 3 * fwd) <= 1e-5 * 3 * fwd, ("cuBLAS FLOPs", a["gemm_flops"], 3 * fwd)
 assert a["syncs"] == sum(int(l.split("|")[2]) for l in md.splitlines() if l.startswith("| &nbsp;")), "sync causes"
 causes = [l.split("|")[1].replace("&nbsp;", "").strip() for l in md.splitlines() if l.startswith("| &nbsp;")]
 assert a["syncs"] == 1 and causes == ["be_download"], ("one host synchronisation per step: the step's scalars", causes)
@@ -78,7 +84,8 @@ casts = sum(v["launches"] for k, v in a["kernels_by_name"].items() if k.startswi
 assert casts == 1 + 2, ("casts: the weights once, the attention output of each of 2 layers", casts)
 print(f"{a['kernels']} kernel launches of {len(a['kernels_by_name'])} kernels x classes, each within two pages per pointer "
       f"of its formula; {a['cublas']} cuBLAS calls, {a['syncs']} host syncs, predicted {a['predicted_s'] * 1e3:.3f} ms; "
-      f"attention {a['attn_flops'] / 1e6:.2f} MFLOP = 14 hd heads layers x B T (T + 1) / 2")
+      f"attention {a['attn_flops'] / 1e6:.2f} MFLOP = 14 hd heads layers x B T (T + 1) / 2, cuBLAS {a['gemm_flops'] / 1e6:.2f} "
+      f"MFLOP = 3 x the model's forward matmuls")
 PYEOF
 
 # ---- 2. the dry run counts what the real run does ----
