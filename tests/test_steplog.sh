@@ -53,6 +53,9 @@ for r, line in zip(recs, lines):
     tol = 0.0006 / ms + 2e-8                            # step_ms is printed with 3 decimals
     assert abs(r["gflops"] - f / (ms / 1e3) / 1e9) <= tol * r["gflops"] + 1e-4, ("gflops", r["gflops"], f / ms / 1e6)
     assert abs(mfu - f / (ms / 1e3) / p) <= tol * mfu, ("mfu", mfu, f / (ms / 1e3) / p)
+    # the step's tokens: B sequences of T; tokens/s = those over the step's time, tokens_seen their running sum
+    assert abs(r["tokens_per_s"] - B * T / (ms / 1e3)) <= tol * r["tokens_per_s"] + 1e-3, ("tokens_per_s", r["tokens_per_s"], B * T / (ms / 1e3))
+    assert r["tokens_seen"] == r["step"] * B * T, ("tokens_seen", r["tokens_seen"], r["step"], B * T)
     if peak == "measured":
         assert math.isfinite(p) and p > 0, p
     else:
